@@ -1,0 +1,275 @@
+"""`AscendBackend`: the torch.compile backend that rewrites aot graphs into fused Ascend ops.
+
+Pipeline per graph dynamo hands over:
+
+    aot_autograd -> no-op elimination -> one pass per enabled fusion (mul_add last)
+                 -> executor: "eager" (the rewritten GraphModule runs op by op, the way MindIE SD
+                    and vllm-ascend run on NPU) or "inductor" (the rewritten graph goes to
+                    Inductor's `compile_fx`).
+
+Inference (no input requires grad, or grad mode off) is the fast path: the forward graph
+`aot_autograd` produces is rewritten in its `fw_compiler`.
+
+Training cannot rewrite the partitioned forward graph: the intermediates a pattern removes are saved
+for the backward. So with grads, the backend first traces the dynamo graph to a functional aten
+graph without autograd, rewrites that into the fused ops (each has a registered autograd formula),
+and only then runs `aot_autograd` (or Inductor) on the rewritten graph, which derives the backward
+through the fused ops. Graphs whose inference trace mutates or aliases inputs are compiled without
+fusion, with a warning and a `fallbacks` entry (never with wrong gradients).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, Callable
+
+import torch
+
+from .report import FusionReport
+
+__all__ = ["AscendBackend"]
+
+
+def _coerce_config(config, overrides):
+    from diffusers_ascend.config import AscendConfig
+
+    if hasattr(AscendConfig, "coerce"):
+        return AscendConfig.coerce(config, **overrides)
+    if config is None:
+        return AscendConfig(**overrides)
+    if isinstance(config, dict):
+        return AscendConfig(**{**config, **overrides})
+    return config.replace(**overrides) if overrides else config
+
+
+def _needs_grad(example_inputs) -> bool:
+    return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
+
+
+def _is_dynamic(example_inputs) -> bool:
+    for x in example_inputs:
+        if isinstance(x, torch.SymInt):
+            return True
+        if isinstance(x, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in x.shape):
+            return True
+    return False
+
+
+class AscendBackend:
+    """A torch.compile backend that fuses diffusion-transformer patterns into ``ascend_kernels`` ops.
+
+    Share ONE backend object across every block of a model: dynamo guards on the backend's identity,
+    so a backend per block recompiles per block and hits `recompile_limit`.
+
+    Args:
+        config: an `AscendConfig`, a dict of its fields, a local directory or Hub id with an
+            ``ascend_config.json``, or None for the defaults.
+        **overrides: `AscendConfig` fields replacing those of `config`.
+
+    The config fields the backend uses:
+        fusions: which passes run (`config.resolved_fusions(platform)`).
+        executor: ``"eager"`` | ``"inductor"`` | ``"auto"`` (`config.resolved_executor(platform)`).
+        mode: Inductor mode (``"max-autotune"``...); torch.compile refuses ``mode=`` with a custom
+            backend, so the backend passes it to Inductor itself. Ignored by the eager executor.
+        freezing: inference only, Inductor executor only. Parameters are folded into the compiled
+            graph as constants: later changes to the weights (loading or hot-swapping a LoRA,
+            `load_state_dict`, moving them with CPU offload) are NOT seen by the compiled code;
+            recompile after changing weights, and do not combine freezing with offloading.
+        graph_log_dir: write each graph's code before and after every pass there.
+        graph_capture: not available on CPU (a clear error at construction).
+        on_error: ``"fallback"`` (a graph whose rewrite fails runs unfused, with a warning and a
+            `report.fallbacks` entry) or ``"raise"``.
+
+    Attributes:
+        report: the `FusionReport` of every graph this backend compiled.
+        fusions: the fusions it applies, in pass order.
+        executor: the resolved executor.
+
+    >>> import torch
+    >>> from diffusers_ascend.compilation import AscendBackend
+    >>> backend = AscendBackend(fusions=["rms_norm"], executor="eager")
+    >>> norm = torch.compile(torch.nn.RMSNorm(8), backend=backend)
+    >>> _ = norm(torch.randn(2, 8))
+    >>> backend.report.matches["rms_norm"]
+    1
+    """
+
+    def __init__(self, config=None, **overrides) -> None:
+        from diffusers_ascend.platform import current_platform, graph_capture_supported
+
+        from .passes import ordered_fusions
+
+        self.config = _coerce_config(config, overrides)
+        self.platform = current_platform()
+        self.fusions = ordered_fusions(self.config.resolved_fusions(self.platform))
+        self.executor = self.config.resolved_executor(self.platform)
+        if self.executor not in ("eager", "inductor"):
+            raise ValueError(f"executor resolved to {self.executor!r}; valid: 'eager', 'inductor'")
+        capture = getattr(self.config, "graph_capture", None)
+        if capture is not None:
+            if not graph_capture_supported(self.platform):
+                raise ValueError(
+                    f"graph_capture={capture!r} needs device graphs (NPUGraph on 'npu', CUDAGraph on 'cuda'); "
+                    f"the current platform {self.platform!r} has none. Valid here: graph_capture=None."
+                )
+            raise NotImplementedError(f"graph_capture={capture!r} is not implemented yet; use graph_capture=None.")
+        if getattr(self.config, "freezing", False) and self.executor != "inductor":
+            raise ValueError(
+                f"freezing=True needs executor='inductor' (executor resolved to {self.executor!r}, which "
+                "has no constant folding); set executor='inductor' or freezing=False."
+            )
+        self.report = FusionReport(matches={f: 0 for f in self.fusions})
+        self._manager = None  # FusionPassManager, built on first compile (imports Inductor)
+        self._graph_index = 0
+
+    def __repr__(self) -> str:
+        return f"AscendBackend(fusions={list(self.fusions)}, executor={self.executor!r}, platform={self.platform!r})"
+
+    # -- torch.compile entry point -----------------------------------------------------------------
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+        from torch._dynamo.backends.common import aot_autograd
+
+        index = self._graph_index
+        self._graph_index += 1
+        name = self._graph_name(index)
+        if _needs_grad(example_inputs):
+            return self._compile_training(gm, example_inputs, name)
+
+        def fw_compiler(aot_gm: torch.fx.GraphModule, aot_inputs):
+            self._rewrite(aot_gm, name, training=False, dynamic=_is_dynamic(aot_inputs))
+            return self._execute(aot_gm, aot_inputs)
+
+        return aot_autograd(fw_compiler=fw_compiler)(gm, example_inputs)
+
+    # -- helpers ---------------------------------------------------------------------------------
+    @property
+    def manager(self):
+        """The `FusionPassManager` of this backend (patterns registered lazily, once per process)."""
+        if self._manager is None:
+            from .passes.manager import FusionPassManager
+
+            self._manager = FusionPassManager(self.fusions)
+        return self._manager
+
+    def _graph_name(self, index: int) -> str:
+        from torch._guards import CompileContext
+
+        compile_id = CompileContext.current_compile_id()
+        return f"g{index:03d}" + (f"[{compile_id}]" if compile_id is not None else "")
+
+    def _inductor_patches(self, training: bool) -> dict:
+        from torch._inductor import list_mode_options
+
+        patches = dict(list_mode_options(self.config.mode)) if self.config.mode else {}
+        if self.config.freezing and not training:
+            patches["freezing"] = True
+        return patches
+
+    def _rewrite(self, gm: torch.fx.GraphModule, name: str, training: bool, dynamic: bool) -> None:
+        from .passes.manager import count_ops
+
+        before = count_ops(gm.graph)
+        log = self._graph_logger(name)
+        if log is not None:
+            log("input", gm.graph)
+        try:
+            counts = self.manager(gm.graph, after_step=log)
+        except Exception as e:  # a failed rewrite must not take the model down unless asked to
+            if self.config.on_error == "raise":
+                raise
+            warnings.warn(f"AscendBackend: rewriting graph {name} failed ({type(e).__name__}: {e}); it runs unfused.")
+            self.report.add_fallback(name, f"rewrite failed: {type(e).__name__}: {e}")
+            counts = {f: 0 for f in self.fusions}
+        gm.recompile()
+        self.report.add_graph(name, counts, before, count_ops(gm.graph), executor=self.executor,
+                              training=training, dynamic=dynamic)
+
+    def _execute(self, gm: torch.fx.GraphModule, example_inputs) -> Callable:
+        if self.executor == "eager":
+            return _identity_compiler(gm, example_inputs)
+        from torch._inductor.compile_fx import compile_fx
+
+        compiled = compile_fx(gm, list(example_inputs), config_patches=self._inductor_patches(training=False))
+
+        # Called from aot's fw_compiler, the compiled function takes its arguments unpacked.
+        def run(*args):
+            return compiled(*args)
+
+        return run
+
+    def _compile_training(self, gm: torch.fx.GraphModule, example_inputs, name: str) -> Callable:
+        from torch._dynamo.backends.common import aot_autograd
+
+        if self.config.freezing:
+            raise ValueError("freezing=True is for inference only; this graph needs gradients. Set freezing=False.")
+        aten_gm, reason = self._functional_graph(gm, example_inputs)
+        if aten_gm is None:
+            warnings.warn(f"AscendBackend: graph {name} is compiled for training without fusion: {reason}")
+            self.report.add_fallback(name, f"training graph not fused: {reason}")
+            aten_gm = gm
+        else:
+            self._rewrite(aten_gm, name, training=True, dynamic=_is_dynamic(example_inputs))
+        if self.executor == "inductor":
+            from torch._inductor.compile_fx import compile_fx
+
+            return compile_fx(aten_gm, list(example_inputs), config_patches=self._inductor_patches(training=True))
+        return aot_autograd(fw_compiler=_identity_compiler, bw_compiler=_identity_compiler)(aten_gm, example_inputs)
+
+    @staticmethod
+    def _functional_graph(gm: torch.fx.GraphModule, example_inputs):
+        """The functional aten graph of `gm` without autograd, or (None, reason) when it cannot stand
+        in for `gm` (input mutations or outputs aliasing inputs are handled by aot's runtime
+        wrappers, outside the graph)."""
+        from torch._dynamo.backends.common import aot_autograd
+        from torch._guards import TracingContext
+
+        captured = {}
+
+        def capture(aot_gm, aot_inputs):
+            captured["gm"] = aot_gm
+            ctx = TracingContext.try_get()
+            captured["meta"] = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+            return aot_gm
+
+        with torch.no_grad():
+            aot_autograd(fw_compiler=capture)(gm, example_inputs)
+        aten_gm, meta = captured.get("gm"), captured.get("meta")
+        if aten_gm is None:
+            return None, "no forward graph was traced"
+        placeholders = [n for n in aten_gm.graph.nodes if n.op == "placeholder"]
+        if len(placeholders) != len(example_inputs):
+            return None, f"traced graph takes {len(placeholders)} inputs, dynamo passes {len(example_inputs)}"
+        if meta is not None:
+            if getattr(meta, "num_mutated_inp_runtime_indices", 0) or any(
+                getattr(info, "mutates_data", False) or getattr(info, "mutates_metadata", False)
+                for info in getattr(meta, "input_info", [])
+            ):
+                return None, "the graph mutates its inputs"
+            if getattr(meta, "num_outputs_aliased", 0) or getattr(meta, "num_intermediate_bases", 0):
+                return None, "outputs alias inputs or each other"
+        return aten_gm, ""
+
+    def _graph_logger(self, name: str):
+        directory = getattr(self.config, "graph_log_dir", None)
+        if not directory:
+            return None
+        os.makedirs(directory, exist_ok=True)
+        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in name).strip("_")
+        step = [0]
+
+        def log(stage: str, graph: torch.fx.Graph) -> None:
+            path = os.path.join(str(directory), f"{safe}_{step[0]:02d}_{stage}.py")
+            with open(path, "w") as f:
+                f.write(f"# graph {name}, after step {step[0]}: {stage}\n")
+                f.write(graph.python_code("self").src)
+            step[0] += 1
+
+        return log
+
+
+def _identity_compiler(gm: torch.fx.GraphModule, example_inputs):
+    """The eager executor: the (rewritten) GraphModule itself, dispatched op by op."""
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    return make_boxed_func(gm)

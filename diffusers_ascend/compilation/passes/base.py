@@ -1,0 +1,224 @@
+"""Shared machinery of the fusion passes: pattern variants, lazy registration, match counting.
+
+A fusion is one file in this package: ``XxxPattern`` classes (one instance per variant: dtype,
+with/without weight, operand order) and one ``XxxFusionPass`` listing them, plus one entry in
+``FUSION_PASSES`` (``passes/__init__.py``).
+
+Patterns are traced the way the graphs they run on were made: ``aot_autograd`` without
+decompositions, functionalized by ``FunctionalTensorMode``. Tracing a search function with plain
+``fwd_only`` keeps in-place ops (``add_`` inside ``rms_norm``'s decomposition, the slice writes of
+Wan's rotary) and matches nothing, silently.
+
+Inductor's matcher first matches with ints, floats, lists and dtypes wildcarded, then re-traces the
+search function with the matched tensors' real shapes and dtypes and re-matches exactly, so dims,
+exponents and casts are checked. On top of that every pattern here checks, under fake tensors, that
+the replacement returns the same dtype and shape as the code it replaces (a fused op with another
+dtype contract is rejected, never substituted).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import threading
+from typing import Any, Callable, ClassVar, Iterable, Sequence
+
+import torch
+
+__all__ = ["FusionPattern", "FusionPass", "EPS_PLACEHOLDER", "trace_functional", "no_decompositions"]
+
+# Float arguments are captured through `scalar_workaround`: the placeholder must survive tracing
+# bit-exactly (an fp32-exact value; 1e-6 would be rounded by fp32 ops and never be found again).
+EPS_PLACEHOLDER = 2.0**-20
+
+
+def no_decompositions() -> dict:
+    """Decomposition table of the graphs the passes run on (``aot_autograd`` without decompositions)."""
+    return {}
+
+
+def trace_functional(fn: Callable, args: Sequence[Any], *, get_decomp_fn: Callable[[], dict] = no_decompositions, **_):
+    """Trace `fn` to a functional aten graph, like ``aot_autograd`` presents a dynamo graph.
+
+    Used as ``trace_fn`` of ``register_replacement`` for search and replacement functions.
+    """
+    from torch._inductor.pattern_matcher import fwd_only
+    from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
+
+    functional = dispatch_functionalize(fn, FunctionalTensorMode())
+    return fwd_only(functional, list(args), get_decomp_fn=get_decomp_fn)
+
+
+def _meta_val(x: Any) -> Any:
+    return x.meta.get("val") if isinstance(x, torch.fx.Node) else x
+
+
+def tensor_arg(match, name: str):
+    """The fake tensor bound to the pattern argument `name`, or None when it is not a tensor node."""
+    node = match.kwargs.get(name)
+    val = _meta_val(node)
+    return val if isinstance(node, torch.fx.Node) and isinstance(val, torch.Tensor) else None
+
+
+class FusionPattern:
+    """One variant of a fusion: a search function, its replacement and example inputs to trace them.
+
+    Subclasses implement `search`, `replace` and `example_inputs`; names of the parameters of
+    `search` are the names the match binds (``replace`` takes the same parameters). Float
+    parameters listed in `scalars` are traced with `EPS_PLACEHOLDER` and captured from the match.
+
+    Args:
+        dtype: dtype of the example inputs. Casts vanish in fp32 graphs, so patterns with casts are
+            registered per dtype (bf16 also covers fp16: dtypes are checked when a match is re-traced).
+    """
+
+    scalars: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, dtype: torch.dtype = torch.float32):
+        self.dtype = dtype
+
+    # -- to implement -------------------------------------------------------------------------
+    def search(self, *args):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def replace(self, *args):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def example_inputs(self) -> list[Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def check(self, match) -> bool:
+        """Extra condition on a match (beyond structure, dtype and shape); True by default."""
+        return True
+
+    def variant(self) -> str:
+        """The written form this pattern matches, without the dtype (e.g. ``"torch,weight"``)."""
+        return ""
+
+    # -- machinery ----------------------------------------------------------------------------
+    @property
+    def group(self) -> str:
+        """Variants of one group differ only by dtype and share one `PatternMatcherPass`."""
+        return f"{type(self).__name__}[{self.variant()}]"
+
+    @property
+    def name(self) -> str:
+        return f"{type(self).__name__}[{self.variant()},{str(self.dtype).replace('torch.', '')}]"
+
+    def _same_result(self, match) -> bool:
+        """The replacement yields the dtype and shape of the searched code on the matched fake tensors."""
+        names = list(inspect.signature(self.search).parameters)
+        args = [_meta_val(match.kwargs[n]) for n in names]
+        from torch._dynamo.utils import detect_fake_mode
+
+        fake_mode = detect_fake_mode([a for a in args if isinstance(a, torch.Tensor)])
+        if fake_mode is None:
+            return False
+        try:
+            with fake_mode:
+                expected = self.search(*args)
+                actual = self.replace(*args)
+        except Exception:  # a replacement that cannot take these inputs is not a match
+            return False
+        return (
+            isinstance(expected, torch.Tensor)
+            and isinstance(actual, torch.Tensor)
+            and expected.dtype == actual.dtype
+            and expected.shape == actual.shape
+        )
+
+    def extra_check(self, match) -> bool:
+        return self.check(match) and self._same_result(match)
+
+    def register(self, pm_pass) -> None:
+        from torch._inductor.pattern_matcher import register_replacement
+
+        register_replacement(
+            self.search,
+            self.replace,
+            self.example_inputs(),
+            trace_functional,
+            pm_pass,
+            extra_check=self.extra_check,
+            scalar_workaround={name: EPS_PLACEHOLDER for name in self.scalars},
+            skip_duplicates=True,
+            get_decomp_fn=no_decompositions,
+        )
+
+
+_registration_lock = threading.Lock()
+
+
+class FusionPass:
+    """Applies one fusion's patterns to an aot graph and counts the replacements.
+
+    The patterns are registered once per process and per fusion, lazily, on first use (it costs
+    about a second). A `FusionPass` instance only holds counts, so two backends never share them.
+
+    Attributes:
+        fusion: the name in `diffusers_ascend.config.FUSIONS`.
+        matched_count: replacements made by this instance over all graphs it ran on.
+    """
+
+    fusion: ClassVar[str] = ""
+
+    def __init__(self) -> None:
+        self.matched_count = 0
+
+    @classmethod
+    def patterns(cls) -> Iterable[FusionPattern]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @classmethod
+    def pattern_matcher_passes(cls) -> tuple:
+        """This fusion's registered `PatternMatcherPass`es, one per pattern group, in the order of
+        `patterns()` (built on first call, then reused).
+
+        Different written forms can trace to the same fp32 graph yet differ in bf16 (diffusers'
+        RMSNorm and the hand-written one): one matcher would keep only the first and, when it
+        re-traces a bf16 match, reject the other. So each form gets its own matcher, and only the
+        dtype variants of one form are deduplicated.
+        """
+        return _registered(cls)
+
+    def __call__(self, graph: torch.fx.Graph) -> int:
+        count = 0
+        for pm_pass in self.pattern_matcher_passes():
+            count += pm_pass.apply(graph)
+        if count:
+            graph.eliminate_dead_code()
+        self.matched_count += count
+        return count
+
+    @classmethod
+    def source_hash(cls) -> str:
+        """Hash of the source of this fusion's module and of this base: changes with any pattern."""
+        import sys
+
+        h = hashlib.sha256()
+        for mod in (sys.modules[cls.__module__], sys.modules[__name__]):
+            h.update(inspect.getsource(mod).encode())
+        return h.hexdigest()
+
+
+@functools.cache
+def _registered_impl(cls: type[FusionPass]):
+    from torch._inductor.pattern_matcher import PatternMatcherPass
+
+    passes: dict[str, PatternMatcherPass] = {}
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    # Registration may run inside a compile (first use): trace real example tensors, outside the
+    # compile's fake mode and tracing context, without autograd.
+    with unset_fake_temporarily(), torch._guards.tracing(None), torch.no_grad():
+        for pattern in cls.patterns():
+            if pattern.group not in passes:
+                passes[pattern.group] = PatternMatcherPass(pass_name=f"ascend_{cls.fusion}:{pattern.group}")
+            pattern.register(passes[pattern.group])
+    return tuple(passes.values())
+
+
+def _registered(cls: type[FusionPass]):
+    with _registration_lock:
+        return _registered_impl(cls)

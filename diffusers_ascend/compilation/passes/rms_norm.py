@@ -1,0 +1,123 @@
+"""RMSNorm -> ``ascend_kernels.rms_norm``.
+
+Forms matched (aot graphs, fp32 and low precision):
+
+- ``torch.nn.RMSNorm`` / ``F.rms_norm`` (Flux and Wan ``norm_q``/``norm_k``): decomposes to
+  ``pow -> mean(-1, keepdim) -> add.Scalar(eps) -> rsqrt -> mul -> mul(w)``, with an fp32 upcast
+  and a cast back in bf16/fp16.
+- diffusers' ``diffusers.models.normalization.RMSNorm`` class: ``x * rsqrt(x.float().pow(2)
+  .mean(-1, keepdim) + eps)``, cast to the weight's dtype, times the weight.
+- hand-written ``x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w``, in the input dtype
+  or with an fp32 upcast, with or without weight.
+
+The fused op computes in fp32 (never less precise than the code it replaces).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .base import FusionPass, FusionPattern
+
+__all__ = ["RMSNormPattern", "RMSNormFusionPass"]
+
+
+def _rms_norm(x, weight, eps, out_dtype=None):
+    return torch.ops.ascend_kernels.rms_norm(x, weight, eps, out_dtype)
+
+
+class RMSNormPattern(FusionPattern):
+    """One written form of RMSNorm.
+
+    Args:
+        form: ``"torch"`` (F.rms_norm / nn.RMSNorm), ``"diffusers"`` (diffusers' RMSNorm class),
+            ``"manual"`` (hand-written, input dtype), ``"manual_upcast"`` (hand-written on
+            ``x.float()``, cast back, then weight).
+        weight: whether a weight multiplies the normalized value.
+        dtype: example dtype (fp32 graphs have no casts).
+    """
+
+    FORMS = ("torch", "diffusers", "manual", "manual_upcast")
+    scalars = ("eps",)
+
+    def __init__(self, form: str, weight: bool, dtype: torch.dtype = torch.float32):
+        super().__init__(dtype)
+        if form not in self.FORMS:
+            raise ValueError(f"unknown RMSNorm form {form!r}; valid: {self.FORMS}")
+        self.form, self.weight = form, weight
+
+    def variant(self) -> str:
+        return f"{self.form},{'weight' if self.weight else 'no_weight'}"
+
+    def example_inputs(self):
+        x = torch.randn(2, 3, 4, 8, dtype=self.dtype)
+        w = torch.randn(8, dtype=self.dtype)
+        return [x, w, 1.0] if self.weight else [x, 1.0]
+
+    def _normalize(self, x, eps):
+        if self.form == "diffusers":
+            variance = x.to(torch.float32).pow(2).mean(-1, keepdim=True)
+            return x * torch.rsqrt(variance + eps)
+        if self.form == "manual":
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+    def _search(self, x, w, eps):
+        if self.form == "torch":
+            return F.rms_norm(x, (x.shape[-1],), w, eps)
+        y = self._normalize(x, eps)
+        if self.form == "diffusers":
+            if w is None:
+                return y.to(x.dtype)
+            if w.dtype in (torch.float16, torch.bfloat16):
+                y = y.to(w.dtype)
+            return y * w
+        return y if w is None else y * w
+
+    def _replace(self, x, w, eps):
+        return _rms_norm(x, w, eps, self._out_dtype(x, w))
+
+    def _out_dtype(self, x, w):
+        # The dtype the searched form returns (verified again on every match under fake tensors).
+        if w is None or self.form == "torch":
+            return x.dtype
+        if self.form == "diffusers":
+            return w.dtype if w.dtype in (torch.float16, torch.bfloat16) else torch.promote_types(torch.float32, w.dtype)
+        return torch.promote_types(x.dtype, w.dtype)
+
+    # The matcher binds the parameter names of these functions.
+    def _search_w(self, x, w, eps):
+        return self._search(x, w, eps)
+
+    def _search_nw(self, x, eps):
+        return self._search(x, None, eps)
+
+    def _replace_w(self, x, w, eps):
+        return self._replace(x, w, eps)
+
+    def _replace_nw(self, x, eps):
+        return self._replace(x, None, eps)
+
+    @property
+    def search(self):
+        return self._search_w if self.weight else self._search_nw
+
+    @property
+    def replace(self):
+        return self._replace_w if self.weight else self._replace_nw
+
+
+class RMSNormFusionPass(FusionPass):
+    """Replaces every RMSNorm form of `RMSNormPattern` by ``ascend_kernels.rms_norm``."""
+
+    fusion = "rms_norm"
+
+    @classmethod
+    def patterns(cls):
+        # With-weight forms first: a weightless form matches inside them.
+        for weight in (True, False):
+            for form in RMSNormPattern.FORMS:
+                for dtype in (torch.float32, torch.bfloat16):
+                    yield RMSNormPattern(form, weight, dtype)

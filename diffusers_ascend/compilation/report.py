@@ -1,0 +1,117 @@
+"""`FusionReport`: what a backend (or a whole pipeline) fused, per fusion and per graph."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+__all__ = ["FusionReport"]
+
+
+@dataclass
+class FusionReport:
+    """Replacements made, operator counts before/after, compiled graphs, fallbacks and layer swaps.
+
+    Attributes:
+        matches: fusion name -> pattern replacements made (every enabled fusion has an entry).
+        ops_before / ops_after: operator calls (call_function nodes of non-view ops, see
+            `count_ops`) in the compiled graphs before and after rewriting, summed over graphs.
+        graphs: one dict per compiled graph: ``name``, ``compile_id``, ``matches``, ``ops_before``,
+            ``ops_after``, ``executor``, ``training``, ``dynamic``.
+        graphs_compiled: number of graphs compiled (a recompilation counts again).
+        fallbacks: ``{"module": ..., "reason": ...}`` for each part that runs unfused.
+        swaps: module-level layer swaps recorded by the integration (a fused RMSNorm module swapped
+            in shows up here, not as a pattern match).
+
+    >>> r = FusionReport(matches={"rms_norm": 2})
+    >>> r.add_fallback("blocks.0", "compile failed")
+    >>> FusionReport.merge([r, r]).matches["rms_norm"]
+    4
+    """
+
+    matches: dict[str, int] = field(default_factory=dict)
+    ops_before: int = 0
+    ops_after: int = 0
+    graphs: list[dict[str, Any]] = field(default_factory=list)
+    graphs_compiled: int = 0
+    fallbacks: list[dict[str, str]] = field(default_factory=list)
+    swaps: dict[str, int] = field(default_factory=dict)
+
+    # -- recording ------------------------------------------------------------------------------
+    def add_graph(self, name: str, matches: dict[str, int], ops_before: int, ops_after: int, **info: Any) -> None:
+        """Record one compiled graph (called by the backend)."""
+        for fusion, n in matches.items():
+            self.matches[fusion] = self.matches.get(fusion, 0) + n
+        self.ops_before += ops_before
+        self.ops_after += ops_after
+        self.graphs_compiled += 1
+        self.graphs.append(dict(name=name, matches=dict(matches), ops_before=ops_before, ops_after=ops_after, **info))
+
+    def add_fallback(self, module: str, reason: str) -> None:
+        """Record that `module` runs without fusion, and why."""
+        self.fallbacks.append({"module": str(module), "reason": str(reason)})
+
+    def record_swaps(self, counts: dict[str, int]) -> None:
+        """Add module-level layer swaps (name -> number of modules swapped)."""
+        for name, n in counts.items():
+            self.swaps[name] = self.swaps.get(name, 0) + int(n)
+
+    # -- reading --------------------------------------------------------------------------------
+    @property
+    def total_matches(self) -> int:
+        return sum(self.matches.values())
+
+    @property
+    def ops_ratio(self) -> float | None:
+        """``ops_after / ops_before`` (None before any graph was compiled)."""
+        return self.ops_after / self.ops_before if self.ops_before else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serializable copy."""
+        return json.loads(json.dumps(dict(
+            matches=self.matches, ops_before=self.ops_before, ops_after=self.ops_after,
+            graphs=self.graphs, graphs_compiled=self.graphs_compiled, fallbacks=self.fallbacks,
+            swaps=self.swaps,
+        ), default=str))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "FusionReport":
+        return cls(**{k: d[k] for k in ("matches", "ops_before", "ops_after", "graphs", "graphs_compiled",
+                                        "fallbacks", "swaps") if k in d})
+
+    @classmethod
+    def merge(cls, reports: Iterable["FusionReport"]) -> "FusionReport":
+        """One report summing `reports` (e.g. the transformers of a pipeline)."""
+        out = cls()
+        for r in reports:
+            for fusion, n in r.matches.items():
+                out.matches[fusion] = out.matches.get(fusion, 0) + n
+            out.ops_before += r.ops_before
+            out.ops_after += r.ops_after
+            out.graphs.extend(dict(g) for g in r.graphs)
+            out.graphs_compiled += r.graphs_compiled
+            out.fallbacks.extend(dict(f) for f in r.fallbacks)
+            out.record_swaps(r.swaps)
+        return out
+
+    def __str__(self) -> str:
+        fusions = list(self.matches)
+        lines = ["FusionReport"]
+        if self.ops_before:
+            lines.append(f"  graphs compiled: {self.graphs_compiled}; ops {self.ops_before} -> {self.ops_after} "
+                         f"({self.ops_after / self.ops_before:.0%})")
+        else:
+            lines.append(f"  graphs compiled: {self.graphs_compiled}")
+        header = ["graph", *fusions, "ops before", "ops after", "executor"]
+        rows = [[str(g.get("name")), *[str(g["matches"].get(f, 0)) for f in fusions], str(g["ops_before"]),
+                 str(g["ops_after"]), str(g.get("executor", ""))] for g in self.graphs]
+        rows.append(["total", *[str(self.matches[f]) for f in fusions], str(self.ops_before), str(self.ops_after), ""])
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+        for r in [header, *rows]:
+            lines.append("  " + "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))))
+        if self.swaps:
+            lines.append("  layer swaps: " + ", ".join(f"{k}={v}" for k, v in self.swaps.items()))
+        for f in self.fallbacks:
+            lines.append(f"  fallback: {f['module']}: {f['reason']}")
+        return "\n".join(lines)
