@@ -1,0 +1,86 @@
+"""Fixtures and the snapshot test backend shared by the compilation tests (all CPU)."""
+
+from __future__ import annotations
+
+import collections
+import copy
+
+import pytest
+import torch
+
+from diffusers_ascend.compilation import AscendBackend
+
+ALL = ("rms_norm", "rope", "gelu_tanh", "adaln", "mul_add")
+
+# FINDINGS section 1: replacements per block with the five fusions (fp32 and bf16 alike).
+EXPECTED_BLOCK_COUNTS = {
+    "flux_double": {"rms_norm": 4, "rope": 2, "gelu_tanh": 2, "adaln": 4, "mul_add": 4},
+    "flux_single": {"rms_norm": 2, "rope": 2, "gelu_tanh": 1, "adaln": 1, "mul_add": 1},
+    "wan": {"rms_norm": 4, "rope": 2, "gelu_tanh": 1, "adaln": 2, "mul_add": 2},
+}
+
+FUSED_OP = {
+    "rms_norm": "rms_norm", "rope": "rope", "gelu_tanh": "gelu_tanh", "fast_gelu": "fast_gelu",
+    "adaln": "adaln_modulate", "mul_add": "mul_add",
+}
+
+
+def tolerances(dtype: torch.dtype) -> dict:
+    """Per-dtype tolerances of ``ascend_kernels.testing`` (the kernels' own contract)."""
+    from ascend_kernels.testing import TOLERANCES
+
+    return dict(TOLERANCES[dtype])
+
+
+def assert_close(actual, expected, dtype=None, **kw):
+    dtype = dtype or expected.dtype
+    tol = {**tolerances(dtype), **kw}
+    torch.testing.assert_close(actual.float(), expected.float(), **tol)
+
+
+def _targets(graph: torch.fx.Graph) -> collections.Counter:
+    return collections.Counter(
+        n.target for n in graph.nodes if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+    )
+
+
+class SnapshotBackend(AscendBackend):
+    """`AscendBackend` that keeps each graph before and after rewriting, to assert on ops.
+
+    ``before[i]`` / ``after[i]`` are `collections.Counter`s of op overloads of the i-th graph;
+    ``after_graphs[i]`` the rewritten graph itself.
+    """
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.before, self.after, self.after_graphs = [], [], []
+
+    def _rewrite(self, gm, name, training, dynamic):
+        self.before.append(_targets(gm.graph))
+        super()._rewrite(gm, name, training, dynamic)
+        self.after.append(_targets(gm.graph))
+        self.after_graphs.append(copy.deepcopy(gm.graph))
+
+    def fused_calls(self, fusion: str, graph: int = -1) -> int:
+        op = getattr(torch.ops.ascend_kernels, FUSED_OP[fusion]).default
+        return self.after[graph][op]
+
+    def assert_fused(self, fusion: str, count: int, gone=(), graph: int = -1) -> None:
+        """`count` calls of the fused op in the rewritten graph, none of the ops in `gone` left
+        (that were there before)."""
+        assert self.fused_calls(fusion, graph) == count, (fusion, self.after[graph])
+        for op in gone:
+            assert self.before[graph][op] > 0, f"{op} was not in the graph before: test is vacuous"
+            assert self.after[graph][op] == 0, f"{op} still in the rewritten graph"
+
+
+def compile_module(module, backend, fullgraph=True, **kw):
+    torch._dynamo.reset()
+    return torch.compile(module, backend=backend, fullgraph=fullgraph, **kw)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()

@@ -1,0 +1,289 @@
+"""Each fusion on isolated modules, in every written form it claims, fp32 and bf16:
+exact replacement count, the unfused ops gone, the fused op present, numerics vs eager."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from .conftest import SnapshotBackend, assert_close, compile_module
+
+aten = torch.ops.aten
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def run(module, *inputs, fusions, dtype, expected, gone=(), fusion=None):
+    fusion = fusion or fusions[0]
+    module = module.to(dtype)
+    backend = SnapshotBackend(fusions=list(fusions), executor="eager")
+    with torch.no_grad():
+        out = compile_module(module, backend)(*inputs)
+        ref = module(*inputs)
+    assert backend.report.matches[fusion] == expected
+    backend.assert_fused(fusion, expected, gone=gone)
+    assert out.dtype == ref.dtype and out.shape == ref.shape
+    assert_close(out, ref, dtype)
+    return backend
+
+
+# ----------------------------------------------------------------------------------------- RMSNorm
+class ManualRMSNorm(torch.nn.Module):
+    def __init__(self, dim, weight=True, upcast=False, eps=1e-6):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(dim)) if weight else None
+        self.upcast, self.eps = upcast, eps
+
+    def forward(self, x):
+        if self.upcast:
+            xf = x.float()
+            y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+        else:
+            y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return y * self.weight if self.weight is not None else y
+
+
+def _rms_modules():
+    from diffusers.models.normalization import RMSNorm as DiffusersRMSNorm
+
+    return {
+        "torch.nn.RMSNorm": lambda: torch.nn.RMSNorm(16, eps=1e-6),
+        "torch.nn.RMSNorm(no weight)": lambda: torch.nn.RMSNorm(16, eps=1e-6, elementwise_affine=False),
+        "diffusers.RMSNorm": lambda: DiffusersRMSNorm(16, eps=1e-6),
+        "diffusers.RMSNorm(no weight)": lambda: DiffusersRMSNorm(16, eps=1e-6, elementwise_affine=False),
+        "manual": lambda: ManualRMSNorm(16),
+        "manual(no weight)": lambda: ManualRMSNorm(16, weight=False),
+        "manual upcast": lambda: ManualRMSNorm(16, upcast=True, eps=1e-5),
+        "manual upcast(no weight)": lambda: ManualRMSNorm(16, weight=False, upcast=True),
+    }
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("form", list(_rms_modules()))
+def test_rms_norm_forms(form, dtype):
+    torch.manual_seed(0)
+    module = _rms_modules()[form]()
+    x = torch.randn(2, 5, 3, 16, dtype=dtype)
+    run(module, x, fusions=["rms_norm"], dtype=dtype, expected=1, gone=[aten.rsqrt.default, aten.mean.dim])
+
+
+def test_rms_norm_functional_and_eps_is_captured():
+    # Two norms with different eps in one graph: each replacement carries its own eps.
+    def f(x, w):
+        return F.rms_norm(x, (16,), w, 1e-5) + F.rms_norm(x * 3, (16,), None, 0.25)
+
+    class M(torch.nn.Module):
+        def forward(self, x, w):
+            return f(x, w)
+
+    x, w = torch.randn(4, 16), torch.randn(16)
+    backend = run(M(), x, w, fusions=["rms_norm"], dtype=torch.float32, expected=2)
+    eps = sorted(n.args[2] for n in backend.after_graphs[-1].nodes
+                 if n.target == torch.ops.ascend_kernels.rms_norm.default)
+    assert eps == pytest.approx([1e-5, 0.25], rel=1e-6)
+
+
+def test_rms_norm_not_over_the_last_dim_is_left_alone():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(1, keepdim=True) + 1e-6)
+
+    run(M(), torch.randn(2, 5, 16), fusions=["rms_norm"], dtype=torch.float32, expected=0)
+
+
+# -------------------------------------------------------------------------------------------- RoPE
+def _rope_tables(seq, dim, interleaved=True):
+    freqs = torch.outer(torch.arange(seq).float(), 1.0 / 10000 ** (torch.arange(0, dim, 2).float() / dim))
+    if interleaved:
+        return freqs.cos().repeat_interleave(2, -1), freqs.sin().repeat_interleave(2, -1)
+    return torch.cat([freqs.cos()] * 2, -1), torch.cat([freqs.sin()] * 2, -1)
+
+
+class FluxRope(torch.nn.Module):
+    def forward(self, x, cos, sin):
+        from diffusers.models.embeddings import apply_rotary_emb
+
+        return apply_rotary_emb(x, (cos, sin), sequence_dim=1)
+
+
+class WanRope(torch.nn.Module):
+    """The closure of diffusers' `WanAttnProcessor.__call__`, verbatim."""
+
+    def forward(self, hidden_states, freqs_cos, freqs_sin):
+        x1, x2 = hidden_states.unflatten(-1, (-1, 2)).unbind(-1)
+        cos = freqs_cos[..., 0::2]
+        sin = freqs_sin[..., 1::2]
+        out = torch.empty_like(hidden_states)
+        out[..., 0::2] = x1 * cos - x2 * sin
+        out[..., 1::2] = x1 * sin + x2 * cos
+        return out.type_as(hidden_states)
+
+
+class HalfRope(torch.nn.Module):
+    def __init__(self, upcast=False):
+        super().__init__()
+        self.upcast = upcast
+
+    def forward(self, x, cos, sin):
+        x1, x2 = x.chunk(2, dim=-1)
+        rotated = torch.cat((-x2, x1), dim=-1)
+        if self.upcast:
+            return (x.float() * cos + rotated.float() * sin).to(x.dtype)
+        return x * cos + rotated * sin
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rope_flux(dtype):
+    cos, sin = _rope_tables(6, 8)
+    x = torch.randn(2, 6, 3, 8, dtype=dtype)
+    run(FluxRope(), x, cos, sin, fusions=["rope"], dtype=dtype, expected=1,
+        gone=[aten.unbind.int, aten.stack.default, aten.neg.default])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rope_wan(dtype):
+    from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed
+
+    # WanRotaryPosEmbed's tables satisfy the documented precondition cos[2i] == cos[2i+1].
+    cos, sin = WanRotaryPosEmbed(attention_head_dim=12, patch_size=(1, 1, 1), max_seq_len=16)(
+        torch.zeros(1, 1, 2, 2, 2))
+    assert torch.equal(cos[..., 0::2], cos[..., 1::2]) and torch.equal(sin[..., 0::2], sin[..., 1::2])
+    x = torch.randn(1, 8, 2, 12, dtype=dtype)
+    run(WanRope(), x, cos, sin, fusions=["rope"], dtype=dtype, expected=1,
+        gone=[aten.slice_scatter.default, aten.empty_like.default, aten.sub.Tensor])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("upcast", [False, True], ids=["model_dtype", "upcast"])
+def test_rope_rotate_half(dtype, upcast):
+    cos, sin = _rope_tables(6, 8, interleaved=False)
+    if not upcast:
+        cos, sin = cos.to(dtype), sin.to(dtype)
+    x = torch.randn(2, 3, 6, 8, dtype=dtype)
+    run(HalfRope(upcast), x, cos, sin, fusions=["rope"], dtype=dtype, expected=1,
+        gone=[aten.cat.default, aten.neg.default])
+
+
+def test_rope_rejects_a_cos_that_broadcasts_x_larger():
+    # x * cos with cos larger than x changes the result's shape: not a rope, not replaced.
+    x = torch.randn(1, 1, 1, 8)
+    cos, sin = torch.randn(2, 6, 3, 8), torch.randn(2, 6, 3, 8)
+    run(HalfRope(), x, cos, sin, fusions=["rope"], dtype=torch.float32, expected=0)
+
+
+# -------------------------------------------------------------------------------------------- GELU
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_gelu_tanh(dtype):
+    from diffusers.models.attention import FeedForward
+
+    torch.manual_seed(0)
+    ff = FeedForward(16, dim_out=16, activation_fn="gelu-approximate")
+    run(ff, torch.randn(2, 5, 16, dtype=dtype), fusions=["gelu_tanh"], dtype=dtype, expected=1,
+        gone=[aten.gelu.default])
+
+
+def test_gelu_exact_is_not_tanh():
+    run(torch.nn.GELU(), torch.randn(4, 16), fusions=["gelu_tanh"], dtype=torch.float32, expected=0)
+
+
+def test_fast_gelu_runs_only_when_named():
+    x = torch.randn(4, 16)
+    gelu = torch.nn.GELU(approximate="tanh")
+    backend = SnapshotBackend(fusions=["fast_gelu"], executor="eager")
+    with torch.no_grad():
+        out = compile_module(gelu, backend)(x)
+    assert backend.report.matches == {"fast_gelu": 1}
+    backend.assert_fused("fast_gelu", 1, gone=[aten.gelu.default])
+    torch.testing.assert_close(out, x * torch.sigmoid(1.702 * x))  # the approximation, as documented
+    tanh_only = SnapshotBackend(fusions=["gelu_tanh"], executor="eager")
+    with torch.no_grad():
+        compile_module(gelu, tanh_only)(x)
+    assert tanh_only.fused_calls("gelu_tanh") == 1
+    assert torch.ops.ascend_kernels.fast_gelu.default not in tanh_only.after[-1]
+
+
+# ------------------------------------------------------------------------------------------- adaLN
+class FluxModulate(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(16, elementwise_affine=False, eps=1e-6)
+
+    def forward(self, x, scale, shift):
+        return self.norm(x) * (1 + scale[:, None]) + shift[:, None]
+
+
+class WanModulate(torch.nn.Module):
+    def __init__(self, cast_back=True):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(16, elementwise_affine=False, eps=1e-6)
+        self.cast_back = cast_back
+
+    def forward(self, x, scale, shift):
+        y = self.norm(x.float()) * (1 + scale) + shift
+        return y.type_as(x) if self.cast_back else y
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_adaln_flux(dtype):
+    x, scale, shift = torch.randn(2, 5, 16, dtype=dtype), torch.randn(2, 16, dtype=dtype), torch.randn(2, 16, dtype=dtype)
+    run(FluxModulate(), x, scale, shift, fusions=["adaln"], dtype=dtype, expected=1,
+        gone=[aten.native_layer_norm.default])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("cast_back", [True, False], ids=["type_as", "fp32_out"])
+def test_adaln_wan(dtype, cast_back):
+    x = torch.randn(2, 5, 16, dtype=dtype)
+    scale, shift = torch.randn(2, 1, 16), torch.randn(2, 1, 16)  # fp32 modulation, as Wan
+    backend = run(WanModulate(cast_back), x, scale, shift, fusions=["adaln"], dtype=dtype, expected=1,
+                  gone=[aten.native_layer_norm.default])
+    out_dtype = [n.args[6] if len(n.args) > 6 else n.kwargs.get("out_dtype") for n in backend.after_graphs[-1].nodes
+                 if n.target == torch.ops.ascend_kernels.adaln_modulate.default]
+    assert out_dtype == [dtype if cast_back else torch.float32]
+
+
+def test_adaln_rejects_lower_rank_broadcast():
+    # scale of shape (S, D) broadcasting over the batch is not the op's (B, 1, D) reading.
+    x, scale, shift = torch.randn(2, 5, 16), torch.randn(5, 16), torch.randn(5, 16)
+
+    class M(torch.nn.Module):
+        def forward(self, x, scale, shift):
+            return F.layer_norm(x, (16,), eps=1e-6) * (1 + scale) + shift
+
+    run(M(), x, scale, shift, fusions=["adaln"], dtype=torch.float32, expected=0)
+
+
+# ----------------------------------------------------------------------------------------- mul_add
+class Gate(torch.nn.Module):
+    def __init__(self, order):
+        super().__init__()
+        self.order = order
+
+    def forward(self, residual, gate, y):
+        return residual + gate * y if self.order == "add_first" else gate * y + residual
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("order", ["add_first", "mul_first"])
+def test_mul_add_orders(order, dtype):
+    r, g, y = torch.randn(2, 5, 16, dtype=dtype), torch.randn(2, 1, 16, dtype=dtype), torch.randn(2, 5, 16, dtype=dtype)
+    run(Gate(order), r, g, y, fusions=["mul_add"], dtype=dtype, expected=1, gone=[aten.mul.Tensor, aten.add.Tensor])
+
+
+def test_mul_add_wan_mixed_dtypes():
+    class M(torch.nn.Module):
+        def forward(self, h, y, gate):
+            return (h.float() + y * gate).type_as(h)
+
+    h, y, gate = torch.randn(2, 5, 16, dtype=torch.bfloat16), torch.randn(2, 5, 16, dtype=torch.bfloat16), torch.randn(2, 1, 16)
+    run(M(), h, y, gate, fusions=["mul_add"], dtype=torch.bfloat16, expected=1)
+
+
+def test_mul_add_leaves_scalar_operands():
+    class M(torch.nn.Module):
+        def forward(self, x, y):
+            # gelu's tanh polynomial, written out, and a scalar gate
+            inner = x + x * x * x * 0.044715
+            return inner * 2.0 + y
+
+    run(M(), torch.randn(4, 16), torch.randn(4, 16), fusions=["mul_add"], dtype=torch.float32, expected=0)
