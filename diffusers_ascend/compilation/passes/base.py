@@ -54,6 +54,15 @@ def _meta_val(x: Any) -> Any:
     return x.meta.get("val") if isinstance(x, torch.fx.Node) else x
 
 
+def normalized_dim(dim: int, rank: int) -> int:
+    return dim + rank if dim < 0 else dim
+
+
+def matched_nodes(match, target) -> list:
+    """The nodes of `match` calling `target` (an OpOverload or OpOverloadPacket)."""
+    return [n for n in match.nodes if n.op == "call_function" and (n.target == target or getattr(n.target, "overloadpacket", None) == target)]
+
+
 def tensor_arg(match, name: str):
     """The fake tensor bound to the pattern argument `name`, or None when it is not a tensor node."""
     node = match.kwargs.get(name)
@@ -74,6 +83,11 @@ class FusionPattern:
     """
 
     scalars: ClassVar[tuple[str, ...]] = ()
+    # False for forms whose sizes are computed from shapes (``x.reshape(*x.shape[:-1], -1, 2)``):
+    # with dynamic shapes the user graph computes them with other symbolic nodes than a re-trace
+    # would, so the exact re-traced pattern never matches. Such patterns match the generic
+    # pattern (ints, lists and dtypes wildcarded) and must check what matters in `check`.
+    retrace: ClassVar[bool] = True
 
     def __init__(self, dtype: torch.dtype = torch.float32):
         self.dtype = dtype
@@ -107,7 +121,8 @@ class FusionPattern:
         return f"{type(self).__name__}[{self.variant()},{str(self.dtype).replace('torch.', '')}]"
 
     def _same_result(self, match) -> bool:
-        """The replacement yields the dtype and shape of the searched code on the matched fake tensors."""
+        """The replacement yields the dtype and shape of the matched code (its output node's fake
+        value) on the matched fake tensors."""
         names = list(inspect.signature(self.search).parameters)
         args = [_meta_val(match.kwargs[n]) for n in names]
         from torch._dynamo.utils import detect_fake_mode
@@ -115,9 +130,12 @@ class FusionPattern:
         fake_mode = detect_fake_mode([a for a in args if isinstance(a, torch.Tensor)])
         if fake_mode is None:
             return False
+        outputs = match.output_nodes()
+        expected = _meta_val(outputs[0]) if len(outputs) == 1 else None
         try:
             with fake_mode:
-                expected = self.search(*args)
+                if not isinstance(expected, torch.Tensor):
+                    expected = self.search(*args)
                 actual = self.replace(*args)
         except Exception:  # a replacement that cannot take these inputs is not a match
             return False
@@ -132,8 +150,15 @@ class FusionPattern:
         return self.check(match) and self._same_result(match)
 
     def register(self, pm_pass) -> None:
-        from torch._inductor.pattern_matcher import register_replacement
+        from torch._inductor.pattern_matcher import gen_pattern_and_search_gm, register_replacement
 
+        scalar_workaround = {name: EPS_PLACEHOLDER for name in self.scalars}
+        pattern = None
+        if not self.retrace:
+            pattern, _ = gen_pattern_and_search_gm(
+                self.search, self.example_inputs(), trace_functional, scalar_workaround,
+                get_decomp_fn=no_decompositions,
+            )
         register_replacement(
             self.search,
             self.replace,
@@ -141,7 +166,8 @@ class FusionPattern:
             trace_functional,
             pm_pass,
             extra_check=self.extra_check,
-            scalar_workaround={name: EPS_PLACEHOLDER for name in self.scalars},
+            scalar_workaround=scalar_workaround,
+            search_fn_pattern=pattern,
             skip_duplicates=True,
             get_decomp_fn=no_decompositions,
         )

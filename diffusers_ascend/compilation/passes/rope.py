@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import FusionPass, FusionPattern
+from .base import FusionPass, FusionPattern, matched_nodes, normalized_dim, tensor_arg
 
 __all__ = ["RopePattern", "RopeFusionPass"]
 
@@ -53,6 +53,36 @@ class RopePattern(FusionPattern):
 
     def variant(self) -> str:
         return self.form
+
+    @property
+    def retrace(self) -> bool:
+        # Flux's `x.reshape(*x.shape[:-1], -1, 2)` sizes are symbolic expressions in dynamic graphs.
+        return self.form != "flux"
+
+    def check(self, match) -> bool:
+        if self.form != "flux":
+            return True
+        # Generic match (ints, lists, dtypes wildcarded): check what makes it Flux's rope.
+        aten = torch.ops.aten
+        x = tensor_arg(match, "x")
+        if x is None:
+            return False
+        (unbind,) = matched_nodes(match, aten.unbind.int) or [None]
+        (stack,) = matched_nodes(match, aten.stack.default) or [None]
+        if unbind is None or stack is None:
+            return False
+        pairs = unbind.args[0].meta["val"]
+        if pairs.shape[-1] != 2 or normalized_dim(unbind.args[1], pairs.dim()) != pairs.dim() - 1:
+            return False
+        stacked = stack.meta["val"]
+        if normalized_dim(stack.args[1] if len(stack.args) > 1 else 0, stacked.dim()) != stacked.dim() - 1:
+            return False
+        # the rotated tensor (stack flattened back) has x's shape
+        if not any(u.meta["val"].shape == x.shape for u in stack.users):
+            return False
+        # casts inside the pattern are upcasts to fp32; the output dtype is checked for every match
+        root = match.output_nodes()[0]
+        return all(n.meta["val"].dtype == torch.float32 for n in matched_nodes(match, aten._to_copy.default) if n is not root)
 
     def example_inputs(self):
         x = torch.randn(2, 6, 3, 8, dtype=self.dtype)  # (B, S, H, D)

@@ -1,0 +1,104 @@
+"""Recompilation: one shared backend over many identical blocks compiles once per block class;
+sequence-length changes under the default `dynamic` stop recompiling once the dynamic graph exists."""
+
+from __future__ import annotations
+
+import torch
+
+from diffusers_ascend.compilation import AscendBackend
+from diffusers_ascend.tiny import flux_block_inputs, tiny_flux_blocks, tiny_flux_transformer, tiny_wan_transformer
+
+from .conftest import EXPECTED_BLOCK_COUNTS
+
+
+def _flux_inputs(h, w, txt=8):
+    g = torch.Generator().manual_seed(0)
+    img_ids = torch.zeros(h, w, 3)
+    img_ids[..., 1] = torch.arange(h)[:, None]
+    img_ids[..., 2] = torch.arange(w)[None, :]
+    return dict(
+        hidden_states=torch.randn(1, h * w, 4, generator=g), encoder_hidden_states=torch.randn(1, txt, 32, generator=g),
+        pooled_projections=torch.randn(1, 32, generator=g), timestep=torch.tensor([0.5]),
+        img_ids=img_ids.reshape(-1, 3), txt_ids=torch.zeros(txt, 3), return_dict=False,
+    )
+
+
+def _wan_inputs(frames, h, w):
+    g = torch.Generator().manual_seed(0)
+    return dict(hidden_states=torch.randn(1, 16, frames, h, w, generator=g), timestep=torch.tensor([500]),
+                encoder_hidden_states=torch.randn(1, 8, 32, generator=g), return_dict=False)
+
+
+def test_shared_backend_compiles_once_per_block_class_wan():
+    model = tiny_wan_transformer(num_layers=4)
+    backend = AscendBackend(fusions="all", executor="eager")
+    model.compile_repeated_blocks(backend=backend, fullgraph=True)
+    with torch.no_grad():
+        out = model(**_wan_inputs(2, 4, 4))[0]
+    assert backend.report.graphs_compiled == 1  # 4 blocks, one graph
+    assert backend.report.matches == EXPECTED_BLOCK_COUNTS["wan"]
+    model.compile_repeated_blocks  # noqa: B018 - compiled in place: state dict keys unchanged
+    assert not any("_orig_mod" in k for k in model.state_dict())
+    assert torch.isfinite(out).all()
+
+
+def test_shared_backend_flux_double_and_single_blocks():
+    model = tiny_flux_transformer(num_layers=3, num_single_layers=3)
+    backend = AscendBackend(fusions="all", executor="eager")
+    model.compile_repeated_blocks(backend=backend, fullgraph=True)
+    with torch.no_grad():
+        model(**_flux_inputs(4, 4))
+    # 1 graph for the 3 double blocks; 2 for the single blocks: the first one gets a contiguous
+    # input, the others a strided slice (one stride-guard recompile, independent of depth).
+    report = backend.report
+    assert report.graphs_compiled == 3
+    double, single = EXPECTED_BLOCK_COUNTS["flux_double"], EXPECTED_BLOCK_COUNTS["flux_single"]
+    assert report.matches == {f: double[f] + 2 * single[f] for f in double}
+
+
+def test_a_backend_per_block_recompiles_per_block():
+    # The reason to share one backend: dynamo guards on the backend's identity.
+    _, single = tiny_flux_blocks()
+    inputs = flux_block_inputs()
+    backends = [AscendBackend(fusions=["gelu_tanh"], executor="eager") for _ in range(2)]
+    with torch.no_grad():
+        for b in backends:
+            torch.compile(single, backend=b, fullgraph=True)(**inputs)
+            torch.compile(single, backend=b, fullgraph=True)(**inputs)  # same backend: cached
+    assert [b.report.graphs_compiled for b in backends] == [1, 1]
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 2
+
+
+def test_sequence_length_changes_stop_recompiling_wan():
+    model = tiny_wan_transformer(num_layers=2)
+    backend = AscendBackend(fusions="all", executor="eager")
+    model.compile_repeated_blocks(backend=backend, fullgraph=True)  # dynamic=None: automatic dynamic
+    with torch.no_grad():
+        for shape in [(2, 4, 4), (2, 4, 6), (2, 6, 6)]:
+            model(**_wan_inputs(*shape))
+        warm = backend.report.graphs_compiled
+        assert backend.report.graphs[-1]["dynamic"]
+        for shape in [(3, 8, 6), (2, 6, 10)]:
+            model(**_wan_inputs(*shape))
+    assert backend.report.graphs_compiled == warm
+    # patterns match on symbolic-shape graphs too
+    for graph in backend.report.graphs:
+        assert graph["matches"] == EXPECTED_BLOCK_COUNTS["wan"]
+
+
+def test_sequence_length_changes_stop_recompiling_flux_block():
+    double, _ = tiny_flux_blocks()
+    backend = AscendBackend(fusions="all", executor="eager")
+    compiled = torch.compile(double, backend=backend, fullgraph=True)
+    with torch.no_grad():
+        compiled(**flux_block_inputs(height=4, width=4))
+        compiled(**flux_block_inputs(height=4, width=6))  # recompiles once, dynamic
+        warm = backend.report.graphs_compiled
+        for hw in [(6, 6), (8, 5)]:
+            inputs = flux_block_inputs(height=hw[0], width=hw[1])
+            out = compiled(**inputs)
+            ref = double(**inputs)
+            torch.testing.assert_close(out, ref)
+    assert warm == 2 and backend.report.graphs_compiled == 2
+    assert [g["dynamic"] for g in backend.report.graphs] == [False, True]
+    assert backend.report.graphs[1]["matches"] == EXPECTED_BLOCK_COUNTS["flux_double"]
