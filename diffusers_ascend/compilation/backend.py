@@ -259,7 +259,7 @@ class AscendBackend:
         step = [0]
 
         def log(stage: str, graph: torch.fx.Graph) -> None:
-            path = os.path.join(str(directory), f"{safe}_{step[0]:02d}_{stage}.py")
+            path = os.path.join(str(directory), f"{safe}.{step[0]:02d}.{stage}.py")
             with open(path, "w") as f:
                 f.write(f"# graph {name}, after step {step[0]}: {stage}\n")
                 f.write(graph.python_code("self").src)

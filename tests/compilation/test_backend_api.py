@@ -1,0 +1,104 @@
+"""How the backend is used (compile a module, a class, a forward, module.compile), its errors at
+construction, and what it must not do at import."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from diffusers_ascend.compilation import AscendBackend
+
+
+class Norm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.RMSNorm(8)
+
+    def forward(self, x):
+        return self.norm(x) + 1
+
+
+def _check(backend, fn, x):
+    with torch.no_grad():
+        out = fn(x)
+    torch.testing.assert_close(out, torch.nn.functional.rms_norm(x, (8,), torch.ones(8), None) + 1)
+    assert backend.report.matches == {"rms_norm": 1}
+    assert backend.report.graphs_compiled == 1
+
+
+def test_compile_module():
+    backend = AscendBackend(fusions=["rms_norm"], executor="eager")
+    _check(backend, torch.compile(Norm(), backend=backend), torch.randn(2, 8))
+
+
+def test_compile_module_class():
+    backend = AscendBackend(fusions=["rms_norm"], executor="eager")
+
+    @torch.compile(backend=backend)
+    class CompiledNorm(Norm):
+        pass
+
+    _check(backend, CompiledNorm(), torch.randn(2, 8))
+
+
+def test_compile_forward_method():
+    backend = AscendBackend(fusions=["rms_norm"], executor="eager")
+
+    class M(Norm):
+        @torch.compile(backend=backend)
+        def forward(self, x):
+            return self.norm(x) + 1
+
+    _check(backend, M(), torch.randn(2, 8))
+
+
+def test_module_compile_in_place():
+    backend = AscendBackend(fusions=["rms_norm"], executor="eager")
+    m = Norm()
+    m.compile(backend=backend)
+    _check(backend, m, torch.randn(2, 8))
+    assert list(m.state_dict()) == ["norm.weight"]  # no `_orig_mod.` prefix
+
+
+def test_config_object_dict_and_overrides():
+    from diffusers_ascend.config import AscendConfig
+
+    cfg = AscendConfig(fusions=["rms_norm", "mul_add"], executor="eager")
+    assert AscendBackend(cfg).fusions == ("rms_norm", "mul_add")
+    assert AscendBackend({"fusions": ["rope"], "executor": "eager"}).fusions == ("rope",)
+    backend = AscendBackend(cfg, fusions=["gelu_tanh"])
+    assert backend.fusions == ("gelu_tanh",) and backend.executor == "eager"
+    assert backend.report.matches == {"gelu_tanh": 0}
+    assert "gelu_tanh" in repr(backend)
+
+
+def test_graph_capture_on_cpu_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"(?s)graph_capture.*'cpu'.*graph_capture=None"):
+        AscendBackend(graph_capture="graph_only")
+
+
+def test_freezing_needs_inductor():
+    with pytest.raises(ValueError, match="freezing=True needs executor='inductor'"):
+        AscendBackend(executor="eager", freezing=True)
+
+
+def test_import_is_light():
+    code = (
+        "import sys, diffusers_ascend.compilation as c; c.AscendBackend; c.FusionReport;"
+        "print(any(m.startswith('torch._inductor') for m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_shared_backend_object_is_reused_not_rebuilt():
+    backend = AscendBackend(fusions=["rms_norm"], executor="eager")
+    a, b = torch.compile(Norm(), backend=backend), torch.compile(Norm(), backend=backend)
+    with torch.no_grad():
+        a(torch.randn(2, 8))
+        b(torch.randn(2, 8))
+    assert backend.report.graphs_compiled == 1  # same code, same backend: dynamo reuses the graph
+    assert backend.manager is backend.manager

@@ -1,0 +1,76 @@
+"""FusionReport, graph logs, and the cache identity (uuid) of a fusion set."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+
+from diffusers_ascend.compilation import AscendBackend, FusionReport
+from diffusers_ascend.tiny import flux_block_inputs, tiny_flux_blocks
+
+from .conftest import EXPECTED_BLOCK_COUNTS
+
+
+def test_report_records_merges_and_serializes():
+    r = FusionReport(matches={"rms_norm": 0, "rope": 0})
+    r.add_graph("g000", {"rms_norm": 2, "rope": 1}, ops_before=40, ops_after=15, executor="eager")
+    r.add_fallback("blocks.3", "compile failed: boom")
+    r.record_swaps({"RMSNorm": 4})
+    r.record_swaps({"RMSNorm": 1, "GELU": 2})
+    assert r.matches == {"rms_norm": 2, "rope": 1} and r.total_matches == 3
+    assert (r.ops_before, r.ops_after, r.graphs_compiled) == (40, 15, 1)
+    assert r.ops_ratio == 15 / 40
+    assert r.fallbacks == [{"module": "blocks.3", "reason": "compile failed: boom"}]
+    assert r.swaps == {"RMSNorm": 5, "GELU": 2}
+
+    d = r.to_dict()
+    assert json.loads(json.dumps(d)) == d
+    assert FusionReport.from_dict(d).to_dict() == d
+
+    other = FusionReport(matches={"rope": 2, "mul_add": 3}, ops_before=10, ops_after=5, graphs_compiled=1)
+    merged = FusionReport.merge([r, other])
+    assert merged.matches == {"rms_norm": 2, "rope": 3, "mul_add": 3}
+    assert (merged.ops_before, merged.ops_after, merged.graphs_compiled) == (50, 20, 2)
+    assert merged.fallbacks == r.fallbacks and merged.swaps == r.swaps
+    assert r.matches == {"rms_norm": 2, "rope": 1}  # inputs untouched
+
+    text = str(r)
+    assert "g000" in text and "rms_norm" in text and "40 -> 15" in text and "blocks.3" in text and "RMSNorm=5" in text
+
+
+def test_backend_report_and_graph_logs(tmp_path):
+    _, single = tiny_flux_blocks()
+    log_dir = tmp_path / "graphs"
+    backend = AscendBackend(fusions="all", executor="eager", graph_log_dir=str(log_dir))
+    with torch.no_grad():
+        torch.compile(single, backend=backend, fullgraph=True)(**flux_block_inputs())
+    report = backend.report
+    assert report.matches == EXPECTED_BLOCK_COUNTS["flux_single"]
+    (graph,) = report.graphs
+    assert graph["matches"] == report.matches and graph["ops_before"] > graph["ops_after"] > 0
+    assert json.loads(json.dumps(report.to_dict()))["graphs"][0]["executor"] == "eager"
+
+    files = sorted(os.listdir(log_dir))
+    stages = [f.split(".")[-2] for f in files]
+    assert all(f.startswith("g000_0_0.") for f in files)  # graph name, then the step number
+    assert stages == ["input", "noop_elimination", "rms_norm", "rope", "gelu_tanh", "adaln", "mul_add"]
+    texts = [(log_dir / f).read_text() for f in files]
+    assert "ascend_kernels.rms_norm" not in texts[1] and "ascend_kernels.rms_norm" in texts[2]
+    assert "ascend_kernels.mul_add" in texts[-1] and "ascend_kernels.mul_add" not in texts[-2]
+
+
+def test_uuid_follows_the_fusion_set():
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    from diffusers_ascend.compilation.passes.manager import FusionPassManager
+
+    a = FusionPassManager(["rms_norm", "rope"])
+    assert isinstance(a, CustomGraphPass)
+    assert a.uuid() == FusionPassManager(["rope", "rms_norm"]).uuid()
+    assert a.uuid() != FusionPassManager(["rms_norm"]).uuid()
+    assert a.uuid() != FusionPassManager(["rms_norm", "rope", "mul_add"]).uuid()
+    assert FusionPassManager(["gelu_tanh"]).uuid() != FusionPassManager(["fast_gelu"]).uuid()
+    b = AscendBackend(fusions=["rms_norm", "rope"], executor="eager")
+    assert b.manager.uuid() == a.uuid()
