@@ -72,10 +72,14 @@ class AscendBackend:
         executor: ``"eager"`` | ``"inductor"`` | ``"auto"`` (`config.resolved_executor(platform)`).
         mode: Inductor mode (``"max-autotune"``...); torch.compile refuses ``mode=`` with a custom
             backend, so the backend passes it to Inductor itself. Ignored by the eager executor.
-        freezing: inference only, Inductor executor only. Parameters are folded into the compiled
-            graph as constants: later changes to the weights (loading or hot-swapping a LoRA,
-            `load_state_dict`, moving them with CPU offload) are NOT seen by the compiled code;
-            recompile after changing weights, and do not combine freezing with offloading.
+        freezing: not supported yet: ``freezing=True`` is a clear error at construction.
+            Freezing folds parameters into the compiled code as constants, so later weight
+            changes (loading, fusing or hot-swapping a LoRA, `load_state_dict`, CPU offload moving
+            weights) would silently NOT be seen; it can only ever be an inference option. Measured
+            on torch 2.13: Inductor freezes a dynamo graph only when the process-global
+            ``torch._inductor.config.freezing`` is set while dynamo traces; passed per backend
+            (``config_patches``) it folds nothing. A per-backend switch cannot honour it without
+            touching global state, so the backend refuses rather than pretending.
         graph_log_dir: write each graph's code before and after every pass there.
         graph_capture: not available on CPU (a clear error at construction).
         on_error: ``"fallback"`` (a graph whose rewrite fails runs unfused, with a warning and a
@@ -114,10 +118,11 @@ class AscendBackend:
                     f"the current platform {self.platform!r} has none. Valid here: graph_capture=None."
                 )
             raise NotImplementedError(f"graph_capture={capture!r} is not implemented yet; use graph_capture=None.")
-        if getattr(self.config, "freezing", False) and self.executor != "inductor":
+        if getattr(self.config, "freezing", False):
             raise ValueError(
-                f"freezing=True needs executor='inductor' (executor resolved to {self.executor!r}, which "
-                "has no constant folding); set executor='inductor' or freezing=False."
+                "freezing=True is not supported by AscendBackend: Inductor freezes parameters only "
+                "under the process-global torch._inductor.config.freezing, which one backend must not "
+                "set for every model in the process. Valid: freezing=False."
             )
         self.report = FusionReport(matches={f: 0 for f in self.fusions})
         self._manager = None  # FusionPassManager, built on first compile (imports Inductor)
@@ -161,10 +166,7 @@ class AscendBackend:
     def _inductor_patches(self, training: bool) -> dict:
         from torch._inductor import list_mode_options
 
-        patches = dict(list_mode_options(self.config.mode)) if self.config.mode else {}
-        if self.config.freezing and not training:
-            patches["freezing"] = True
-        return patches
+        return dict(list_mode_options(self.config.mode)) if self.config.mode else {}
 
     def _rewrite(self, gm: torch.fx.GraphModule, name: str, training: bool, dynamic: bool) -> None:
         from .passes.manager import count_ops
@@ -201,8 +203,6 @@ class AscendBackend:
     def _compile_training(self, gm: torch.fx.GraphModule, example_inputs, name: str) -> Callable:
         from torch._dynamo.backends.common import aot_autograd
 
-        if self.config.freezing:
-            raise ValueError("freezing=True is for inference only; this graph needs gradients. Set freezing=False.")
         aten_gm, reason = self._functional_graph(gm, example_inputs)
         if aten_gm is None:
             warnings.warn(f"AscendBackend: graph {name} is compiled for training without fusion: {reason}")

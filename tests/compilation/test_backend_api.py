@@ -80,9 +80,10 @@ def test_graph_capture_on_cpu_is_a_clear_error():
         AscendBackend(graph_capture="graph_only")
 
 
-def test_freezing_needs_inductor():
-    with pytest.raises(ValueError, match="freezing=True needs executor='inductor'"):
-        AscendBackend(executor="eager", freezing=True)
+@pytest.mark.parametrize("executor", ["eager", "inductor"])
+def test_freezing_is_refused_not_faked(executor):
+    with pytest.raises(ValueError, match="freezing=True is not supported.*Valid: freezing=False"):
+        AscendBackend(executor=executor, freezing=True)
 
 
 def test_import_is_light():
