@@ -20,6 +20,7 @@ fusion, with a warning and a `fallbacks` entry (never with wrong gradients).
 
 from __future__ import annotations
 
+import copy
 import os
 import warnings
 from typing import Any, Callable
@@ -175,13 +176,15 @@ class AscendBackend:
         log = self._graph_logger(name)
         if log is not None:
             log("input", gm.graph)
+        backup = copy.deepcopy(gm.graph) if self.config.on_error != "raise" else None
         try:
             counts = self.manager(gm.graph, after_step=log)
         except Exception as e:  # a failed rewrite must not take the model down unless asked to
-            if self.config.on_error == "raise":
+            if backup is None:
                 raise
             warnings.warn(f"AscendBackend: rewriting graph {name} failed ({type(e).__name__}: {e}); it runs unfused.")
             self.report.add_fallback(name, f"rewrite failed: {type(e).__name__}: {e}")
+            gm.graph = backup  # the original graph, not a half-rewritten one
             counts = {f: 0 for f in self.fusions}
         gm.recompile()
         self.report.add_graph(name, counts, before, count_ops(gm.graph), executor=self.executor,

@@ -103,3 +103,26 @@ def test_shared_backend_object_is_reused_not_rebuilt():
         b(torch.randn(2, 8))
     assert backend.report.graphs_compiled == 1  # same code, same backend: dynamo reuses the graph
     assert backend.manager is backend.manager
+
+
+def _broken_manager(graph, after_step=None):
+    raise RuntimeError("boom")
+
+
+def test_failed_rewrite_falls_back_unfused(monkeypatch):
+    backend = AscendBackend(fusions=["rms_norm"], executor="eager")
+    monkeypatch.setattr(backend, "_manager", _broken_manager)
+    x = torch.randn(2, 8)
+    with pytest.warns(UserWarning, match="runs unfused"), torch.no_grad():
+        out = torch.compile(Norm(), backend=backend)(x)
+    torch.testing.assert_close(out, torch.nn.functional.rms_norm(x, (8,), torch.ones(8), None) + 1)
+    assert backend.report.matches == {"rms_norm": 0}
+    assert backend.report.fallbacks[0]["reason"] == "rewrite failed: RuntimeError: boom"
+    assert backend.report.ops_before == backend.report.ops_after > 0
+
+
+def test_failed_rewrite_raises_when_asked(monkeypatch):
+    backend = AscendBackend(fusions=["rms_norm"], executor="eager", on_error="raise")
+    monkeypatch.setattr(backend, "_manager", _broken_manager)
+    with pytest.raises(Exception, match="boom"), torch.no_grad():
+        torch.compile(Norm(), backend=backend)(torch.randn(2, 8))
