@@ -21,15 +21,24 @@ __all__ = ["FusionPassManager", "count_ops", "eliminate_noops"]
 
 
 def count_ops(graph: torch.fx.Graph) -> int:
-    """Operator calls that dispatch work: call_function nodes of an OpOverload that is not a view.
+    """Operator calls that dispatch work: call_function nodes of an OpOverload that is not a view
+    and returns tensors.
 
-    Views (and ``getitem`` of multi-output ops) only change metadata; they are left out.
+    Views (and ``getitem`` of multi-output ops) only change metadata, and symbolic-size queries
+    of dynamic graphs (``sym_size``) are host arithmetic: they are left out.
     """
     n = 0
     for node in graph.nodes:
-        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
-            if not node.target.is_view:
-                n += 1
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if node.target.is_view:
+            continue
+        val = node.meta.get("val")
+        if val is not None and not isinstance(val, torch.Tensor) and not (
+            isinstance(val, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in val)
+        ):
+            continue
+        n += 1
     return n
 
 

@@ -67,10 +67,10 @@ class RopePattern(FusionPattern):
         x = tensor_arg(match, "x")
         if x is None:
             return False
-        (unbind,) = matched_nodes(match, aten.unbind.int) or [None]
-        (stack,) = matched_nodes(match, aten.stack.default) or [None]
-        if unbind is None or stack is None:
+        unbinds, stacks = matched_nodes(match, aten.unbind.int), matched_nodes(match, aten.stack.default)
+        if len(unbinds) != 1 or len(stacks) != 1:
             return False
+        unbind, stack = unbinds[0], stacks[0]
         pairs = unbind.args[0].meta["val"]
         if pairs.shape[-1] != 2 or normalized_dim(unbind.args[1], pairs.dim()) != pairs.dim() - 1:
             return False
