@@ -42,15 +42,6 @@ class AdaLNPattern(FusionPattern):
     FORMS = ("flux", "broadcast", "upcast", "upcast_fp32_out")
     scalars = ("eps",)
 
-    def __init__(self, form: str, dtype: torch.dtype = torch.float32):
-        super().__init__(dtype)
-        if form not in self.FORMS:
-            raise ValueError(f"unknown adaLN form {form!r}; valid: {self.FORMS}")
-        self.form = form
-
-    def variant(self) -> str:
-        return self.form
-
     def example_inputs(self):
         x = torch.randn(2, 5, 8, dtype=self.dtype)
         if self.form == "flux":

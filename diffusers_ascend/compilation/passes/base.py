@@ -78,10 +78,12 @@ class FusionPattern:
     parameters listed in `scalars` are traced with `EPS_PLACEHOLDER` and captured from the match.
 
     Args:
+        form: which written form of the fusion this is, one of `FORMS` (when the class has forms).
         dtype: dtype of the example inputs. Casts vanish in fp32 graphs, so patterns with casts are
             registered per dtype (bf16 also covers fp16: dtypes are checked when a match is re-traced).
     """
 
+    FORMS: ClassVar[tuple[str, ...]] = ()
     scalars: ClassVar[tuple[str, ...]] = ()
     # False for forms whose sizes are computed from shapes (``x.reshape(*x.shape[:-1], -1, 2)``):
     # with dynamic shapes the user graph computes them with other symbolic nodes than a re-trace
@@ -89,8 +91,10 @@ class FusionPattern:
     # pattern (ints, lists and dtypes wildcarded) and must check what matters in `check`.
     retrace: ClassVar[bool] = True
 
-    def __init__(self, dtype: torch.dtype = torch.float32):
-        self.dtype = dtype
+    def __init__(self, form: str | None = None, dtype: torch.dtype = torch.float32):
+        if self.FORMS and form not in self.FORMS:
+            raise ValueError(f"unknown {type(self).__name__} form {form!r}; valid: {self.FORMS}")
+        self.form, self.dtype = form, dtype
 
     # -- to implement -------------------------------------------------------------------------
     def search(self, *args):  # pragma: no cover - abstract
@@ -108,7 +112,7 @@ class FusionPattern:
 
     def variant(self) -> str:
         """The written form this pattern matches, without the dtype (e.g. ``"torch,weight"``)."""
-        return ""
+        return self.form or ""
 
     # -- machinery ----------------------------------------------------------------------------
     @property

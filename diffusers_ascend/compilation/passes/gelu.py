@@ -42,7 +42,7 @@ class GeluTanhFusionPass(FusionPass):
     @classmethod
     def patterns(cls):
         # No casts in the pattern: one dtype covers all (dtypes are re-checked on every match).
-        yield GeluTanhPattern(torch.float32)
+        yield GeluTanhPattern(dtype=torch.float32)
 
 
 class FastGeluFusionPass(FusionPass):
@@ -50,4 +50,4 @@ class FastGeluFusionPass(FusionPass):
 
     @classmethod
     def patterns(cls):
-        yield FastGeluPattern(torch.float32)
+        yield FastGeluPattern(dtype=torch.float32)

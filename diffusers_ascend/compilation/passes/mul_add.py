@@ -16,25 +16,16 @@ __all__ = ["MulAddPattern", "MulAddFusionPass"]
 
 
 class MulAddPattern(FusionPattern):
-    """``x * y + z`` (``order="mul_first"``) or ``z + x * y`` (``order="add_first"``)."""
+    """``x * y + z`` (``form="mul_first"``) or ``z + x * y`` (``form="add_first"``)."""
 
-    ORDERS = ("mul_first", "add_first")
-
-    def __init__(self, order: str, dtype: torch.dtype = torch.float32):
-        super().__init__(dtype)
-        if order not in self.ORDERS:
-            raise ValueError(f"unknown operand order {order!r}; valid: {self.ORDERS}")
-        self.order = order
-
-    def variant(self) -> str:
-        return self.order
+    FORMS = ("mul_first", "add_first")
 
     def example_inputs(self):
         return [torch.randn(2, 1, 8, dtype=self.dtype), torch.randn(2, 5, 8, dtype=self.dtype),
                 torch.randn(2, 5, 8, dtype=self.dtype)]
 
     def search(self, x, y, z):
-        return x * y + z if self.order == "mul_first" else z + x * y
+        return x * y + z if self.form == "mul_first" else z + x * y
 
     def replace(self, x, y, z):
         return torch.ops.ascend_kernels.mul_add(x, y, z)
@@ -50,5 +41,5 @@ class MulAddFusionPass(FusionPass):
 
     @classmethod
     def patterns(cls):
-        for order in MulAddPattern.ORDERS:
+        for order in MulAddPattern.FORMS:
             yield MulAddPattern(order, torch.float32)

@@ -42,10 +42,8 @@ class RMSNormPattern(FusionPattern):
     scalars = ("eps",)
 
     def __init__(self, form: str, weight: bool, dtype: torch.dtype = torch.float32):
-        super().__init__(dtype)
-        if form not in self.FORMS:
-            raise ValueError(f"unknown RMSNorm form {form!r}; valid: {self.FORMS}")
-        self.form, self.weight = form, weight
+        super().__init__(form, dtype)
+        self.weight = weight
 
     def variant(self) -> str:
         return f"{self.form},{'weight' if self.weight else 'no_weight'}"

@@ -45,15 +45,6 @@ class RopePattern(FusionPattern):
 
     FORMS = ("flux", "wan", "half", "half_upcast")
 
-    def __init__(self, form: str, dtype: torch.dtype = torch.float32):
-        super().__init__(dtype)
-        if form not in self.FORMS:
-            raise ValueError(f"unknown rope form {form!r}; valid: {self.FORMS}")
-        self.form = form
-
-    def variant(self) -> str:
-        return self.form
-
     @property
     def retrace(self) -> bool:
         # Flux's `x.reshape(*x.shape[:-1], -1, 2)` sizes are symbolic expressions in dynamic graphs.
