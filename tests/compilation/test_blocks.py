@@ -10,7 +10,7 @@ import torch
 
 from diffusers_ascend.tiny import flux_block_inputs, tiny_flux_blocks, tiny_wan_block, wan_block_inputs
 
-from .conftest import ALL, EXPECTED_BLOCK_COUNTS, SnapshotBackend, assert_close, compile_module
+from .conftest import EXPECTED_BLOCK_COUNTS, SnapshotBackend, assert_close, flux_model_inputs, wan_model_inputs
 
 BLOCKS = ["flux_double", "flux_single", "wan"]
 DTYPES = [torch.float32, torch.bfloat16]
@@ -92,3 +92,28 @@ def test_block_numerics(compiled, name, dtype):
             eager_err = (ref.double() - ref64).abs().max().item()
             assert err <= 1.5 * eager_err + 1e-3, (err, eager_err)
             assert_close(out, ref, dtype, atol=0.1, rtol=0.05)
+
+
+def test_whole_models_compiled_as_one_graph():
+    """compile="model": the counts are the blocks' sums plus what the model adds outside them
+    (Flux `norm_out` is a multiply-add; Wan's `norm_out` an fp32 adaLN and its text projection a
+    tanh GELU), and the output equals eager."""
+    from diffusers_ascend.tiny import tiny_flux_transformer, tiny_wan_transformer
+
+    d, s, w = (EXPECTED_BLOCK_COUNTS[k] for k in ("flux_double", "flux_single", "wan"))
+    flux = tiny_flux_transformer(num_layers=2, num_single_layers=2)
+    wan = tiny_wan_transformer(num_layers=2)
+    expected = {
+        "flux": ({f: 2 * d[f] + 2 * s[f] for f in d}, {"mul_add": 1}),
+        "wan": ({f: 2 * w[f] for f in w}, {"gelu_tanh": 1, "adaln": 1}),
+    }
+    for name, model, inputs in [("flux", flux, flux_model_inputs(4, 4)), ("wan", wan, wan_model_inputs(2, 4, 4))]:
+        torch._dynamo.reset()
+        backend = SnapshotBackend(fusions="all", executor="eager")
+        with torch.no_grad():
+            out = torch.compile(model, backend=backend, fullgraph=True)(**inputs)[0]
+            ref = model(**inputs)[0]
+        blocks, outside = expected[name]
+        assert backend.report.matches == {f: n + outside.get(f, 0) for f, n in blocks.items()}, name
+        assert backend.report.graphs_compiled == 1
+        assert_close(out, ref, torch.float32)

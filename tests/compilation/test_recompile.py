@@ -8,25 +8,7 @@ import torch
 from diffusers_ascend.compilation import AscendBackend
 from diffusers_ascend.tiny import flux_block_inputs, tiny_flux_blocks, tiny_flux_transformer, tiny_wan_transformer
 
-from .conftest import EXPECTED_BLOCK_COUNTS
-
-
-def _flux_inputs(h, w, txt=8):
-    g = torch.Generator().manual_seed(0)
-    img_ids = torch.zeros(h, w, 3)
-    img_ids[..., 1] = torch.arange(h)[:, None]
-    img_ids[..., 2] = torch.arange(w)[None, :]
-    return dict(
-        hidden_states=torch.randn(1, h * w, 4, generator=g), encoder_hidden_states=torch.randn(1, txt, 32, generator=g),
-        pooled_projections=torch.randn(1, 32, generator=g), timestep=torch.tensor([0.5]),
-        img_ids=img_ids.reshape(-1, 3), txt_ids=torch.zeros(txt, 3), return_dict=False,
-    )
-
-
-def _wan_inputs(frames, h, w):
-    g = torch.Generator().manual_seed(0)
-    return dict(hidden_states=torch.randn(1, 16, frames, h, w, generator=g), timestep=torch.tensor([500]),
-                encoder_hidden_states=torch.randn(1, 8, 32, generator=g), return_dict=False)
+from .conftest import EXPECTED_BLOCK_COUNTS, flux_model_inputs as _flux_inputs, wan_model_inputs as _wan_inputs
 
 
 def test_shared_backend_compiles_once_per_block_class_wan():
