@@ -1,0 +1,1 @@
+"""torch_npu providers (filled below)."""

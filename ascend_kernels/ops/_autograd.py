@@ -1,0 +1,77 @@
+"""Autograd shared by the ops: a separate ``<op>_backward`` custom op per op.
+
+The backward of each op is itself a custom op (with a fake impl) whose real impl takes the
+vector-Jacobian product of the op's native implementation with `torch.func.vjp`. So the
+gradient is by construction the gradient of the reference composite, and aot_autograd traces
+the backward as one opaque, fake-able call instead of having to trace ``torch.autograd.grad``.
+(Backward always runs the native composite: no provider kernel for backward exists yet.)
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+
+__all__ = ["vjp_grads", "fake_grads", "register_vjp_autograd"]
+
+
+def _tensor_positions(args: Sequence) -> list[int]:
+    return [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+
+
+def vjp_grads(native: Callable[..., torch.Tensor], args: Sequence, grad: torch.Tensor) -> list[torch.Tensor]:
+    """Gradients of ``native(*args)`` w.r.t. each tensor argument (``None`` skipped), in order.
+
+    Each gradient is written into a fresh ``empty_like`` of its input: same dtype and strides as
+    `fake_grads` promises, and never an alias of ``grad`` (a custom op must not return aliases).
+    """
+    pos = _tensor_positions(args)
+
+    def f(*tensors):
+        full = list(args)
+        for i, t in zip(pos, tensors):
+            full[i] = t
+        return native(*full)
+
+    primals = [args[i] for i in pos]
+    _, vjp_fn = torch.func.vjp(f, *primals)
+    grads = vjp_fn(grad)
+    out = []
+    for p, g in zip(primals, grads):
+        buf = torch.empty_like(p)
+        buf.copy_(g)
+        out.append(buf)
+    return out
+
+
+def fake_grads(args: Sequence) -> list[torch.Tensor]:
+    """Fake impl of a backward op: one ``empty_like`` per tensor argument."""
+    return [torch.empty_like(a) for a in args if isinstance(a, torch.Tensor)]
+
+
+def register_vjp_autograd(op, backward_op) -> None:
+    """Registers autograd for ``op`` whose backward is ``backward_op(grad, *op_args) -> list[Tensor]``.
+
+    ``backward_op`` returns one gradient per tensor argument of the call (``None`` arguments skipped).
+    """
+
+    def setup_context(ctx, inputs, output):
+        pos = _tensor_positions(inputs)
+        ctx.tensor_pos = pos
+        ctx.n_inputs = len(inputs)
+        ctx.other_args = [None if i in pos else a for i, a in enumerate(inputs)]
+        ctx.save_for_backward(*[inputs[i] for i in pos])
+
+    def backward(ctx, grad):
+        args = list(ctx.other_args)
+        for i, t in zip(ctx.tensor_pos, ctx.saved_tensors):
+            args[i] = t
+        grads = backward_op(grad, *args)
+        result = [None] * ctx.n_inputs
+        for i, g in zip(ctx.tensor_pos, grads):
+            if ctx.needs_input_grad[i]:
+                result[i] = g
+        return tuple(result)
+
+    op.register_autograd(backward, setup_context=setup_context)

@@ -1,0 +1,203 @@
+"""Providers of each ``ascend_kernels`` op and the choice among them at call time.
+
+Every op has a ``native`` provider (its PyTorch reference, runs anywhere). Faster providers declare
+where they run (`Provider.supported`, the platform) and which arguments they accept
+(`Provider.supports_args`, the documented shape/dtype limits of the kernel behind them). At each
+call the op asks `select_provider` for the best provider for the input's device and arguments:
+an explicit choice made with `use_providers` (a ``contextvars`` context, so two threads or two
+pipelines never affect each other) or else the first supported one in priority order
+``npu > triton > native``.
+
+The table of providers is static (filled at import from this package's own modules); what varies
+per call is only the context-local choice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+from typing import Any, Callable, Iterator, Mapping
+
+import torch
+
+__all__ = [
+    "OPS",
+    "Provider",
+    "available_providers",
+    "providers",
+    "register_provider",
+    "select_provider",
+    "use_providers",
+]
+
+# Op names in the ``ascend_kernels`` namespace, in the order of `diffusers_ascend.config.FUSIONS`.
+OPS = ("rms_norm", "rope", "gelu_tanh", "fast_gelu", "adaln_modulate", "mul_add")
+
+# Lower rank = preferred. Providers not listed here rank after these, before ``native``.
+_PRIORITY = {"npu": 0, "triton": 1, "native": 100}
+
+
+def _always(*args: Any) -> bool:
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class Provider:
+    """One implementation of an op.
+
+    Args:
+        op: the op name (one of `OPS`).
+        name: the provider name (``"native"``, ``"npu"``, ``"triton"``).
+        impl: callable with the op's exact signature; must return a new tensor (no aliasing).
+        device_types: device types (``tensor.device.type``) it runs on; ``None`` means any.
+        available: platform check with no arguments (e.g. "torch_npu importable"); evaluated at
+            call time, so importing `ascend_kernels` never imports the backing package.
+        supports_args: ``(*op_args) -> bool``, the kernel's documented shape/dtype limits.
+    """
+
+    op: str
+    name: str
+    impl: Callable[..., torch.Tensor]
+    device_types: tuple[str, ...] | None = None
+    available: Callable[[], bool] = _always
+    supports_args: Callable[..., bool] = _always
+
+    def supported(self, device_type: str) -> bool:
+        """Whether this provider can run on ``device_type`` on this machine."""
+        if self.device_types is not None and device_type not in self.device_types:
+            return False
+        return bool(self.available())
+
+
+_REGISTRY: dict[str, dict[str, Provider]] = {op: {} for op in OPS}
+
+# op -> provider name chosen explicitly by `use_providers` in the current context.
+_CHOICE: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
+    "ascend_kernels_provider_choice", default={}
+)
+
+
+def register_provider(provider: Provider) -> Provider:
+    """Adds ``provider`` to the table (used by this package's provider modules).
+
+    Raises:
+        ValueError: unknown op, or a provider of that name already registered for the op.
+    """
+    _check_op(provider.op)
+    if provider.name in _REGISTRY[provider.op]:
+        raise ValueError(f"provider {provider.name!r} is already registered for op {provider.op!r}")
+    _REGISTRY[provider.op][provider.name] = provider
+    return provider
+
+
+def _check_op(op: str) -> None:
+    if op not in _REGISTRY:
+        raise ValueError(f"unknown ascend_kernels op {op!r}; valid ops: {', '.join(OPS)}")
+
+
+def providers(op: str) -> list[Provider]:
+    """All registered providers of ``op``, best first (whether or not they run here)."""
+    _check_op(op)
+    return sorted(_REGISTRY[op].values(), key=lambda p: (_PRIORITY.get(p.name, 50), p.name))
+
+
+def available_providers(op: str, device_type: str) -> list[str]:
+    """Names of the providers of ``op`` that run on ``device_type`` here, best first.
+
+    Args:
+        op: an op name of `OPS`, e.g. ``"rms_norm"``.
+        device_type: ``"cpu"``, ``"cuda"``, ``"npu"``, ...
+
+    Returns:
+        list of provider names; always ends with ``"native"``.
+
+    Example:
+        >>> from ascend_kernels.registry import available_providers
+        >>> available_providers("rms_norm", "cpu")
+        ['native']
+    """
+    return [p.name for p in providers(op) if p.supported(device_type)]
+
+
+@contextlib.contextmanager
+def use_providers(**choice: str) -> Iterator[None]:
+    """Chooses providers explicitly for the calls made inside the ``with`` block.
+
+    The choice is context-local (``contextvars``): it does not leak to other threads or to code
+    outside the block, and nested blocks extend the outer choice. A chosen provider that cannot
+    run the call (wrong device, unsupported arguments) raises instead of silently falling back.
+
+    Args:
+        **choice: ``op_name=provider_name``, e.g. ``rms_norm="native"``.
+
+    Raises:
+        ValueError: unknown op or provider name (the message lists the valid ones).
+
+    Example:
+        >>> import torch, ascend_kernels
+        >>> from ascend_kernels.registry import use_providers
+        >>> with use_providers(rms_norm="native"):
+        ...     y = torch.ops.ascend_kernels.rms_norm(torch.randn(2, 8), None, 1e-6)
+    """
+    for op, name in choice.items():
+        _check_op(op)
+        if name not in _REGISTRY[op]:
+            valid = ", ".join(p.name for p in providers(op))
+            raise ValueError(f"unknown provider {name!r} for op {op!r}; valid providers: {valid}")
+    token = _CHOICE.set({**_CHOICE.get(), **choice})
+    try:
+        yield
+    finally:
+        _CHOICE.reset(token)
+
+
+def _device_type(args: tuple) -> str:
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            return a.device.type
+    return "cpu"
+
+
+def select_provider(op: str, *args: Any) -> Provider:
+    """The provider that runs ``op(*args)``: the explicit `use_providers` choice, else the best
+    supported one for the device of the first tensor argument and these arguments.
+
+    Raises:
+        RuntimeError: the explicitly chosen provider cannot run this call.
+    """
+    _check_op(op)
+    device_type = _device_type(args)
+    chosen = _CHOICE.get().get(op)
+    if chosen is not None:
+        p = _REGISTRY[op][chosen]
+        if not p.supported(device_type):
+            raise RuntimeError(
+                f"provider {chosen!r} chosen for ascend_kernels.{op} does not run on device type "
+                f"{device_type!r} here; available: {', '.join(available_providers(op, device_type))}"
+            )
+        if not p.supports_args(*args):
+            raise RuntimeError(
+                f"provider {chosen!r} chosen for ascend_kernels.{op} does not support these arguments "
+                f"({_describe(args)}); see its supports_args limits or choose 'native'"
+            )
+        return p
+    for p in providers(op):
+        if p.supported(device_type) and p.supports_args(*args):
+            return p
+    raise RuntimeError(f"no provider of ascend_kernels.{op} supports {_describe(args)}")  # pragma: no cover
+
+
+def _describe(args: tuple) -> str:
+    parts = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            parts.append(f"Tensor{tuple(a.shape)}:{str(a.dtype).replace('torch.', '')}@{a.device.type}")
+        else:
+            parts.append(repr(a))
+    return ", ".join(parts)
+
+
+def dispatch(op: str, *args: Any) -> torch.Tensor:
+    """Runs ``op(*args)`` with the provider `select_provider` picks (called by the op bodies)."""
+    return select_provider(op, *args).impl(*args)

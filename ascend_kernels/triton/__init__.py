@@ -1,0 +1,1 @@
+"""Triton providers slot."""
