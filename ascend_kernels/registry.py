@@ -42,6 +42,11 @@ def _always(*args: Any) -> bool:
     return True
 
 
+def any_device(device_type: str) -> bool:
+    """`Provider.runs_on` of providers written in plain PyTorch ops (run on every device)."""
+    return True
+
+
 @dataclasses.dataclass(frozen=True)
 class Provider:
     """One implementation of an op.
@@ -50,7 +55,7 @@ class Provider:
         op: the op name (one of `OPS`).
         name: the provider name (``"native"``, ``"npu"``, ``"triton"``).
         impl: callable with the op's exact signature; must return a new tensor (no aliasing).
-        device_types: device types (``tensor.device.type``) it runs on; ``None`` means any.
+        runs_on: ``(device_type) -> bool``, the device types (``tensor.device.type``) it runs on.
         available: platform check with no arguments (e.g. "torch_npu importable"); evaluated at
             call time, so importing `ascend_kernels` never imports the backing package.
         supports_args: ``(*op_args) -> bool``, the kernel's documented shape/dtype limits.
@@ -59,15 +64,13 @@ class Provider:
     op: str
     name: str
     impl: Callable[..., torch.Tensor]
-    device_types: tuple[str, ...] | None = None
+    runs_on: Callable[[str], bool] = any_device
     available: Callable[[], bool] = _always
     supports_args: Callable[..., bool] = _always
 
     def supported(self, device_type: str) -> bool:
         """Whether this provider can run on ``device_type`` on this machine."""
-        if self.device_types is not None and device_type not in self.device_types:
-            return False
-        return bool(self.available())
+        return bool(self.runs_on(device_type)) and bool(self.available())
 
 
 _REGISTRY: dict[str, dict[str, Provider]] = {op: {} for op in OPS}
