@@ -22,7 +22,9 @@ __all__ = ["mul_add", "mul_add_native", "result_dtype"]
 def result_dtype(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> torch.dtype:
     """The dtype of eager ``x * y + z``."""
     xy = torch.result_type(x, y)
-    xy_rep = torch.empty((1,) if max(x.dim(), y.dim()) > 0 else (), dtype=xy, device="meta")
+    # Promotion reads only dtype and zero-dim-ness, so a tiny stand-in for x * y suffices (a CPU
+    # one: meta tensors have no data pointer for schema-checking modes).
+    xy_rep = torch.empty((1,) if max(x.dim(), y.dim()) > 0 else (), dtype=xy)
     return torch.result_type(xy_rep, z)
 
 
