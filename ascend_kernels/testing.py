@@ -92,7 +92,7 @@ def assert_close(
         return
 
     finite = torch.where(diff.isnan(), torch.full_like(diff, float("inf")), diff)
-    rel = finite / e.abs().clamp_min(torch.finfo(torch.float64).tiny)
+    rel = torch.nan_to_num(finite / e.abs().clamp_min(torch.finfo(torch.float64).tiny), nan=float("inf"))
     worst = int(finite.flatten().argmax())
     worst_idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), a.shape)) if a.dim() else ()
     lines = [
