@@ -1,0 +1,525 @@
+"""`AscendConfig`: every setting of diffusers-ascend in one flat, validated, versioned dataclass.
+
+A config is data: it is saved as JSON (``ascend_config.json``), loaded through an allowlist of
+known fields (never pickle, never code), shared on the Hub, and compared by value. Nothing in
+it is process-global: two configs in one process never affect each other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import logging
+import os
+import warnings
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+__all__ = [
+    "AscendConfig",
+    "CONFIG_NAME",
+    "CONFIG_VERSION",
+    "FUSIONS",
+    "FUSION_TO_OP",
+    "CACHE_KEY_EXCLUDED",
+]
+
+logger = logging.getLogger(__name__)
+
+CONFIG_NAME = "ascend_config.json"
+# Bump when the meaning of a saved field changes; readers of an older library load newer files
+# best-effort (known keys, with a warning), see `AscendConfig.from_dict`.
+CONFIG_VERSION = 1
+
+FUSIONS = ("rms_norm", "rope", "gelu_tanh", "fast_gelu", "adaln", "mul_add")
+FUSION_TO_OP = {
+    "rms_norm": "rms_norm",
+    "rope": "rope",
+    "gelu_tanh": "gelu_tanh",
+    "fast_gelu": "fast_gelu",
+    "adaln": "adaln_modulate",
+    "mul_add": "mul_add",
+}
+# fast_gelu computes x*sigmoid(1.702x), not tanh-GELU: it changes numerics, so only an explicit
+# list ever enables it.
+_NUMERICS_CHANGING = ("fast_gelu",)
+_FUSION_KEYWORDS = ("auto", "all", "none")
+_COMPILE = ("blocks", "model", "none")
+_EXECUTORS = ("auto", "eager", "inductor")
+_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+_GRAPH_CAPTURE = (None, "graph_only", "graph_with_compile")
+_ON_ERROR = ("fallback", "raise")
+# Fields that do not change the compiled code; left out of `cache_key()` (still part of ==).
+CACHE_KEY_EXCLUDED = ("graph_log_dir",)
+
+
+def _closest(name: str, choices) -> str:
+    match = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1)
+    return f" Did you mean {match[0]!r}?" if match else ""
+
+
+def _choice(name: str, value: Any, choices: tuple) -> Any:
+    # `value in choices` would accept True for 1 etc.; compare type-strictly.
+    if not any(value is c or (type(value) is type(c) and value == c) for c in choices):
+        hint = _closest(value, [c for c in choices if c is not None]) if isinstance(value, str) else ""
+        raise ValueError(f"{name}={value!r} is invalid; valid: {', '.join(map(repr, choices))}.{hint}")
+    return value
+
+
+def _normalize_fusions(value: Any) -> str | tuple[str, ...]:
+    if isinstance(value, str):
+        if value in _FUSION_KEYWORDS:
+            return value
+        if value in FUSIONS:  # a single name is a one-element list
+            return (value,)
+        raise ValueError(
+            f"fusions={value!r} is invalid; valid: 'auto', 'all', 'none' or a list of {list(FUSIONS)}."
+            + _closest(value, _FUSION_KEYWORDS + FUSIONS)
+        )
+    if isinstance(value, (list, tuple, set, frozenset)):
+        names = list(value)
+        bad = [n for n in names if not isinstance(n, str) or n not in FUSIONS]
+        if bad:
+            hints = "".join(_closest(n, FUSIONS) for n in bad if isinstance(n, str))
+            raise ValueError(f"unknown fusion(s) {bad!r} in fusions; valid: {list(FUSIONS)}.{hints}")
+        # Duplicates are harmless (a fusion is on or off): deduplicated. Canonical FUSIONS order
+        # (mul_add last, the order passes run in) so equal sets compare and hash equal.
+        chosen = set(names)
+        if "fast_gelu" in chosen and "gelu_tanh" in chosen:
+            raise ValueError(
+                "fusions names both 'gelu_tanh' and 'fast_gelu'; they replace the same GELU "
+                "(exact tanh-GELU vs x*sigmoid(1.702x)): pick one."
+            )
+        return tuple(f for f in FUSIONS if f in chosen)
+    raise TypeError(
+        f"fusions must be 'auto', 'all', 'none' or a list of fusion names, got {type(value).__name__} {value!r}; "
+        f"valid names: {list(FUSIONS)}."
+    )
+
+
+def _attention_backends() -> tuple[str, ...]:
+    from diffusers.models.attention_dispatch import AttentionBackendName  # lazy: diffusers is heavy
+
+    return tuple(b.value for b in AttentionBackendName)
+
+
+@dataclass(frozen=True, eq=False)
+class AscendConfig:
+    """Settings of `enable_ascend_compile` and `AscendBackend`.
+
+    Immutable: use `replace` for a modified copy. Validated on construction; bad input raises a
+    ``ValueError``/``TypeError`` naming the field, the bad value and the valid choices.
+
+    Args:
+        fusions: ``"auto"`` (the fusions with a faster kernel than the unfused ops on the
+            platform: all but fast_gelu on NPU, those with a non-native provider on CUDA, none on
+            CPU), ``"all"`` (every fusion except ``fast_gelu``), ``"none"``, or a list of `FUSIONS`
+            names (a single name is accepted; duplicates are dropped; stored as a tuple in
+            canonical order). ``fast_gelu`` changes numerics and applies only when named.
+        attention: ``"auto"`` (diffusers ``"_native_npu"`` on NPU, unchanged elsewhere), None
+            (leave the model's backend), or a diffusers ``AttentionBackendName`` value.
+        compile: ``"blocks"`` (each repeated block compiled in place), ``"model"``, or ``"none"``
+            (module swaps only, nothing compiled).
+        executor: ``"auto"`` (``"eager"`` on NPU, ``"inductor"`` elsewhere), ``"eager"`` (the
+            rewritten graph dispatched op by op) or ``"inductor"``.
+        mode: Inductor mode (None, ``"default"``, ``"reduce-overhead"``, ``"max-autotune"``,
+            ``"max-autotune-no-cudagraphs"``).
+        dynamic: passed to ``torch.compile`` (None, True, False).
+        fullgraph: passed to ``torch.compile``.
+        recompile_limit: None (torch's default) or an int >= 1.
+        graph_capture: None, ``"graph_only"`` or ``"graph_with_compile"``.
+        safe_output: clone outputs of captured graphs.
+        freezing: fold parameters into compiled code (inference only).
+        max_captured_graphs: int >= 1, FIFO cap on captured graphs.
+        graph_log_dir: directory (stored as a string) to write graphs before/after each pass.
+        on_error: ``"fallback"`` (a block that fails to compile runs eager, with a warning) or ``"raise"``.
+
+    Contradictions rejected (each would silently do nothing otherwise):
+        - ``compile="none"`` with ``graph_capture``, ``freezing=True``, an explicit ``executor``
+          (not ``"auto"``), ``mode``, ``fullgraph=True`` or ``recompile_limit``: nothing is
+          compiled, so these settings could not take effect.
+        - ``executor="eager"`` with ``mode``: the mode is an Inductor setting.
+        - ``fusions`` naming both ``gelu_tanh`` and ``fast_gelu``: both replace the same GELU.
+        Allowed: ``graph_capture`` with any executor; ``dynamic`` with ``compile="none"`` is an
+        error too only if set to a non-None value (same reason as above).
+
+    >>> from diffusers_ascend.config import AscendConfig
+    >>> cfg = AscendConfig(fusions=["rope", "rms_norm"])
+    >>> cfg.fusions
+    ('rms_norm', 'rope')
+    >>> cfg.resolved_fusions("cpu")
+    ('rms_norm', 'rope')
+    >>> AscendConfig.from_dict(cfg.to_dict()) == cfg
+    True
+    """
+
+    fusions: Any = "auto"
+    attention: str | None = "auto"
+    compile: str = "blocks"
+    executor: str = "auto"
+    mode: str | None = None
+    dynamic: bool | None = None
+    fullgraph: bool = False
+    recompile_limit: int | None = None
+    graph_capture: str | None = None
+    safe_output: bool = True
+    freezing: bool = False
+    max_captured_graphs: int = 8
+    graph_log_dir: str | None = None
+    on_error: str = "fallback"
+
+    # ----------------------------------------------------------------------------- validation
+    def __post_init__(self) -> None:
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen dataclass)
+        set_("fusions", _normalize_fusions(self.fusions))
+        if self.attention is not None and not isinstance(self.attention, str):
+            raise TypeError(f"attention must be 'auto', None or a diffusers attention backend name, got {self.attention!r}")
+        if self.attention not in (None, "auto"):
+            valid = _attention_backends()
+            if self.attention not in valid:
+                raise ValueError(
+                    f"attention={self.attention!r} is not a diffusers attention backend; valid: 'auto', None, "
+                    f"{', '.join(map(repr, valid))}.{_closest(self.attention, valid)}"
+                )
+        _choice("compile", self.compile, _COMPILE)
+        _choice("executor", self.executor, _EXECUTORS)
+        _choice("mode", self.mode, _MODES)
+        _choice("dynamic", self.dynamic, (None, True, False))
+        for name in ("fullgraph", "safe_output", "freezing"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        for name, minimum, optional in (("recompile_limit", 1, True), ("max_captured_graphs", 1, False)):
+            v = getattr(self, name)
+            if v is None and optional:
+                continue
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"{name} must be an int >= {minimum}{' or None' if optional else ''}, got {v!r}")
+            if v < minimum:
+                raise ValueError(f"{name}={v!r} is invalid; it must be >= {minimum}{' or None' if optional else ''}")
+        _choice("graph_capture", self.graph_capture, _GRAPH_CAPTURE)
+        _choice("on_error", self.on_error, _ON_ERROR)
+        if self.graph_log_dir is not None:
+            if not isinstance(self.graph_log_dir, (str, os.PathLike)):
+                raise TypeError(f"graph_log_dir must be a path (str or os.PathLike) or None, got {self.graph_log_dir!r}")
+            set_("graph_log_dir", os.fspath(self.graph_log_dir))
+        if self.compile == "none":
+            useless = {
+                "graph_capture": self.graph_capture is not None,
+                "freezing": self.freezing,
+                "executor": self.executor != "auto",
+                "mode": self.mode is not None,
+                "dynamic": self.dynamic is not None,
+                "fullgraph": self.fullgraph,
+                "recompile_limit": self.recompile_limit is not None,
+            }
+            bad = [k for k, v in useless.items() if v]
+            if bad:
+                raise ValueError(
+                    f"compile='none' compiles nothing, so {', '.join(f'{k}={getattr(self, k)!r}' for k in bad)} "
+                    "cannot take effect; use compile='blocks' or 'model', or leave these at their defaults."
+                )
+        if self.executor == "eager" and self.mode is not None:
+            raise ValueError(
+                f"mode={self.mode!r} is an Inductor setting but executor='eager'; use executor='inductor' or 'auto', or mode=None."
+            )
+
+    # ----------------------------------------------------------------------------- resolution
+    def resolved_fusions(self, platform: str | None = None) -> tuple[str, ...]:
+        """The fusions to apply on ``platform`` (default: the current one), in pass order (mul_add last).
+
+        ``"auto"``: everything but ``fast_gelu`` on NPU; on CUDA the fusions whose op has a
+        provider other than ``"native"`` for ``"cuda"`` in `ascend_kernels.registry`; none on CPU
+        (the reference composites are slower than Inductor there). An explicit list always applies.
+
+        >>> from diffusers_ascend.config import AscendConfig
+        >>> AscendConfig(fusions="all").resolved_fusions("cpu")
+        ('rms_norm', 'rope', 'gelu_tanh', 'adaln', 'mul_add')
+        >>> AscendConfig().resolved_fusions("cpu")
+        ()
+        """
+        if isinstance(self.fusions, tuple):
+            return self.fusions
+        if self.fusions == "none":
+            return ()
+        default = tuple(f for f in FUSIONS if f not in _NUMERICS_CHANGING)
+        if self.fusions == "all":
+            return default
+        platform = _platform(platform)
+        if platform == "npu":
+            return default
+        if platform == "cuda":
+            from ascend_kernels.registry import available_providers
+
+            return tuple(f for f in default if any(p != "native" for p in available_providers(FUSION_TO_OP[f], "cuda")))
+        return ()
+
+    def resolved_executor(self, platform: str | None = None) -> str:
+        """``"eager"`` or ``"inductor"``; ``"auto"`` is ``"eager"`` on NPU (default Inductor made an
+        NPU diffusion job 6x slower, sglang #20780) and ``"inductor"`` elsewhere.
+
+        >>> from diffusers_ascend.config import AscendConfig
+        >>> AscendConfig().resolved_executor("npu"), AscendConfig().resolved_executor("cpu")
+        ('eager', 'inductor')
+        """
+        if self.executor != "auto":
+            return self.executor
+        return "eager" if _platform(platform) == "npu" else "inductor"
+
+    # ----------------------------------------------------------------------------- copies
+    def replace(self, **overrides: Any) -> "AscendConfig":
+        """A validated copy with ``overrides`` applied; ``self`` is unchanged.
+
+        Raises:
+            TypeError: an override name that is not a field (the message lists the fields).
+
+        >>> from diffusers_ascend.config import AscendConfig
+        >>> AscendConfig().replace(on_error="raise").on_error
+        'raise'
+        """
+        _check_names(overrides, "replace()")
+        return dataclasses.replace(self, **overrides)
+
+    @classmethod
+    def coerce(cls, obj: Any = None, **overrides: Any) -> "AscendConfig":
+        """Turns what users pass as ``config=`` into an `AscendConfig`, then applies ``overrides``.
+
+        Args:
+            obj: an `AscendConfig`, a dict of fields (as `to_dict` writes), a local directory or
+                path of an ``ascend_config.json``, a Hub repo id, or None (the defaults).
+            **overrides: fields replacing those of ``obj``.
+
+        Raises:
+            TypeError: ``obj`` of another type, or an unknown override name.
+
+        >>> from diffusers_ascend.config import AscendConfig
+        >>> AscendConfig.coerce({"fusions": "none"}, compile="model").compile
+        'model'
+        """
+        _check_names(overrides, "overrides")
+        if obj is None:
+            return cls(**overrides)
+        if isinstance(obj, cls):
+            return obj.replace(**overrides) if overrides else obj
+        if isinstance(obj, Mapping):
+            base = cls.from_dict(obj)
+            return base.replace(**overrides) if overrides else base
+        if isinstance(obj, (str, os.PathLike)):
+            base = cls.from_pretrained(obj)
+            return base.replace(**overrides) if overrides else base
+        raise TypeError(
+            f"cannot make an AscendConfig from {type(obj).__name__}; accepted: AscendConfig, dict, "
+            "a local directory or ascend_config.json path (str or os.PathLike), a Hub repo id, or None."
+        )
+
+    # ----------------------------------------------------------------------------- JSON
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of every field plus ``"version"`` and ``"diffusers_ascend_version"``.
+
+        >>> from diffusers_ascend.config import AscendConfig
+        >>> AscendConfig().to_dict()["version"]
+        1
+        """
+        from diffusers_ascend import __version__
+
+        d: dict[str, Any] = {"version": CONFIG_VERSION, "diffusers_ascend_version": __version__}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            d[f.name] = list(v) if isinstance(v, tuple) else v
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "AscendConfig":
+        """Builds a validated config from a dict (e.g. `to_dict` output), never mutating ``d``.
+
+        Unknown keys are dropped with a warning. A ``version`` newer than `CONFIG_VERSION` warns
+        and loads the known keys best-effort (each still validated); invalid values raise.
+
+        >>> from diffusers_ascend.config import AscendConfig
+        >>> AscendConfig.from_dict({"version": 1, "fusions": ["rope"]}).fusions
+        ('rope',)
+        """
+        if not isinstance(d, Mapping):
+            raise TypeError(f"from_dict expects a dict, got {type(d).__name__}")
+        version = d.get("version", CONFIG_VERSION)
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise ValueError(f"config 'version' must be an int >= 1, got {version!r}")
+        if version > CONFIG_VERSION:
+            warnings.warn(
+                f"ascend config version {version} is newer than this diffusers-ascend supports "
+                f"({CONFIG_VERSION}); loading the fields it knows. Upgrade diffusers-ascend to use all of it.",
+                UserWarning,
+                stacklevel=2,
+            )
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known - {"version", "diffusers_ascend_version"})
+        if unknown:
+            warnings.warn(f"ignoring unknown ascend config keys {unknown}; valid: {sorted(known)}", UserWarning, stacklevel=2)
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    def to_json_string(self) -> str:
+        """Canonical JSON (sorted keys, indented).
+
+        >>> from diffusers_ascend.config import AscendConfig
+        >>> '"version": 1' in AscendConfig().to_json_string()
+        True
+        """
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike) -> "AscendConfig":
+        """Reads an ``ascend_config.json``; malformed JSON raises ``ValueError`` naming the file."""
+        path = os.fspath(path)
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path} is not valid JSON ({e}); expected an ascend config written by save_pretrained") from e
+        if not isinstance(data, dict):
+            raise ValueError(f"{path} holds a JSON {type(data).__name__}, expected an object of AscendConfig fields")
+        return cls.from_dict(data)
+
+    # ----------------------------------------------------------------------------- files / Hub
+    def save_pretrained(self, save_directory: str | os.PathLike, push_to_hub: bool = False, **kwargs: Any) -> str:
+        """Writes ``ascend_config.json`` into ``save_directory`` (created if needed).
+
+        Args:
+            save_directory: target directory.
+            push_to_hub: also upload it with `push_to_hub`; ``kwargs`` must then include
+                ``repo_id`` and may include its other arguments.
+
+        Returns:
+            The path of the written file.
+
+        >>> import tempfile
+        >>> from diffusers_ascend.config import AscendConfig
+        >>> d = tempfile.mkdtemp()
+        >>> AscendConfig.from_pretrained(AscendConfig(fusions="all").save_pretrained(d)).fusions
+        'all'
+        """
+        if os.path.isfile(save_directory):
+            raise ValueError(f"save_directory {os.fspath(save_directory)!r} is a file, expected a directory")
+        os.makedirs(save_directory, exist_ok=True)
+        path = os.path.join(os.fspath(save_directory), CONFIG_NAME)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(self.to_json_string())
+        if push_to_hub:
+            if "repo_id" not in kwargs:
+                raise ValueError("save_pretrained(push_to_hub=True) needs repo_id=...")
+            self.push_to_hub(**kwargs)
+        return path
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        dir_or_repo_id: str | os.PathLike,
+        revision: str | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        local_files_only: bool | None = None,
+        token: str | bool | None = None,
+        subfolder: str | None = None,
+    ) -> "AscendConfig":
+        """Loads ``ascend_config.json`` from a local directory, a path to the file, or a Hub repo.
+
+        Raises:
+            diffusers_ascend.hub.AscendConfigNotFoundError (an ``OSError``): nothing found locally
+                and the Hub download failed (offline, missing repo/file, invalid id); the message
+                names what was tried.
+            ValueError: malformed JSON or invalid values.
+
+        >>> import tempfile
+        >>> from diffusers_ascend.config import AscendConfig
+        >>> d = tempfile.mkdtemp()
+        >>> _ = AscendConfig(compile="model").save_pretrained(d)
+        >>> AscendConfig.from_pretrained(d).compile
+        'model'
+        """
+        from .hub import resolve_config_file
+
+        path = resolve_config_file(
+            dir_or_repo_id,
+            CONFIG_NAME,
+            revision=revision,
+            cache_dir=cache_dir,
+            local_files_only=local_files_only,
+            token=token,
+            subfolder=subfolder,
+        )
+        return cls.from_json_file(path)
+
+    def push_to_hub(
+        self,
+        repo_id: str,
+        token: str | bool | None = None,
+        private: bool | None = None,
+        revision: str | None = None,
+        commit_message: str | None = None,
+        create_pr: bool = False,
+    ):
+        """Uploads this config as ``ascend_config.json`` to a Hub model repo (created if missing).
+
+        Returns:
+            huggingface_hub's ``CommitInfo``.
+
+        >>> from diffusers_ascend.config import AscendConfig
+        >>> AscendConfig().push_to_hub("me/flux-ascend")  # doctest: +SKIP
+        """
+        from .hub import upload_config
+
+        return upload_config(
+            self.to_json_string(),
+            repo_id,
+            CONFIG_NAME,
+            token=token,
+            private=private,
+            revision=revision,
+            commit_message=commit_message or "Upload ascend_config.json",
+            create_pr=create_pr,
+        )
+
+    # ----------------------------------------------------------------------------- identity
+    def cache_key(self) -> str:
+        """sha256 hex digest of the canonical JSON of the fields that affect compiled code.
+
+        Stable across processes and library patch versions (``diffusers_ascend_version`` and the
+        fields in `CACHE_KEY_EXCLUDED`, i.e. ``graph_log_dir``, are left out; ``version`` is in).
+
+        >>> from diffusers_ascend.config import AscendConfig
+        >>> AscendConfig(fusions=["rope", "rms_norm"]).cache_key() == AscendConfig(fusions=["rms_norm", "rope"]).cache_key()
+        True
+        """
+        d = self.to_dict()
+        d.pop("diffusers_ascend_version")
+        for k in CACHE_KEY_EXCLUDED:
+            d.pop(k)
+        blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AscendConfig):
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self))
+
+    def __hash__(self) -> int:
+        # Equal configs have equal cache keys (the key is a function of a subset of the fields).
+        return hash(self.cache_key())
+
+
+def _check_names(overrides: Mapping[str, Any], what: str) -> None:
+    valid = [f.name for f in fields(AscendConfig)]
+    bad = [k for k in overrides if k not in valid]
+    if bad:
+        hints = "".join(_closest(k, valid) for k in bad)
+        raise TypeError(f"unknown AscendConfig field(s) {bad} in {what}; valid: {valid}.{hints}")
+
+
+def _platform(platform: str | None) -> str:
+    from .platform import PLATFORMS, current_platform
+
+    if platform is None:
+        return current_platform()
+    if platform not in PLATFORMS:
+        raise ValueError(f"unknown platform {platform!r}; valid: {PLATFORMS}")
+    return platform

@@ -1,0 +1,125 @@
+"""Hub plumbing for ascend configs: resolve a local path or a Hub repo id to a file, upload a file.
+
+All Hub I/O goes through ``huggingface_hub`` (downloads land in its cache, honour
+``HF_HUB_OFFLINE``/``HF_HUB_CACHE`` and tokens). Every Hub failure is turned into one
+`AscendConfigNotFoundError` (an ``OSError``, like ``transformers``/``diffusers`` raise for a
+missing config) whose message names the local path and the repo/file/revision that were tried.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["AscendConfigNotFoundError", "resolve_config_file", "upload_config"]
+
+
+class AscendConfigNotFoundError(OSError):
+    """No ascend config could be found locally or downloaded from the Hub."""
+
+
+def resolve_config_file(
+    dir_or_repo_id: str | os.PathLike,
+    filename: str,
+    revision: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    local_files_only: bool | None = None,
+    token: str | bool | None = None,
+    subfolder: str | None = None,
+) -> str:
+    """Local path of ``filename`` for a directory, a file path, or a Hub repo id.
+
+    Args:
+        dir_or_repo_id: a local directory holding ``filename`` (in ``subfolder`` if given), a
+            path to the file itself, or a Hub repo id (``"org/name"``).
+        filename: the file name, e.g. ``"ascend_config.json"``.
+        revision, cache_dir, local_files_only, token, subfolder: as in ``hf_hub_download``.
+
+    Returns:
+        A readable local file path.
+
+    Raises:
+        AscendConfigNotFoundError: neither a local file nor a successful Hub download.
+
+    >>> import tempfile, os
+    >>> from diffusers_ascend.hub import resolve_config_file
+    >>> d = tempfile.mkdtemp(); open(os.path.join(d, "a.json"), "w").close()
+    >>> resolve_config_file(d, "a.json") == os.path.join(d, "a.json")
+    True
+    """
+    if not isinstance(dir_or_repo_id, (str, os.PathLike)):
+        raise TypeError(f"expected a local path or a Hub repo id (str), got {type(dir_or_repo_id).__name__}")
+    local = os.fspath(dir_or_repo_id)
+    if os.path.isfile(local):
+        return local
+    if os.path.isdir(local):
+        path = os.path.join(local, subfolder or "", filename)
+        if os.path.isfile(path):
+            return path
+        raise AscendConfigNotFoundError(f"{path} does not exist: the directory {local!r} holds no {filename}")
+    if isinstance(dir_or_repo_id, os.PathLike):
+        raise AscendConfigNotFoundError(f"{local!r} is neither a directory nor a file")
+
+    import huggingface_hub
+    from huggingface_hub import hf_hub_download
+
+    try:
+        return hf_hub_download(
+            repo_id=local,
+            filename=filename,
+            subfolder=subfolder or None,
+            revision=revision,
+            cache_dir=cache_dir,
+            local_files_only=bool(local_files_only),
+            token=token,
+        )
+    except (huggingface_hub.errors.HFValidationError, ValueError) as e:  # invalid repo id
+        raise AscendConfigNotFoundError(
+            f"{local!r} is not a local directory or file, and not a valid Hub repo id ({e})"
+        ) from e
+    except Exception as e:  # offline + not cached, missing repo/file/revision, HTTP errors
+        where = f"{local}/{subfolder + '/' if subfolder else ''}{filename}" + (f"@{revision}" if revision else "")
+        offline = " (offline: HF_HUB_OFFLINE or local_files_only)" if _offline(local_files_only) else ""
+        raise AscendConfigNotFoundError(
+            f"could not find {filename}: {local!r} is not a local directory or file, and downloading "
+            f"{where} from the Hub failed{offline}: {type(e).__name__}: {e}"
+        ) from e
+
+
+def _offline(local_files_only: bool | None) -> bool:
+    from huggingface_hub import constants
+
+    return bool(local_files_only) or bool(constants.HF_HUB_OFFLINE)
+
+
+def upload_config(
+    json_text: str,
+    repo_id: str,
+    filename: str,
+    token: str | bool | None = None,
+    private: bool | None = None,
+    revision: str | None = None,
+    commit_message: str | None = None,
+    create_pr: bool = False,
+) -> Any:
+    """Creates the model repo if missing (``exist_ok=True``) and uploads ``json_text`` as ``filename``.
+
+    Returns:
+        The ``CommitInfo`` of ``HfApi.upload_file``.
+
+    >>> from diffusers_ascend.hub import upload_config
+    >>> upload_config("{}", "me/repo", "ascend_config.json")  # doctest: +SKIP
+    """
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=token)
+    api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+    return api.upload_file(
+        path_or_fileobj=json_text.encode("utf-8"),
+        path_in_repo=filename,
+        repo_id=repo_id,
+        repo_type="model",
+        revision=revision,
+        commit_message=commit_message,
+        create_pr=create_pr,
+    )
