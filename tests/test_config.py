@@ -1,0 +1,248 @@
+"""AscendConfig: validation, resolution per platform, JSON round trips, identity, coerce."""
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+from diffusers_ascend.config import CONFIG_NAME, CONFIG_VERSION, FUSIONS, AscendConfig
+from diffusers_ascend.platform import override_platform
+
+NON_NUMERIC = ("rms_norm", "rope", "gelu_tanh", "adaln", "mul_add")
+
+
+# ----------------------------------------------------------------------------- validation
+@pytest.mark.parametrize(
+    "kwargs, exc, pattern",
+    [
+        (dict(fusions=5), TypeError, r"fusions.*int 5.*'rms_norm'"),
+        (dict(fusions="everything"), ValueError, r"'everything'.*'auto', 'all', 'none'"),
+        (dict(fusions=["rms_nrom"]), ValueError, r"\['rms_nrom'\].*valid.*'mul_add'.*Did you mean 'rms_norm'"),
+        (dict(fusions=["rope", 3]), ValueError, r"\[3\].*valid"),
+        (dict(fusions=["gelu_tanh", "fast_gelu"]), ValueError, r"'gelu_tanh' and 'fast_gelu'"),
+        (dict(fullgraph="yes"), TypeError, r"fullgraph.*True or False.*'yes'"),
+        (dict(safe_output=1), TypeError, r"safe_output"),
+        (dict(max_captured_graphs=0), ValueError, r"max_captured_graphs=0.*>= 1"),
+        (dict(max_captured_graphs=True), TypeError, r"max_captured_graphs.*int.*True"),
+        (dict(max_captured_graphs=2.0), TypeError, r"max_captured_graphs.*2.0"),
+        (dict(recompile_limit=-1), ValueError, r"recompile_limit=-1.*>= 1 or None"),
+        (dict(compile="blocs"), ValueError, r"compile='blocs'.*'blocks', 'model', 'none'.*Did you mean 'blocks'"),
+        (dict(executor="inductr"), ValueError, r"executor='inductr'.*'auto', 'eager', 'inductor'"),
+        (dict(mode="fast"), ValueError, r"mode='fast'.*'max-autotune'"),
+        (dict(dynamic="yes"), ValueError, r"dynamic='yes'.*None, True, False"),
+        (dict(dynamic=1), ValueError, r"dynamic=1"),
+        (dict(graph_capture="npugraph"), ValueError, r"graph_capture='npugraph'.*'graph_only'"),
+        (dict(on_error="ignore"), ValueError, r"on_error='ignore'.*'fallback', 'raise'"),
+        (dict(attention="flsh"), ValueError, r"attention='flsh'.*'_native_npu'.*Did you mean 'flash'"),
+        (dict(attention=3), TypeError, r"attention"),
+        (dict(graph_log_dir=3), TypeError, r"graph_log_dir"),
+        (dict(compile="none", graph_capture="graph_only"), ValueError, r"compile='none'.*graph_capture"),
+        (dict(compile="none", freezing=True), ValueError, r"compile='none'.*freezing"),
+        (dict(compile="none", executor="inductor"), ValueError, r"compile='none'.*executor='inductor'"),
+        (dict(compile="none", fullgraph=True, mode="max-autotune"), ValueError, r"mode='max-autotune'.*fullgraph"),
+        (dict(executor="eager", mode="max-autotune"), ValueError, r"Inductor setting.*executor='eager'"),
+    ],
+)
+def test_invalid_values_name_value_and_choices(kwargs, exc, pattern):
+    before = copy.deepcopy(kwargs)
+    with pytest.raises(exc, match=pattern):
+        AscendConfig(**kwargs)
+    assert kwargs == before
+
+
+def test_valid_values_and_normalization():
+    cfg = AscendConfig(fusions=["mul_add", "rope", "rms_norm", "rope"], graph_log_dir=__import__("pathlib").Path("/tmp/g"))
+    assert cfg.fusions == ("rms_norm", "rope", "mul_add")  # canonical order, duplicates dropped
+    assert cfg.graph_log_dir == "/tmp/g" and isinstance(cfg.graph_log_dir, str)
+    assert AscendConfig(fusions="rope").fusions == ("rope",)
+    assert AscendConfig(fusions=()).fusions == ()
+    assert AscendConfig(attention="_native_npu").attention == "_native_npu"
+    assert AscendConfig(attention=None).attention is None
+    assert AscendConfig(compile="none", fusions="all").compile == "none"  # swaps only
+    with pytest.raises(dataclasses_frozen_error()):
+        cfg.fusions = "none"
+
+
+def dataclasses_frozen_error():
+    import dataclasses
+
+    return dataclasses.FrozenInstanceError
+
+
+def test_replace_validates_and_keeps_original():
+    cfg = AscendConfig(fusions=["rope"])
+    new = cfg.replace(on_error="raise", fusions="all")
+    assert (new.on_error, new.fusions) == ("raise", "all")
+    assert (cfg.on_error, cfg.fusions) == ("fallback", ("rope",))
+    with pytest.raises(TypeError, match=r"\['fusion'\].*valid:.*'fusions'.*Did you mean 'fusions'"):
+        cfg.replace(fusion="all")
+    with pytest.raises(ValueError, match="max_captured_graphs"):
+        cfg.replace(max_captured_graphs=0)
+
+
+# ----------------------------------------------------------------------------- resolution
+def test_resolved_fusions_per_platform():
+    auto = AscendConfig()
+    assert auto.resolved_fusions("npu") == NON_NUMERIC
+    assert auto.resolved_fusions("cpu") == ()
+    from ascend_kernels.registry import available_providers
+
+    expected_cuda = tuple(
+        f
+        for f in NON_NUMERIC
+        if any(p != "native" for p in available_providers({"adaln": "adaln_modulate"}.get(f, f), "cuda"))
+    )
+    assert auto.resolved_fusions("cuda") == expected_cuda
+    for plat in ("npu", "cuda", "cpu"):
+        assert AscendConfig(fusions="all").resolved_fusions(plat) == NON_NUMERIC  # never fast_gelu
+        assert AscendConfig(fusions="none").resolved_fusions(plat) == ()
+        explicit = AscendConfig(fusions=["mul_add", "fast_gelu", "rms_norm"])
+        assert explicit.resolved_fusions(plat) == ("rms_norm", "fast_gelu", "mul_add")
+    with override_platform("npu"):
+        assert auto.resolved_fusions() == NON_NUMERIC
+    with pytest.raises(ValueError, match="'tpu'"):
+        auto.resolved_fusions("tpu")
+    assert set(NON_NUMERIC) | {"fast_gelu"} == set(FUSIONS)
+
+
+def test_resolved_executor():
+    assert AscendConfig().resolved_executor("npu") == "eager"
+    assert AscendConfig().resolved_executor("cuda") == "inductor"
+    assert AscendConfig().resolved_executor("cpu") == "inductor"
+    assert AscendConfig(executor="inductor").resolved_executor("npu") == "inductor"
+    assert AscendConfig(executor="eager").resolved_executor("cpu") == "eager"
+
+
+# ----------------------------------------------------------------------------- JSON
+def test_dict_and_json_round_trip():
+    cfg = AscendConfig(fusions=["rope", "adaln"], attention=None, compile="model", executor="inductor",
+                       mode="max-autotune", dynamic=False, fullgraph=True, recompile_limit=16,
+                       graph_capture="graph_only", safe_output=False, max_captured_graphs=3,
+                       graph_log_dir="/tmp/x", on_error="raise")
+    d = cfg.to_dict()
+    assert d["version"] == CONFIG_VERSION == 1 and "diffusers_ascend_version" in d
+    assert d["fusions"] == ["rope", "adaln"]
+    assert AscendConfig.from_dict(d) == cfg
+    assert AscendConfig.from_dict(json.loads(cfg.to_json_string())) == cfg
+    assert d == cfg.to_dict()  # from_dict did not mutate
+
+
+def test_save_and_from_pretrained(tmp_path):
+    cfg = AscendConfig(fusions="all", compile="model")
+    path = cfg.save_pretrained(tmp_path / "out")
+    assert path == os.path.join(tmp_path / "out", CONFIG_NAME)
+    assert AscendConfig.from_pretrained(tmp_path / "out") == cfg
+    assert AscendConfig.from_pretrained(str(tmp_path / "out")) == cfg
+    assert AscendConfig.from_pretrained(path) == cfg  # the json file itself
+    sub = tmp_path / "pipe" / "transformer"
+    cfg.save_pretrained(sub)
+    assert AscendConfig.from_pretrained(tmp_path / "pipe", subfolder="transformer") == cfg
+
+
+def test_unknown_keys_warn_and_drop():
+    d = AscendConfig().to_dict()
+    d["turbo"] = True
+    with pytest.warns(UserWarning, match=r"unknown ascend config keys \['turbo'\]"):
+        cfg = AscendConfig.from_dict(d)
+    assert cfg == AscendConfig() and "turbo" in d
+
+
+def test_newer_version_warns_and_loads_known_keys():
+    d = {"version": CONFIG_VERSION + 1, "fusions": ["rope"], "future_field": 1}
+    with pytest.warns(UserWarning) as record:
+        cfg = AscendConfig.from_dict(d)
+    messages = [str(w.message) for w in record]
+    assert any("newer" in m for m in messages) and any("['future_field']" in m for m in messages)
+    assert cfg.fusions == ("rope",)
+    with pytest.warns(UserWarning, match="newer"), pytest.raises(ValueError, match="on_error"):
+        AscendConfig.from_dict({"version": CONFIG_VERSION + 1, "on_error": "explode"})
+
+
+def test_invalid_dict_values_raise():
+    with pytest.raises(ValueError, match="version"):
+        AscendConfig.from_dict({"version": "one"})
+    with pytest.raises(ValueError, match="compile"):
+        AscendConfig.from_dict({"version": 1, "compile": "everything"})
+    with pytest.raises(TypeError, match="dict"):
+        AscendConfig.from_dict(["fusions"])
+
+
+def test_malformed_json_names_the_file(tmp_path):
+    (tmp_path / CONFIG_NAME).write_text("{not json")
+    with pytest.raises(ValueError, match=rf"{CONFIG_NAME} is not valid JSON"):
+        AscendConfig.from_pretrained(tmp_path)
+    (tmp_path / CONFIG_NAME).write_text("[1, 2]")
+    with pytest.raises(ValueError, match="JSON list"):
+        AscendConfig.from_pretrained(tmp_path)
+
+
+def test_missing_file_in_local_dir(tmp_path):
+    with pytest.raises(OSError, match=rf"holds no {CONFIG_NAME}"):
+        AscendConfig.from_pretrained(tmp_path)
+
+
+# ----------------------------------------------------------------------------- identity
+def test_equality_hash_cache_key():
+    a = AscendConfig(fusions=["rope", "rms_norm"])
+    b = AscendConfig(fusions=("rms_norm", "rope", "rms_norm"))
+    assert a == b and hash(a) == hash(b) and a.cache_key() == b.cache_key()
+    assert len({a, b}) == 1
+    c = a.replace(on_error="raise")
+    assert c != a and c.cache_key() != a.cache_key()
+    assert AscendConfig(fusions="all") != AscendConfig(fusions=NON_NUMERIC)  # "all" follows future fusions
+    # graph_log_dir does not change compiled code: same key, but still part of ==.
+    logged = a.replace(graph_log_dir="/tmp/graphs")
+    assert logged.cache_key() == a.cache_key() and logged != a and hash(logged) == hash(a)
+    assert len(a.cache_key()) == 64
+
+
+def test_cache_key_stable_across_processes():
+    cfg = AscendConfig(fusions=["rope", "mul_add"], mode="max-autotune", dynamic=True)
+    code = (
+        "from diffusers_ascend.config import AscendConfig;"
+        "print(AscendConfig(fusions=['mul_add', 'rope'], mode='max-autotune', dynamic=True).cache_key())"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "123"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == cfg.cache_key()
+
+
+# ----------------------------------------------------------------------------- coerce
+def test_coerce_every_accepted_type(tmp_path):
+    base = AscendConfig(fusions=["rope"], compile="model")
+    assert AscendConfig.coerce() == AscendConfig()
+    assert AscendConfig.coerce(None, on_error="raise") == AscendConfig(on_error="raise")
+    assert AscendConfig.coerce(base) is base
+    assert AscendConfig.coerce(base, fusions="none") == base.replace(fusions="none")
+    assert base.fusions == ("rope",)
+    d = base.to_dict()
+    assert AscendConfig.coerce(d) == base
+    assert AscendConfig.coerce({"fusions": ["rope"]}, compile="model") == base
+    base.save_pretrained(tmp_path)
+    assert AscendConfig.coerce(str(tmp_path)) == base
+    assert AscendConfig.coerce(tmp_path, on_error="raise") == base.replace(on_error="raise")
+    assert AscendConfig.coerce(tmp_path / CONFIG_NAME) == base
+
+
+def test_coerce_rejects_bad_types_and_names():
+    with pytest.raises(TypeError, match=r"from int; accepted: AscendConfig, dict, .*Hub repo id, or None"):
+        AscendConfig.coerce(5)
+    with pytest.raises(TypeError, match=r"\['fusion'\].*valid"):
+        AscendConfig.coerce(None, fusion="all")
+    d = {"fusions": "all"}
+    with pytest.raises(ValueError):
+        AscendConfig.coerce(d, compile="nothing")
+    assert d == {"fusions": "all"}
+
+
+def test_light_import():
+    code = (
+        "import sys, diffusers_ascend.config as c; c.AscendConfig(fusions='all').to_dict();"
+        "print(sorted(m for m in ('diffusers', 'torch._inductor', 'huggingface_hub') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
