@@ -138,12 +138,17 @@ class AscendConfig:
 
     Contradictions rejected (each would silently do nothing otherwise):
         - ``compile="none"`` with ``graph_capture``, ``freezing=True``, an explicit ``executor``
-          (not ``"auto"``), ``mode``, ``fullgraph=True`` or ``recompile_limit``: nothing is
-          compiled, so these settings could not take effect.
+          (not ``"auto"``), ``mode``, ``dynamic`` (not None), ``fullgraph=True`` or
+          ``recompile_limit``: nothing is compiled, so these settings could not take effect.
         - ``executor="eager"`` with ``mode``: the mode is an Inductor setting.
         - ``fusions`` naming both ``gelu_tanh`` and ``fast_gelu``: both replace the same GELU.
-        Allowed: ``graph_capture`` with any executor; ``dynamic`` with ``compile="none"`` is an
-        error too only if set to a non-None value (same reason as above).
+        Allowed: ``compile="none"`` with any ``fusions``/``attention`` (module swaps still
+        apply), ``graph_capture`` with either executor, ``mode`` with ``executor="auto"`` (ignored
+        where auto resolves to eager, i.e. on NPU).
+
+    Identity: ``==`` compares every field; `cache_key` (and ``hash``) leaves out
+    ``graph_log_dir``, which does not change compiled code. ``fusions="all"`` is not equal to the
+    explicit list of today's fusions: "all" also covers fusions added later.
 
     >>> from diffusers_ascend.config import AscendConfig
     >>> cfg = AscendConfig(fusions=["rope", "rms_norm"])

@@ -73,7 +73,7 @@ def resolve_config_file(
             local_files_only=bool(local_files_only),
             token=token,
         )
-    except (huggingface_hub.errors.HFValidationError, ValueError) as e:  # invalid repo id
+    except huggingface_hub.errors.HFValidationError as e:  # invalid repo id (a ValueError subclass)
         raise AscendConfigNotFoundError(
             f"{local!r} is not a local directory or file, and not a valid Hub repo id ({e})"
         ) from e
