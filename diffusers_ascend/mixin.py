@@ -1,0 +1,271 @@
+"""`enable_ascend_compile` / `disable_ascend_compile` / `ascend_report` for diffusers pipelines and models.
+
+Per-object state lives on the object (`_ascend_state`); nothing here is process-global except
+`torch._dynamo.config.recompile_limit`, which dynamo itself keeps process-wide: it is only ever
+raised (to `config.recompile_limit`), never lowered.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import warnings
+from typing import Any
+
+import torch
+
+ASCEND_CONFIG_KEY = "_ascend_config"
+# Set while a pipeline loads its components, so each model's from_pretrained does not apply the
+# config a second time (the pipeline applies it once at the end).
+_LOADING_PIPELINE = contextvars.ContextVar("diffusers_ascend_loading_pipeline", default=False)
+
+
+class _State:
+    def __init__(self, config, backend):
+        self.config = config
+        self.backend = backend
+        self.compiled: list[torch.nn.Module] = []
+        self.fallbacks: list[dict[str, str]] = []
+        self.attention: dict[Any, Any] | None = None  # processor -> its previous _attention_backend
+
+
+def _is_pipeline(obj) -> bool:
+    from diffusers import DiffusionPipeline
+
+    return isinstance(obj, DiffusionPipeline)
+
+
+def _models(obj) -> list[tuple[str, torch.nn.Module]]:
+    """The models of `obj` that have an adapter: the model itself, or a pipeline's transformers."""
+    from .adapters import adapter_for
+
+    if not _is_pipeline(obj):
+        return [("", obj)]
+    out = []
+    for name, comp in obj.components.items():
+        if isinstance(comp, torch.nn.Module) and adapter_for(comp) is not None:
+            out.append((name, comp))
+    return out
+
+
+def _set_config_key(obj, value) -> None:
+    from diffusers.configuration_utils import FrozenDict
+
+    d = dict(obj._internal_dict)
+    if value is None:
+        d.pop(ASCEND_CONFIG_KEY, None)
+    else:
+        d[ASCEND_CONFIG_KEY] = value
+    obj._internal_dict = FrozenDict(d)
+
+
+def _raise_recompile_limit(limit) -> None:
+    if limit is None:
+        return
+    cfg = torch._dynamo.config
+    name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
+    if getattr(cfg, name) < limit:  # process-global in dynamo: only ever raised
+        setattr(cfg, name, limit)
+
+
+def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg) -> None:
+    """Like `module.compile(...)` (no `_orig_mod.` keys), with per-module fallback at first call."""
+    compiled = torch.compile(module._call_impl, backend=state.backend, dynamic=cfg.dynamic, fullgraph=cfg.fullgraph)
+
+    @functools.wraps(module._call_impl)
+    def call(*args, **kwargs):
+        try:
+            return compiled(*args, **kwargs)
+        except Exception as e:  # compile errors surface at the first call
+            if cfg.on_error == "raise":
+                raise
+            reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            warnings.warn(f"diffusers_ascend: {name or type(module).__name__} failed to compile, running eager ({reason})")
+            state.fallbacks.append({"module": name or type(module).__name__, "reason": reason})
+            module._compiled_call_impl = None
+            return module._call_impl(*args, **kwargs)
+
+    module._compiled_call_impl = call
+    state.compiled.append(module)
+
+
+def _set_attention(model, cfg, state: _State) -> None:
+    from .platform import current_platform
+
+    backend = cfg.attention
+    if backend == "auto":
+        backend = "_native_npu" if current_platform() == "npu" else None
+    if backend is None or not hasattr(model, "set_attention_backend"):
+        return
+    procs = {}
+    for m in model.modules():
+        p = getattr(m, "processor", None)
+        if p is not None and hasattr(p, "_attention_backend"):
+            procs[p] = p._attention_backend
+    state.attention = procs
+    model.set_attention_backend(backend)
+
+
+def _enable_model(model, cfg, name: str = "") -> None:
+    from .adapters import adapter_for
+    from .compilation import AscendBackend
+
+    adapter = adapter_for(model)
+    backend = AscendBackend(cfg) if cfg.compile != "none" else None
+    state = _State(cfg, backend)
+    _set_attention(model, cfg, state)
+    _raise_recompile_limit(cfg.recompile_limit)
+    if cfg.compile == "blocks":
+        if adapter is None:
+            raise ValueError(f"{type(model).__name__} has no adapter and no _repeated_blocks; use compile='model' or 'none'.")
+        for sub_name, sub in model.named_modules():
+            if type(sub).__name__ in adapter.blocks:
+                _compile_in_place(sub, f"{name + '.' if name else ''}{sub_name}", state, cfg)
+    elif cfg.compile == "model":
+        _compile_in_place(model, name, state, cfg)
+    model._ascend_state = state
+    model.register_to_config(**{ASCEND_CONFIG_KEY: cfg.to_dict()})
+
+
+def _disable_model(model) -> None:
+    state = getattr(model, "_ascend_state", None)
+    if state is None:
+        return
+    for m in state.compiled:
+        m._compiled_call_impl = None
+    if state.attention is not None:
+        for proc, prev in state.attention.items():
+            proc._attention_backend = prev
+    del model._ascend_state
+    _set_config_key(model, None)
+
+
+def enable_ascend_compile(pipe_or_model, config=None, **overrides):
+    """Accelerates a diffusers pipeline or model for Ascend: fusion backend, per-block compile, attention.
+
+    Enabling again replaces the previous configuration (it never stacks).
+
+    Args:
+        pipe_or_model: a `DiffusionPipeline` or a diffusers `ModelMixin`.
+        config: `AscendConfig` | dict | local directory | Hub repo id | None (defaults).
+        **overrides: `AscendConfig` fields replacing those of `config`.
+
+    Returns:
+        `pipe_or_model`.
+
+    >>> import diffusers_ascend
+    >>> from diffusers_ascend.tiny import tiny_flux_pipeline
+    >>> pipe = diffusers_ascend.enable_ascend_compile(tiny_flux_pipeline(), executor="eager")
+    """
+    from .config import AscendConfig
+
+    cfg = AscendConfig.coerce(config, **overrides)  # validates before anything changes
+    if cfg.compile != "none":
+        from .compilation import AscendBackend
+
+        AscendBackend(cfg)  # constructor errors (freezing, graph_capture) before anything changes
+    models = _models(pipe_or_model)
+    if not models:
+        raise ValueError(f"{type(pipe_or_model).__name__} holds no model with an Ascend adapter.")
+    disable_ascend_compile(pipe_or_model)
+    for name, model in models:
+        _enable_model(model, cfg, name)
+    if _is_pipeline(pipe_or_model):
+        pipe_or_model._ascend_config_obj = cfg
+        pipe_or_model.register_to_config(**{ASCEND_CONFIG_KEY: cfg.to_dict()})
+    return pipe_or_model
+
+
+def disable_ascend_compile(pipe_or_model):
+    """Restores the original modules, attention processors' backends and config (no-op if not enabled).
+
+    >>> import diffusers_ascend
+    >>> from diffusers_ascend.tiny import tiny_flux_transformer
+    >>> model = diffusers_ascend.disable_ascend_compile(tiny_flux_transformer())
+    """
+    for _, model in _models(pipe_or_model):
+        _disable_model(model)
+    if _is_pipeline(pipe_or_model):
+        pipe_or_model.__dict__.pop("_ascend_config_obj", None)
+        _set_config_key(pipe_or_model, None)
+    return pipe_or_model
+
+
+def ascend_report(pipe_or_model):
+    """The `FusionReport` merged over every compiled model of `pipe_or_model` (None if not enabled)."""
+    from .compilation import FusionReport
+
+    reports = []
+    for _, model in _models(pipe_or_model):
+        state = getattr(model, "_ascend_state", None)
+        if state is None:
+            continue
+        rep = FusionReport.merge([state.backend.report]) if state.backend is not None else FusionReport()
+        for fb in state.fallbacks:
+            rep.add_fallback(fb["module"], fb["reason"])
+        reports.append(rep)
+    return FusionReport.merge(reports) if reports else None
+
+
+class AscendAccelerationMixin:
+    """Methods added to `diffusers.DiffusionPipeline` and `diffusers.ModelMixin` by `import diffusers_ascend`."""
+
+    def enable_ascend_compile(self, config=None, **overrides):
+        """See `diffusers_ascend.enable_ascend_compile`."""
+        return enable_ascend_compile(self, config, **overrides)
+
+    def disable_ascend_compile(self):
+        """See `diffusers_ascend.disable_ascend_compile`."""
+        return disable_ascend_compile(self)
+
+    def ascend_report(self):
+        """See `diffusers_ascend.ascend_report`."""
+        return ascend_report(self)
+
+
+def _wrap_from_pretrained(cls, is_pipeline: bool) -> None:
+    orig = cls.__dict__["from_pretrained"].__func__
+    if getattr(orig, "_ascend_wrapped", False):
+        return
+
+    @functools.wraps(orig)
+    def from_pretrained(klass, *args, ascend_config=None, **kwargs):
+        if not is_pipeline and _LOADING_PIPELINE.get():
+            return orig(klass, *args, **kwargs)
+        token = _LOADING_PIPELINE.set(True) if is_pipeline else None
+        try:
+            obj = orig(klass, *args, **kwargs)
+        finally:
+            if token is not None:
+                _LOADING_PIPELINE.reset(token)
+        if ascend_config is False:
+            if is_pipeline:  # the saved key stays in the components' configs but nothing is applied
+                pass
+            return obj
+        if ascend_config is None:
+            ascend_config = _saved_config(obj)
+        if ascend_config is not None:
+            enable_ascend_compile(obj, ascend_config)
+        return obj
+
+    from_pretrained._ascend_wrapped = True
+    setattr(cls, "from_pretrained", classmethod(from_pretrained))
+
+
+def _saved_config(obj):
+    for _, model in _models(obj):
+        saved = model.config.get(ASCEND_CONFIG_KEY) if hasattr(model, "config") else None
+        if saved:
+            return dict(saved)
+    return None
+
+
+def patch_diffusers() -> None:
+    """Adds `AscendAccelerationMixin`'s methods to diffusers' base classes and wraps their `from_pretrained`."""
+    from diffusers import DiffusionPipeline, ModelMixin
+
+    for cls, is_pipe in ((DiffusionPipeline, True), (ModelMixin, False)):
+        for meth in ("enable_ascend_compile", "disable_ascend_compile", "ascend_report"):
+            if not hasattr(cls, meth):
+                setattr(cls, meth, AscendAccelerationMixin.__dict__[meth])
+        _wrap_from_pretrained(cls, is_pipe)
