@@ -1,0 +1,162 @@
+"""enable/disable/report on tiny Flux and Wan (2.2, two transformers) pipelines; persistence round trip; bad inputs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import diffusers_ascend
+from diffusers_ascend.tiny import flux_pipeline_inputs, tiny_flux_pipeline, tiny_wan_pipeline, wan_pipeline_inputs
+
+# FINDINGS section 1: matches per block with all five patterns.
+FLUX_DOUBLE = {"rms_norm": 4, "rope": 2, "gelu_tanh": 2, "adaln": 4, "mul_add": 4}
+FLUX_SINGLE = {"rms_norm": 2, "rope": 2, "gelu_tanh": 1, "adaln": 1, "mul_add": 1}
+WAN = {"rms_norm": 4, "rope": 2, "gelu_tanh": 1, "adaln": 2, "mul_add": 2}
+
+
+def _snapshot(pipe):
+    return {n: (m, m._compiled_call_impl) for n, m in pipe.transformer.named_modules()}
+
+
+@pytest.fixture(scope="module")
+def flux():
+    torch._dynamo.reset()
+    pipe = tiny_flux_pipeline()
+    ref = pipe(**flux_pipeline_inputs()).images
+    pipe.enable_ascend_compile(fusions="all", executor="eager")
+    out = pipe(**flux_pipeline_inputs()).images
+    return pipe, ref, out
+
+
+def test_flux_numerics_and_compiled_blocks(flux):
+    pipe, ref, out = flux
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    compiled = [n for n, m in pipe.transformer.named_modules() if m._compiled_call_impl is not None]
+    assert compiled == ["transformer_blocks.0", "single_transformer_blocks.0"]
+    assert not any("_orig_mod" in k for k in pipe.transformer.state_dict())
+
+
+def test_flux_report_totals(flux):
+    report = flux[0].ascend_report()
+    assert not report.fallbacks
+    expected = {f: FLUX_DOUBLE[f] + FLUX_SINGLE[f] for f in FLUX_DOUBLE}
+    assert {f: report.matches.get(f, 0) for f in expected} == expected
+
+
+def test_wan22_two_transformers():
+    torch._dynamo.reset()
+    pipe = tiny_wan_pipeline(two_stage=True)
+    ref = pipe(**wan_pipeline_inputs()).frames
+    diffusers_ascend.enable_ascend_compile(pipe, fusions="all", executor="eager")
+    assert pipe.transformer._ascend_state.backend is not pipe.transformer_2._ascend_state.backend
+    out = pipe(**wan_pipeline_inputs()).frames
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    report = pipe.ascend_report()
+    assert {f: report.matches.get(f, 0) for f in WAN} == {f: 2 * n for f, n in WAN.items()}
+
+
+def test_disable_restores_and_enable_twice_does_not_stack():
+    pipe = tiny_flux_pipeline()
+    before = _snapshot(pipe)
+    pipe.enable_ascend_compile(executor="eager", fusions="none")
+    first = pipe.transformer._ascend_state
+    pipe.enable_ascend_compile(executor="eager", fusions=["rms_norm"])
+    assert pipe.transformer._ascend_state is not first
+    assert pipe.transformer._ascend_state.config.fusions == ("rms_norm",)
+    assert len(pipe.transformer._ascend_state.compiled) == 2
+    pipe.disable_ascend_compile()
+    assert _snapshot(pipe) == before
+    assert "_ascend_config" not in pipe.transformer.config and "_ascend_config" not in pipe.config
+    assert not hasattr(pipe.transformer, "_ascend_state")
+
+
+def test_on_error_fallback_and_raise():
+    pipe = tiny_flux_pipeline()
+    ref = pipe(**flux_pipeline_inputs(steps=1)).images
+
+    def broken(*a, **k):
+        torch._dynamo.graph_break()
+        return orig(*a, **k)
+
+    blk = pipe.transformer.single_transformer_blocks[0]
+    orig = blk.forward
+    blk.forward = broken  # a graph break under fullgraph=True cannot compile
+    torch._dynamo.reset()
+    with pytest.warns(UserWarning, match="failed to compile"):
+        pipe.enable_ascend_compile(executor="eager", fullgraph=True)
+        out = pipe(**flux_pipeline_inputs(steps=1)).images
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    assert [f["module"] for f in pipe.ascend_report().fallbacks] == ["transformer.single_transformer_blocks.0"]
+    torch._dynamo.reset()
+    pipe.enable_ascend_compile(executor="eager", fullgraph=True, on_error="raise")
+    with pytest.raises(Exception):
+        pipe(**flux_pipeline_inputs(steps=1))
+    del blk.forward
+
+
+def test_round_trip(tmp_path):
+    pipe = tiny_flux_pipeline()
+    pipe.enable_ascend_compile(fusions=["rms_norm", "rope"], compile="none")
+    sd = pipe.transformer.state_dict()
+    pipe.save_pretrained(tmp_path)
+    none = dict(text_encoder=None, tokenizer=None, text_encoder_2=None, tokenizer_2=None)
+    loaded = type(pipe).from_pretrained(tmp_path, **none)
+    assert loaded.transformer._ascend_state.config == pipe.transformer._ascend_state.config
+    sd2 = loaded.transformer.state_dict()
+    assert sd.keys() == sd2.keys() and all(torch.equal(sd[k], sd2[k]) for k in sd)
+    assert "_ascend_config" in type(pipe).load_config(tmp_path)
+    plain = type(pipe).from_pretrained(tmp_path, ascend_config=False, **none)
+    assert not hasattr(plain.transformer, "_ascend_state")
+    over = type(pipe).from_pretrained(tmp_path, ascend_config={"compile": "none", "fusions": "none"}, **none)
+    assert over.transformer._ascend_state.config.fusions == "none"
+    model = type(pipe.transformer).from_pretrained(tmp_path / "transformer")
+    assert model._ascend_state.config == pipe.transformer._ascend_state.config
+    code = (
+        "import warnings,sys; warnings.simplefilter('error');"
+        "from diffusers import FluxTransformer2DModel as M; m=M.from_pretrained(sys.argv[1]);"
+        "assert not hasattr(m,'enable_ascend_compile'); print('ok')"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "transformer")], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "config,overrides,exc",
+    [(None, {"fusions": ["nope"]}, ValueError), (None, {"compile": 3}, (TypeError, ValueError)), (42, {}, TypeError),
+     ({"version": 0}, {}, ValueError), ({"fusions": "bogus"}, {}, ValueError), ("/nonexistent/dir", {}, Exception), (None, {"bogus": 1}, TypeError)],
+)
+def test_bad_inputs_change_nothing(config, overrides, exc):
+    pipe = tiny_flux_pipeline()
+    before = _snapshot(pipe)
+    with pytest.raises(exc):
+        pipe.enable_ascend_compile(config, **overrides)
+    assert _snapshot(pipe) == before and not hasattr(pipe.transformer, "_ascend_state")
+
+
+def test_newer_version_warns_and_loads():
+    pipe = tiny_flux_pipeline()
+    with pytest.warns(UserWarning, match="newer"):
+        pipe.enable_ascend_compile({"version": 999, "compile": "none", "fusions": "none"})
+    assert pipe.transformer._ascend_state.config.compile == "none"
+
+
+def test_attention_auto_on_npu_sets_native_npu(monkeypatch):
+    from diffusers_ascend.platform import override_platform
+
+    model = tiny_flux_pipeline().transformer
+    calls = []
+    monkeypatch.setattr(type(model), "set_attention_backend", lambda self, name: calls.append(name), raising=False)
+    with override_platform("npu"):
+        diffusers_ascend.enable_ascend_compile(model, compile="none", fusions="none")
+    assert calls == ["_native_npu"]
+    diffusers_ascend.enable_ascend_compile(model, compile="none", fusions="none")  # cpu: left alone
+    assert calls == ["_native_npu"]
+
+
+def test_import_is_light():
+    code = "import sys, diffusers_ascend; print(any(m.startswith('ascend_kernels') for m in sys.modules))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stdout.strip() == "False", r.stderr[-2000:]
