@@ -31,13 +31,16 @@ def __getattr__(name):
 
 
 def _patch():
-    try:
-        import diffusers  # noqa: F401
-    except ImportError:  # diffusers is optional for ascend_kernels-only users
-        return
-    from .mixin import patch_diffusers
+    # Deferred until diffusers defines the classes: importing them costs ~3 s (transformers, peft).
+    from ._import_hooks import when_imported
 
-    patch_diffusers()
+    def patch(module, cls_name, is_pipeline):
+        from .mixin import patch_class
+
+        patch_class(getattr(module, cls_name), is_pipeline)
+
+    when_imported("diffusers.pipelines.pipeline_utils", lambda m: patch(m, "DiffusionPipeline", True))
+    when_imported("diffusers.models.modeling_utils", lambda m: patch(m, "ModelMixin", False))
 
 
 _patch()

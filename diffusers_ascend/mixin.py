@@ -260,12 +260,10 @@ def _saved_config(obj):
     return None
 
 
-def patch_diffusers() -> None:
-    """Adds `AscendAccelerationMixin`'s methods to diffusers' base classes and wraps their `from_pretrained`."""
-    from diffusers import DiffusionPipeline, ModelMixin
+def patch_class(cls, is_pipeline: bool) -> None:
+    """Adds `AscendAccelerationMixin`'s methods to `cls` (DiffusionPipeline or ModelMixin) and wraps its `from_pretrained`."""
+    for meth in ("enable_ascend_compile", "disable_ascend_compile", "ascend_report"):
+        if not hasattr(cls, meth):
+            setattr(cls, meth, AscendAccelerationMixin.__dict__[meth])
+    _wrap_from_pretrained(cls, is_pipeline)
 
-    for cls, is_pipe in ((DiffusionPipeline, True), (ModelMixin, False)):
-        for meth in ("enable_ascend_compile", "disable_ascend_compile", "ascend_report"):
-            if not hasattr(cls, meth):
-                setattr(cls, meth, AscendAccelerationMixin.__dict__[meth])
-        _wrap_from_pretrained(cls, is_pipe)

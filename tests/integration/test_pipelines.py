@@ -156,7 +156,20 @@ def test_attention_auto_on_npu_sets_native_npu(monkeypatch):
     assert calls == ["_native_npu"]
 
 
-def test_import_is_light():
-    code = "import sys, diffusers_ascend; print(any(m.startswith('ascend_kernels') for m in sys.modules))"
+IMPORT_ORDERS = {
+    "ascend_first": "import diffusers_ascend; light = 'diffusers.pipelines.pipeline_utils' not in sys.modules; from diffusers import FluxPipeline, WanTransformer3DModel",
+    "diffusers_first": "from diffusers import FluxPipeline, WanTransformer3DModel; light = True; import diffusers_ascend",
+}
+
+
+@pytest.mark.parametrize("order", sorted(IMPORT_ORDERS))
+def test_import_patches_in_either_order_and_stays_light(order):
+    code = (
+        f"import sys; {IMPORT_ORDERS[order]}\n"
+        "heavy = [m for m in sys.modules if m.startswith(('ascend_kernels', 'diffusers_ascend.compilation'))]\n"
+        "print(light, heavy, all(hasattr(c, m) for c in (FluxPipeline, WanTransformer3DModel)"
+        " for m in ('enable_ascend_compile', 'disable_ascend_compile', 'ascend_report')),"
+        " getattr(FluxPipeline.from_pretrained, '_ascend_wrapped', False))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert r.stdout.strip() == "False", r.stderr[-2000:]
+    assert r.stdout.strip() == "True [] True True", r.stderr[-2000:]
