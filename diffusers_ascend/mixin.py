@@ -27,6 +27,8 @@ class _State:
         self.compiled: list[torch.nn.Module] = []
         self.fallbacks: list[dict[str, str]] = []
         self.attention: dict[Any, Any] | None = None  # processor -> its previous _attention_backend
+        self.swapped: list[tuple[object, type]] = []  # (object, original class), see layers.apply_swaps
+        self.swaps: dict[str, int] = {}
 
 
 def _is_pipeline(obj) -> bool:
@@ -109,10 +111,12 @@ def _set_attention(model, cfg, state: _State) -> None:
 def _enable_model(model, cfg, name: str = "") -> None:
     from .adapters import adapter_for
     from .compilation import AscendBackend
+    from .layers import apply_swaps
 
     adapter = adapter_for(model)
     backend = AscendBackend(cfg) if cfg.compile != "none" else None
     state = _State(cfg, backend)
+    state.swapped, state.swaps = apply_swaps(model, cfg.resolved_fusions())
     _set_attention(model, cfg, state)
     _raise_recompile_limit(cfg.recompile_limit)
     if cfg.compile == "blocks":
@@ -131,8 +135,11 @@ def _disable_model(model) -> None:
     state = getattr(model, "_ascend_state", None)
     if state is None:
         return
+    from .layers import restore_swaps
+
     for m in state.compiled:
         m._compiled_call_impl = None
+    restore_swaps(state.swapped)
     if state.attention is not None:
         for proc, prev in state.attention.items():
             proc._attention_backend = prev
@@ -203,6 +210,7 @@ def ascend_report(pipe_or_model):
         rep = FusionReport.merge([state.backend.report]) if state.backend is not None else FusionReport()
         for fb in state.fallbacks:
             rep.add_fallback(fb["module"], fb["reason"])
+        rep.record_swaps(state.swaps)
         reports.append(rep)
     return FusionReport.merge(reports) if reports else None
 

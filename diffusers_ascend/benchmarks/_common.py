@@ -1,0 +1,164 @@
+"""Shared pieces of the benchmarks: sizes, machine description, timing, cold caches, tables."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import platform
+import statistics
+import time
+from typing import Any, Callable, Sequence
+
+import torch
+
+SIZES = ("tiny", "small")
+
+
+def check_size(size: str) -> str:
+    """Returns `size` if it is one of `SIZES`, else raises a ValueError naming the valid ones."""
+    if size not in SIZES:
+        raise ValueError(f"unknown benchmark size {size!r}; valid sizes: {', '.join(map(repr, SIZES))}")
+    return size
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info() -> dict[str, Any]:
+    """Where the numbers were measured: OS, CPU, cores and threads, library versions, device.
+
+    >>> info = machine_info()
+    >>> sorted(info)[:3]
+    ['cpu', 'cpu_count', 'device']
+    """
+    import diffusers
+
+    from diffusers_ascend.platform import current_platform
+
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        usable = os.cpu_count()
+    device = current_platform()
+    if device == "cuda":
+        device = f"cuda ({torch.cuda.get_device_name(0)})"
+    elif device == "npu":
+        device = f"npu ({torch.npu.get_device_name(0)})"  # type: ignore[attr-defined]
+    return dict(
+        platform=platform.platform(),
+        python=platform.python_version(),
+        cpu=_cpu_model(),
+        cpu_count=os.cpu_count(),
+        cpu_usable=usable,
+        torch_threads=torch.get_num_threads(),
+        torch=torch.__version__,
+        diffusers=diffusers.__version__,
+        device=device,
+        date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    )
+
+
+@contextlib.contextmanager
+def cold_compile():
+    """A fresh dynamo state and an empty, temporary Inductor/AOT cache: what a first run pays.
+
+    Without the temporary cache, the second of two compiles of the same graph is a cache hit and
+    the comparison measures the cache, not the compiler.
+    """
+    from torch._inductor import utils
+
+    fresh = getattr(utils, "fresh_cache", None) or utils.fresh_inductor_cache
+    torch._dynamo.reset()
+    try:
+        with fresh():
+            yield
+    finally:
+        torch._dynamo.reset()
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    """`(fn(), seconds)`."""
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def median_time(fn: Callable[[], Any], runs: int, warmup: int) -> dict[str, float]:
+    """Median and min wall time of `runs` calls after `warmup` untimed ones, in milliseconds."""
+    for _ in range(warmup):
+        fn()
+    times = [timed(fn)[1] * 1e3 for _ in range(runs)]
+    return dict(median_ms=statistics.median(times), min_ms=min(times))
+
+
+def warm_up_compiler() -> None:
+    """Pays the once-per-process costs (importing Inductor, registering the fusion patterns,
+    building the C++ toolchain check) outside any measurement, so the first measured variant is
+    not penalised for running first."""
+    from diffusers_ascend.compilation import AscendBackend
+    from diffusers_ascend.tiny import flux_single_block_inputs, tiny_flux_blocks
+
+    _, single = tiny_flux_blocks()
+    inputs = flux_single_block_inputs()
+    with cold_compile(), torch.no_grad():
+        torch.compile(single, backend=AscendBackend(fusions="all", executor="eager"))(**inputs)
+        torch._dynamo.reset()
+        torch.compile(torch.nn.Linear(4, 4))(torch.randn(2, 4))
+
+
+# -- tables ------------------------------------------------------------------------------------------
+
+
+def _get(row: dict[str, Any], key: str) -> Any:
+    """`row[key]`, where a dotted key reads a nested dict (``"matches.rope"``)."""
+    value: Any = row
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if value == 0:
+            return "0"
+        return f"{value:.3g}" if abs(value) < 100 else f"{value:.1f}"
+    return str(value)
+
+
+def table_cells(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> tuple[list[str], list[list[str]]]:
+    """Header and formatted cells of `rows` for `columns` = ``[(key, title), ...]``."""
+    return [title for _, title in columns], [[_fmt(_get(r, key)) for key, _ in columns] for r in rows]
+
+
+def text_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
+    """A fixed-width text table (first column left-aligned, the rest right-aligned)."""
+    header, cells = table_cells(rows, columns)
+    widths = [max(len(r[i]) for r in [header, *cells]) for i in range(len(header))]
+    lines = []
+    for r in [header, *cells]:
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
+    """A GitHub-flavoured markdown table."""
+    header, cells = table_cells(rows, columns)
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in cells]
+    return "\n".join(lines)

@@ -1,0 +1,284 @@
+"""Fused layers swapped into diffusers models: RMSNorm, GELU-tanh and attention processors with fused RoPE.
+
+A swap changes only the class of an existing object (``module.__class__ = Fused...``), never the
+object: parameters, buffers, hooks (accelerate offload, diffusers hooks, PEFT/LoRA children)
+and state-dict keys stay exactly as they were, and `restore` puts the original class back. The
+fused classes subclass the diffusers/torch classes they replace, so ``isinstance`` checks in
+diffusers keep working.
+
+These swaps are the only acceleration under ``compile="none"``; under compilation they put the
+fused op straight into the traced graph (the fusion passes then find nothing left to match for
+that fusion, and `FusionReport.swaps` records the modules instead).
+
+Which class is swapped for what lives in one table, `SWAPS`, keyed by class name (the model
+adapters name nothing here: every Flux/Wan module of a swappable class is swapped).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["FusedRMSNorm", "FusedTorchGELU", "SWAPS", "Swap", "apply_swaps", "restore_swaps"]
+
+
+def _ops():
+    import ascend_kernels  # noqa: F401  (registers torch.ops.ascend_kernels on first use)
+
+    return torch.ops.ascend_kernels
+
+
+# -- modules -------------------------------------------------------------------------------------
+class FusedRMSNorm(torch.nn.RMSNorm):
+    """`torch.nn.RMSNorm` computed by ``ascend_kernels.rms_norm`` (fp32 inside, output in x's dtype).
+
+    >>> import torch
+    >>> norm = torch.nn.RMSNorm(8, eps=1e-6)
+    >>> norm.__class__ = FusedRMSNorm
+    >>> norm(torch.ones(2, 8)).shape
+    torch.Size([2, 8])
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if len(self.normalized_shape) != 1:  # the op normalizes the last dimension only
+            return super().forward(x)
+        # nn.RMSNorm's eps=None means finfo(x.dtype).eps.
+        eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
+        return _ops().rms_norm(x, self.weight, eps, None)
+
+
+class FusedTorchGELU(torch.nn.GELU):
+    """`torch.nn.GELU(approximate="tanh")` computed by ``ascend_kernels.gelu_tanh`` (or ``fast_gelu``)."""
+
+    _ascend_op = "gelu_tanh"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return getattr(_ops(), self._ascend_op)(x)
+
+
+class FastTorchGELU(FusedTorchGELU):
+    """`FusedTorchGELU` with the NPU approximation ``x * sigmoid(1.702 x)`` (changes numerics)."""
+
+    _ascend_op = "fast_gelu"
+
+
+def _diffusers_gelu_classes():
+    from diffusers.models.activations import GELU
+
+    class FusedGELU(GELU):
+        """diffusers' `GELU` (Linear then tanh-GELU) with the activation as ``ascend_kernels.gelu_tanh``."""
+
+        _ascend_op = "gelu_tanh"
+
+        def gelu(self, gate: torch.Tensor) -> torch.Tensor:
+            return getattr(_ops(), self._ascend_op)(gate)
+
+    class FastGELU(FusedGELU):
+        """`FusedGELU` with ``ascend_kernels.fast_gelu`` (changes numerics)."""
+
+        _ascend_op = "fast_gelu"
+
+    return FusedGELU, FastGELU
+
+
+# -- attention processors with fused RoPE --------------------------------------------------------
+# Each `__call__` mirrors diffusers 0.42's processor line for line except the rotary step;
+# tests/integration/test_layers.py compares every swapped processor with the stock one.
+def _flux_processor_class():
+    from diffusers.models.attention_dispatch import dispatch_attention_fn
+    from diffusers.models.transformers.transformer_flux import FluxAttnProcessor, _get_qkv_projections
+
+    def rope(x, freqs):
+        # apply_rotary_emb(x, (cos, sin), use_real=True, use_real_unbind_dim=-1, sequence_dim=1)
+        cos, sin = freqs
+        return _ops().rope(x, cos[None, :, None, :], sin[None, :, None, :], "interleaved")
+
+    class FusedRopeFluxAttnProcessor(FluxAttnProcessor):
+        """`FluxAttnProcessor` with the rotary embedding as one ``ascend_kernels.rope`` per tensor."""
+
+        def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, image_rotary_emb=None):
+            query, key, value, encoder_query, encoder_key, encoder_value = _get_qkv_projections(
+                attn, hidden_states, encoder_hidden_states
+            )
+            query = attn.norm_q(query.unflatten(-1, (-1, attn.head_dim)))
+            key = attn.norm_k(key.unflatten(-1, (-1, attn.head_dim)))
+            value = value.unflatten(-1, (-1, attn.head_dim))
+            if attn.added_kv_proj_dim is not None:
+                encoder_query = attn.norm_added_q(encoder_query.unflatten(-1, (-1, attn.head_dim)))
+                encoder_key = attn.norm_added_k(encoder_key.unflatten(-1, (-1, attn.head_dim)))
+                encoder_value = encoder_value.unflatten(-1, (-1, attn.head_dim))
+                query = torch.cat([encoder_query, query], dim=1)
+                key = torch.cat([encoder_key, key], dim=1)
+                value = torch.cat([encoder_value, value], dim=1)
+            if image_rotary_emb is not None:
+                query, key = rope(query, image_rotary_emb), rope(key, image_rotary_emb)
+            hidden_states = dispatch_attention_fn(
+                query, key, value, attn_mask=attention_mask,
+                backend=self._attention_backend, parallel_config=self._parallel_config,
+            )
+            hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
+            if encoder_hidden_states is None:
+                return hidden_states
+            encoder_hidden_states, hidden_states = hidden_states.split_with_sizes(
+                [encoder_hidden_states.shape[1], hidden_states.shape[1] - encoder_hidden_states.shape[1]], dim=1
+            )
+            hidden_states = attn.to_out[1](attn.to_out[0](hidden_states.contiguous()))
+            encoder_hidden_states = attn.to_add_out(encoder_hidden_states.contiguous())
+            return hidden_states, encoder_hidden_states
+
+    return FusedRopeFluxAttnProcessor
+
+
+def _wan_processor_class():
+    from diffusers.models.attention_dispatch import dispatch_attention_fn
+    from diffusers.models.transformers.transformer_wan import (
+        WanAttnProcessor,
+        _get_added_kv_projections,
+        _get_qkv_projections,
+    )
+
+    def rope(x, cos, sin):
+        # Wan reads cos[0::2] / sin[1::2] of tables built with repeat_interleave(2): equal to the
+        # interleaved op on the full tables (see ascend_kernels/ops/rope.py).
+        return _ops().rope(x, cos, sin, "interleaved")
+
+    class FusedRopeWanAttnProcessor(WanAttnProcessor):
+        """`WanAttnProcessor` with the rotary embedding as one ``ascend_kernels.rope`` per tensor."""
+
+        def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, rotary_emb=None):
+            encoder_hidden_states_img = None
+            if attn.add_k_proj is not None:
+                image_context_length = encoder_hidden_states.shape[1] - 512  # as diffusers: text context is 512
+                encoder_hidden_states_img = encoder_hidden_states[:, :image_context_length]
+                encoder_hidden_states = encoder_hidden_states[:, image_context_length:]
+            query, key, value = _get_qkv_projections(attn, hidden_states, encoder_hidden_states)
+            query = attn.norm_q(query).unflatten(2, (attn.heads, -1))
+            key = attn.norm_k(key).unflatten(2, (attn.heads, -1))
+            value = value.unflatten(2, (attn.heads, -1))
+            if rotary_emb is not None:
+                query, key = rope(query, *rotary_emb), rope(key, *rotary_emb)
+            hidden_states_img = None
+            if encoder_hidden_states_img is not None:
+                key_img, value_img = _get_added_kv_projections(attn, encoder_hidden_states_img)
+                key_img = attn.norm_added_k(key_img).unflatten(2, (attn.heads, -1))
+                value_img = value_img.unflatten(2, (attn.heads, -1))
+                hidden_states_img = dispatch_attention_fn(
+                    query, key_img, value_img, attn_mask=None, dropout_p=0.0, is_causal=False,
+                    backend=self._attention_backend, parallel_config=None,
+                )
+                hidden_states_img = hidden_states_img.flatten(2, 3).type_as(query)
+            hidden_states = dispatch_attention_fn(
+                query, key, value, attn_mask=attention_mask, dropout_p=0.0, is_causal=False,
+                backend=self._attention_backend,
+                parallel_config=(self._parallel_config if encoder_hidden_states is None else None),
+            )
+            hidden_states = hidden_states.flatten(2, 3).type_as(query)
+            if hidden_states_img is not None:
+                hidden_states = hidden_states + hidden_states_img
+            return attn.to_out[1](attn.to_out[0](hidden_states))
+
+    return FusedRopeWanAttnProcessor
+
+
+# -- the swap table ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Swap:
+    """One swap: objects whose class is named `source` (exactly, not subclasses) get `target()`.
+
+    Args:
+        fusion: the fusion that enables it (``"gelu_tanh"`` swaps also serve ``"fast_gelu"``).
+        source: class name of the object replaced (exact type match: a user's subclass is left alone).
+        target: returns the fused class (lazy: diffusers classes are imported on first use).
+        applies: extra condition on the object (e.g. ``approximate == "tanh"``).
+        processors: the objects are attention processors (``module.processor``), not modules.
+        fast_target: the class used instead when ``fast_gelu`` is enabled.
+    """
+
+    fusion: str
+    source: str
+    target: Callable[[], type]
+    applies: Callable[[object], bool] = lambda obj: True
+    processors: bool = False
+    fast_target: Callable[[], type] | None = None
+
+
+def _is_tanh(obj) -> bool:
+    return getattr(obj, "approximate", None) == "tanh"
+
+
+SWAPS: tuple[Swap, ...] = (
+    Swap("rms_norm", "RMSNorm", lambda: FusedRMSNorm, applies=lambda m: isinstance(m, torch.nn.RMSNorm)),
+    Swap("gelu_tanh", "GELU", lambda: FusedTorchGELU, applies=lambda m: isinstance(m, torch.nn.GELU) and _is_tanh(m),
+         fast_target=lambda: FastTorchGELU),
+    Swap("gelu_tanh", "GELU", lambda: _diffusers_gelu_classes()[0],
+         applies=lambda m: type(m).__module__ == "diffusers.models.activations" and _is_tanh(m),
+         fast_target=lambda: _diffusers_gelu_classes()[1]),
+    Swap("rope", "FluxAttnProcessor", _flux_processor_class, processors=True),
+    Swap("rope", "WanAttnProcessor", _wan_processor_class, processors=True),
+)
+
+_CLASS_CACHE: dict[Callable, type] = {}
+
+
+def _cached(factory: Callable[[], type]) -> type:
+    # The diffusers-based classes are built once per process so Dynamo sees one class per swap.
+    if factory not in _CLASS_CACHE:
+        _CLASS_CACHE[factory] = factory()
+    return _CLASS_CACHE[factory]
+
+
+def _targets(model: torch.nn.Module) -> Iterable[object]:
+    for module in model.modules():
+        yield module
+        processor = getattr(module, "processor", None)
+        if processor is not None and not isinstance(processor, torch.nn.Module):
+            yield processor
+
+
+def apply_swaps(model: torch.nn.Module, fusions: Iterable[str]) -> tuple[list[tuple[object, type]], dict[str, int]]:
+    """Swaps the fused classes into `model` for every enabled fusion that has a swap.
+
+    Args:
+        model: a diffusers model (every submodule and attention processor is considered).
+        fusions: the resolved fusion names (``AscendConfig.resolved_fusions()``).
+
+    Returns:
+        ``(undo, counts)``: the list of ``(object, original class)`` that `restore_swaps` takes, and
+        swaps per fusion for `FusionReport.record_swaps`.
+
+    >>> from diffusers_ascend.tiny import tiny_flux_transformer
+    >>> undo, counts = apply_swaps(tiny_flux_transformer(), ["rms_norm", "rope", "gelu_tanh"])
+    >>> counts
+    {'rms_norm': 6, 'gelu_tanh': 3, 'rope': 2}
+    """
+    enabled = set(fusions)
+    fast = "fast_gelu" in enabled
+    if fast:
+        enabled.add("gelu_tanh")
+    undo: list[tuple[object, type]] = []
+    counts: dict[str, int] = {}
+    seen: set[int] = set()
+    for obj in _targets(model):
+        if id(obj) in seen:  # processors can be shared between attention modules
+            continue
+        seen.add(id(obj))
+        for swap in SWAPS:
+            if swap.fusion not in enabled or type(obj).__name__ != swap.source or not swap.applies(obj):
+                continue
+            factory = swap.fast_target if fast and swap.fast_target is not None else swap.target
+            target = _cached(factory)
+            undo.append((obj, type(obj)))
+            obj.__class__ = target
+            name = "fast_gelu" if fast and swap.fusion == "gelu_tanh" else swap.fusion
+            counts[name] = counts.get(name, 0) + 1
+            break
+    return undo, counts
+
+
+def restore_swaps(undo: list[tuple[object, type]]) -> None:
+    """Puts back the original classes recorded by `apply_swaps` (the objects never changed)."""
+    for obj, cls in reversed(undo):
+        obj.__class__ = cls
