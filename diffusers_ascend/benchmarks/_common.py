@@ -22,6 +22,13 @@ def check_size(size: str) -> str:
     return size
 
 
+def register_ops() -> None:
+    """Registers ``torch.ops.ascend_kernels``: the fusion passes' replacements call those ops, and
+    a process that compiles before anything imported `ascend_kernels` would otherwise rewrite
+    nothing (every replacement fails and the graph runs unfused, with a warning)."""
+    import ascend_kernels  # noqa: F401
+
+
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -107,6 +114,7 @@ def warm_up_compiler() -> None:
     from diffusers_ascend.compilation import AscendBackend
     from diffusers_ascend.tiny import flux_single_block_inputs, tiny_flux_blocks
 
+    register_ops()
     _, single = tiny_flux_blocks()
     inputs = flux_single_block_inputs()
     with cold_compile(), torch.no_grad():

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from ._common import check_size, machine_info
+from ._common import check_size, machine_info, register_ops
 
 FUSIONS = ("rms_norm", "rope", "gelu_tanh", "adaln", "mul_add")
 BLOCKS = ("flux_double", "flux_single", "wan")
@@ -73,6 +73,7 @@ def ops_per_block(size: str = "small") -> dict[str, Any]:
     from diffusers_ascend.compilation import AscendBackend
 
     check_size(size)
+    register_ops()
     rows = []
     for block in BLOCKS:
         for dtype_name, dtype in DTYPES.items():
