@@ -128,7 +128,9 @@ class AscendConfig:
             ``"max-autotune-no-cudagraphs"``).
         dynamic: passed to ``torch.compile`` (None, True, False).
         fullgraph: passed to ``torch.compile``.
-        recompile_limit: None (torch's default) or an int >= 1.
+        recompile_limit: an int >= 1, or None: under ``compile="blocks"`` dynamo's default (8) per
+            compiled block class, since all blocks compiled in place share one dynamo cache. Dynamo
+            keeps this limit process-wide, so it is only ever raised, never lowered.
         graph_capture: None, ``"graph_only"`` or ``"graph_with_compile"``.
         safe_output: clone outputs of captured graphs.
         freezing: fold parameters into compiled code (inference only).
