@@ -185,3 +185,19 @@ def test_import_patches_in_either_order_and_stays_light(order):
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip() == "True [] True True", r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("kind", ["flux", "wan"])
+def test_compile_none_swaps_layers_only(kind):
+    pipe = tiny_flux_pipeline() if kind == "flux" else tiny_wan_pipeline()
+    inputs = flux_pipeline_inputs if kind == "flux" else wan_pipeline_inputs
+    out_attr = "images" if kind == "flux" else "frames"
+    ref = getattr(pipe(**inputs()), out_attr)
+    pipe.enable_ascend_compile(fusions="all", compile="none")
+    out = getattr(pipe(**inputs()), out_attr)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    report = pipe.ascend_report()
+    assert report.swaps == (FLUX_SWAPS if kind == "flux" else WAN_SWAPS)
+    assert report.graphs_compiled == 0 and not any(m._compiled_call_impl for m in pipe.transformer.modules())
+    pipe.disable_ascend_compile()
+    assert not any(type(m).__name__.startswith("Fused") for m in pipe.transformer.modules())
