@@ -73,10 +73,14 @@ def _raise_recompile_limit(limit) -> None:
 
 def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg) -> None:
     """Like `module.compile(...)` (no `_orig_mod.` keys), with per-module fallback at first call."""
+    from .compilation.backend import graph_label
+
     compiled = torch.compile(module._call_impl, backend=state.backend, dynamic=cfg.dynamic, fullgraph=cfg.fullgraph)
+    label = type(module).__name__
 
     @functools.wraps(module._call_impl)
     def call(*args, **kwargs):
+        token = graph_label.set(label)
         try:
             return compiled(*args, **kwargs)
         except Exception as e:  # compile errors surface at the first call
@@ -87,6 +91,8 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg) ->
             state.fallbacks.append({"module": name or type(module).__name__, "reason": reason})
             module._compiled_call_impl = None
             return module._call_impl(*args, **kwargs)
+        finally:
+            graph_label.reset(token)
 
     module._compiled_call_impl = call
     state.compiled.append(module)
@@ -110,6 +116,7 @@ def _set_attention(model, cfg, state: _State) -> None:
 
 
 def _enable_model(model, cfg, name: str = "") -> None:
+    """Enables `model`; its state is recorded first, so a failure half-way can be undone by `_disable_model`."""
     from .adapters import adapter_for
     from .compilation import AscendBackend
     from .layers import apply_swaps
@@ -117,11 +124,10 @@ def _enable_model(model, cfg, name: str = "") -> None:
     adapter = adapter_for(model)
     backend = AscendBackend(cfg) if cfg.compile != "none" else None
     state = _State(cfg, backend)
+    model._ascend_state = state
     state.swapped, state.swaps = apply_swaps(model, cfg.resolved_fusions())
     _set_attention(model, cfg, state)
     if cfg.compile == "blocks":
-        if adapter is None:
-            raise ValueError(f"{type(model).__name__} has no adapter and no _repeated_blocks; use compile='model' or 'none'.")
         # Every block compiled in place shares the code object `Module._call_impl`, hence one
         # dynamo cache and one recompile budget for all block classes: a Flux model spends 6 of
         # the default 8 entries after one resolution change (FINDINGS section 3), and past the
@@ -133,7 +139,6 @@ def _enable_model(model, cfg, name: str = "") -> None:
     elif cfg.compile == "model":
         _raise_recompile_limit(cfg.recompile_limit)
         _compile_in_place(model, name, state, cfg)
-    model._ascend_state = state
     model.register_to_config(**{ASCEND_CONFIG_KEY: cfg.to_dict()})
 
 
@@ -177,16 +182,41 @@ def enable_ascend_compile(pipe_or_model, config=None, **overrides):
         from .compilation import AscendBackend
 
         AscendBackend(cfg)  # constructor errors (freezing, graph_capture) before anything changes
+    from .adapters import adapter_for
+
     models = _models(pipe_or_model)
     if not models:
         raise ValueError(f"{type(pipe_or_model).__name__} holds no model with an Ascend adapter.")
+    if cfg.compile == "blocks":
+        for name, model in models:
+            if adapter_for(model) is None:
+                raise ValueError(
+                    f"{name or type(model).__name__} ({type(model).__name__}) has no Ascend adapter and no "
+                    "`_repeated_blocks`: use compile='model' or compile='none'."
+                )
+    previous = _current_config(pipe_or_model)
     disable_ascend_compile(pipe_or_model)
-    for name, model in models:
-        _enable_model(model, cfg, name)
+    try:
+        for name, model in models:
+            _enable_model(model, cfg, name)
+    except BaseException:
+        # Leave the object as it was: undo every model touched, then re-apply the previous setup.
+        disable_ascend_compile(pipe_or_model)
+        if previous is not None:
+            enable_ascend_compile(pipe_or_model, previous)
+        raise
     if _is_pipeline(pipe_or_model):
         pipe_or_model._ascend_config_obj = cfg
         pipe_or_model.register_to_config(**{ASCEND_CONFIG_KEY: cfg.to_dict()})
     return pipe_or_model
+
+
+def _current_config(pipe_or_model):
+    for _, model in _models(pipe_or_model):
+        state = getattr(model, "_ascend_state", None)
+        if state is not None:
+            return state.config
+    return None
 
 
 def disable_ascend_compile(pipe_or_model):
@@ -252,9 +282,7 @@ def _wrap_from_pretrained(cls, is_pipeline: bool) -> None:
         finally:
             if token is not None:
                 _LOADING_PIPELINE.reset(token)
-        if ascend_config is False:
-            if is_pipeline:  # the saved key stays in the components' configs but nothing is applied
-                pass
+        if ascend_config is False:  # the saved key stays in the configs (a re-save keeps it); nothing is applied
             return obj
         if ascend_config is None:
             ascend_config = _saved_config(obj)

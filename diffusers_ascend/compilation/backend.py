@@ -20,6 +20,7 @@ fusion, with a warning and a `fallbacks` entry (never with wrong gradients).
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import os
 import warnings
@@ -29,7 +30,11 @@ import torch
 
 from .report import FusionReport
 
-__all__ = ["AscendBackend"]
+__all__ = ["AscendBackend", "graph_label"]
+
+# What the caller is compiling (e.g. the block class), set around a compiled call by the
+# integration so report entries and graph logs say "FluxTransformerBlock" rather than only "g000".
+graph_label: contextvars.ContextVar[str | None] = contextvars.ContextVar("diffusers_ascend_graph_label", default=None)
 
 
 def _coerce_config(config, overrides):
@@ -162,7 +167,8 @@ class AscendBackend:
         from torch._guards import CompileContext
 
         compile_id = CompileContext.current_compile_id()
-        return f"g{index:03d}" + (f"[{compile_id}]" if compile_id is not None else "")
+        label = graph_label.get()
+        return (f"{label}:" if label else "") + f"g{index:03d}" + (f"[{compile_id}]" if compile_id is not None else "")
 
     def _inductor_patches(self, training: bool) -> dict:
         from torch._inductor import list_mode_options

@@ -126,3 +126,18 @@ def test_failed_rewrite_raises_when_asked(monkeypatch):
     monkeypatch.setattr(backend, "_manager", _broken_manager)
     with pytest.raises(Exception, match="boom"), torch.no_grad():
         torch.compile(Norm(), backend=backend)(torch.randn(2, 8))
+
+
+def test_backend_alone_in_a_fresh_process_fuses():
+    # Regression: nothing imported ascend_kernels on this path, every replacement failed on the
+    # missing op and the failure read as "0 matches".
+    code = (
+        "import torch; from diffusers_ascend import AscendBackend;"
+        "from diffusers_ascend.tiny import tiny_flux_blocks, flux_block_inputs;"
+        "b = AscendBackend(fusions='all', executor='eager'); d, _ = tiny_flux_blocks();"
+        "torch.compile(d, backend=b)(**flux_block_inputs()); print(sorted(b.report.matches.items()))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip().splitlines()[-1] == str(
+        sorted({"rms_norm": 4, "rope": 2, "gelu_tanh": 2, "adaln": 4, "mul_add": 4}.items())
+    ), out.stderr[-2000:]

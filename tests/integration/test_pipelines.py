@@ -201,3 +201,34 @@ def test_compile_none_swaps_layers_only(kind):
     assert report.graphs_compiled == 0 and not any(m._compiled_call_impl for m in pipe.transformer.modules())
     pipe.disable_ascend_compile()
     assert not any(type(m).__name__.startswith("Fused") for m in pipe.transformer.modules())
+
+
+def test_no_adapter_is_refused_before_any_change():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.RMSNorm(8))
+    with pytest.raises(ValueError, match="no Ascend adapter.*compile='model' or compile='none'"):
+        diffusers_ascend.enable_ascend_compile(model, fusions="all")
+    assert type(model[1]) is torch.nn.RMSNorm and not hasattr(model, "_ascend_state")
+
+
+def test_failure_half_way_restores_the_previous_setup(monkeypatch):
+    import diffusers_ascend.mixin as mixin
+
+    pipe = tiny_wan_pipeline(two_stage=True)
+    pipe.enable_ascend_compile(fusions=["rms_norm"], compile="none")
+    before = {n: type(m) for n, m in pipe.transformer_2.named_modules()}
+    calls = []
+
+    def fail_on_second(model, cfg, state):
+        calls.append(model)
+        if len(calls) == 2:
+            raise RuntimeError("attention backend refused")
+
+    monkeypatch.setattr(mixin, "_set_attention", fail_on_second)
+    with pytest.raises(RuntimeError, match="refused"):
+        pipe.enable_ascend_compile(fusions="all", compile="none")
+    monkeypatch.undo()
+    # Both transformers are back on the first configuration, layers included.
+    for t in (pipe.transformer, pipe.transformer_2):
+        assert t._ascend_state.config.fusions == ("rms_norm",)
+    assert {n: type(m) for n, m in pipe.transformer_2.named_modules()} == before
+    assert pipe.ascend_report().swaps == {"rms_norm": 16}

@@ -26,6 +26,8 @@ from typing import Any, Callable, ClassVar, Iterable, Sequence
 
 import torch
 
+import ascend_kernels  # noqa: F401  (the replacements call torch.ops.ascend_kernels.*: register them)
+
 __all__ = ["FusionPattern", "FusionPass", "EPS_PLACEHOLDER", "trace_functional", "no_decompositions"]
 
 # Float arguments are captured through `scalar_workaround`: the placeholder must survive tracing
@@ -141,7 +143,9 @@ class FusionPattern:
                 if not isinstance(expected, torch.Tensor):
                     expected = self.search(*args)
                 actual = self.replace(*args)
-        except Exception:  # a replacement that cannot take these inputs is not a match
+        except (RuntimeError, ValueError, TypeError, IndexError):
+            # A replacement that cannot take these inputs is not a match. Anything else (e.g. an
+            # unregistered op) is a bug and must surface, never read as "0 matches".
             return False
         return (
             isinstance(expected, torch.Tensor)

@@ -1,0 +1,92 @@
+"""Benchmark `recompiles`: graphs compiled as the resolution changes, per-block compilation."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from ._common import check_size, flux_model_inputs, machine_info, register_ops, timed, wan_model_inputs
+
+# Latent sizes fed in a row: (height, width) of the packed Flux latent, (frames, height, width) of
+# the Wan latent (patch 1x2x2). Four distinct sequence lengths each: Wan still recompiles at the
+# third, the fourth shows whether compilation has settled.
+_PRESETS = {
+    "tiny": dict(models=("flux",), flux=[(4, 4), (4, 6), (6, 6), (6, 8)],
+                 wan=[(2, 4, 4), (2, 4, 6), (2, 6, 6), (2, 6, 8)]),
+    "small": dict(models=("flux", "wan"), flux=[(16, 16), (16, 24), (24, 24), (24, 32)],
+                  wan=[(2, 8, 8), (2, 8, 12), (2, 12, 12), (2, 12, 16)]),
+}
+MODELS = ("flux", "wan")
+
+COLUMNS = [
+    ("model", "model"), ("step", "step"), ("resolution", "latent"), ("tokens", "tokens"),
+    ("new_graphs", "new graphs"), ("graphs_compiled", "graphs total"), ("recompiles", "recompiles"),
+    ("dynamic", "dynamic graph"), ("call_s", "call s"),
+]
+
+
+def _model_and_inputs(name: str):
+    from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, WAN_TRANSFORMER_CONFIG, tiny_flux_transformer, tiny_wan_transformer
+
+    if name == "flux":
+        layers = dict(num_layers=2, num_single_layers=2)  # >= 2 single blocks: shows the stride recompile
+        config = {**FLUX_TRANSFORMER_CONFIG, **layers}
+        return tiny_flux_transformer(**layers), lambda shape: flux_model_inputs(config, *shape), lambda s: s[0] * s[1] + 8
+    config = {**WAN_TRANSFORMER_CONFIG, "num_layers": 2}
+    return (tiny_wan_transformer(num_layers=2), lambda shape: wan_model_inputs(config, *shape),
+            lambda s: s[0] * (s[1] // 2) * (s[2] // 2))
+
+
+def recompiles(size: str = "small", models: Sequence[str] | None = None) -> dict[str, Any]:
+    """Feeds four resolutions in a row through a model compiled per block
+    (``enable_ascend_compile(fusions="all", executor="eager", compile="blocks")``, default
+    ``dynamic=None``) and records the graphs compiled after each.
+
+    ``recompiles`` counts the graphs compiled after the first resolution, i.e. because the shape
+    changed. Under dynamo's automatic dynamic shapes the second resolution recompiles into a
+    dynamic graph and later ones reuse it (Wan recompiles once more: a stride guard on its rotary
+    embedding).
+
+    Args:
+        size: ``"tiny"`` (Flux only, small latents) or ``"small"`` (Flux and Wan, larger latents).
+        models: override the models (``"flux"``, ``"wan"``).
+
+    Returns:
+        ``{"benchmark", "size", "rows", "columns", "machine"}``; one row per (model, resolution) with
+        ``tokens``, ``new_graphs``, ``graphs_compiled`` (cumulative), ``recompiles`` (cumulative),
+        ``dynamic`` (whether the graphs compiled at that step are dynamic) and ``call_s``.
+
+    >>> rows = recompiles(size="tiny")["rows"]
+    >>> rows[-1]["new_graphs"]
+    0
+    """
+    from diffusers_ascend import ascend_report, enable_ascend_compile
+
+    preset = _PRESETS[check_size(size)]
+    models = tuple(models or preset["models"])
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        raise ValueError(f"unknown models {unknown}; valid: {list(MODELS)}")
+    register_ops()
+    rows = []
+    for name in models:
+        model, make_inputs, tokens = _model_and_inputs(name)
+        torch._dynamo.reset()
+        enable_ascend_compile(model, fusions="all", executor="eager", compile="blocks")
+        first_graphs = None
+        with torch.no_grad():
+            for step, shape in enumerate(preset[name], 1):
+                before = ascend_report(model).graphs_compiled
+                _, seconds = timed(lambda: model(**make_inputs(shape)))
+                report = ascend_report(model)
+                new = report.graphs[before:]
+                first_graphs = report.graphs_compiled if first_graphs is None else first_graphs
+                rows.append(dict(
+                    model=name, step=step, resolution="x".join(map(str, shape)), tokens=tokens(shape),
+                    new_graphs=len(new), graphs_compiled=report.graphs_compiled,
+                    recompiles=report.graphs_compiled - first_graphs,
+                    dynamic=any(g.get("dynamic") for g in new) if new else None, call_s=seconds,
+                ))
+    torch._dynamo.reset()
+    return dict(benchmark="recompiles", size=size, rows=rows, columns=COLUMNS, machine=machine_info())

@@ -1,0 +1,383 @@
+"""The ``diffusers-ascend`` command: ``env``, ``demo``, ``bench`` and ``config``.
+
+Exit codes: 0 success, 1 the command ran and failed (invalid config, failed check), 2 usage
+errors (argparse). ``--json`` prints one JSON document on stdout instead of text.
+
+>>> from diffusers_ascend.cli import build_parser
+>>> build_parser().parse_args(["config", "validate", "ascend_config.json"]).file
+'ascend_config.json'
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any, Sequence
+
+__all__ = ["build_parser", "main"]
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _print(obj: Any, as_json: bool, text: str) -> None:
+    print(json.dumps(obj, indent=2, default=str) if as_json else text)
+
+
+# -- env -----------------------------------------------------------------------------------------
+def _cann_version() -> str | None:
+    # CANN writes its version next to the toolkit; ASCEND_TOOLKIT_HOME is set by its set_env.sh.
+    home = os.environ.get("ASCEND_TOOLKIT_HOME") or "/usr/local/Ascend/ascend-toolkit/latest"
+    for name in ("version.cfg", "version.info"):
+        path = os.path.join(home, name)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    if "version" in line.lower() and "=" in line:
+                        return line.split("=", 1)[1].strip()
+    return None
+
+
+def env_info() -> dict[str, Any]:
+    """What will run where on this machine: versions, device, op providers, resolved defaults.
+
+    Works without torch_npu (and with a broken one: the import error is reported, not raised).
+
+    >>> info = env_info()
+    >>> info["platform"] in ("cpu", "cuda", "npu") and "providers" in info
+    True
+    """
+    import torch
+
+    import ascend_kernels
+    from ascend_kernels.registry import available_providers
+
+    from .config import AscendConfig
+    from .platform import platform_info
+
+    plat = platform_info()
+    device = {"cpu": "cpu", "cuda": "cuda", "npu": "npu"}[plat["platform"]]
+    cfg = AscendConfig()
+    attention = "_native_npu" if plat["platform"] == "npu" else None
+    return {
+        "diffusers_ascend": _version("diffusers-ascend"),
+        "torch": torch.__version__,
+        "diffusers": _version("diffusers"),
+        "torch_npu": (_version("torch_npu") or "installed (version unknown)") if plat["torch_npu_installed"] else None,
+        "torch_npu_error": plat["torch_npu_error"],
+        "cann": _cann_version(),
+        "triton": _version("triton") or _version("triton-ascend"),
+        "platform": plat["platform"],
+        "platform_overridden": plat["overridden"],
+        "providers": {op: available_providers(op, device)[0] for op in ascend_kernels.OPS},
+        "auto_fusions": list(cfg.resolved_fusions()),
+        "auto_executor": cfg.resolved_executor(),
+        "attention_backend": attention or "unchanged (diffusers default)",
+        "graph_capture_supported": plat["graph_capture_supported"],
+    }
+
+
+def _cmd_env(args) -> int:
+    info = env_info()
+    rows = [(k, v if not isinstance(v, dict) else "") for k, v in info.items()]
+    text = "\n".join(f"{k:<24}{'-' if v is None else v}" for k, v in rows if k != "providers")
+    text += "\nproviders (op -> provider used here):\n" + "\n".join(
+        f"  {op:<22}{p}" for op, p in info["providers"].items()
+    )
+    if info["torch_npu_error"]:
+        text += f"\nnote: torch_npu failed to import ({info['torch_npu_error']}); falling back to {info['platform']}."
+    elif info["torch_npu"] is None:
+        text += "\nnote: torch_npu is not installed: the native (PyTorch) providers run; install diffusers-ascend[npu] on an Ascend host."
+    _print(info, args.json, text)
+    return 0
+
+
+# -- demo ----------------------------------------------------------------------------------------
+def _latency(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def _tiny(model: str, height: int):
+    from . import tiny
+
+    if model == "flux":
+        pipe = tiny.tiny_flux_pipeline()
+        inputs = lambda: tiny.flux_pipeline_inputs(height=height, width=height)  # noqa: E731
+        reload_kwargs = dict(text_encoder=None, tokenizer=None, text_encoder_2=None, tokenizer_2=None)
+        return pipe, inputs, "images", reload_kwargs
+    pipe = tiny.tiny_wan_pipeline()
+    inputs = lambda: tiny.wan_pipeline_inputs(height=height, width=height)  # noqa: E731
+    return pipe, inputs, "frames", dict(text_encoder=None, tokenizer=None)
+
+
+def _real(model_id: str, device: str, height: int, steps: int, prompt: str):
+    import torch
+    from diffusers import DiffusionPipeline
+
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    pipe = DiffusionPipeline.from_pretrained(model_id, torch_dtype=dtype, ascend_config=False).to(device)
+    out_attr = "frames" if "Wan" in type(pipe).__name__ else "images"
+    gen = lambda: torch.Generator("cpu").manual_seed(0)  # noqa: E731
+    inputs = lambda: dict(prompt=prompt, height=height, width=height, num_inference_steps=steps,  # noqa: E731
+                          generator=gen(), output_type="pt")
+    return pipe, inputs, out_attr, {"torch_dtype": dtype}
+
+
+def run_demo(model: str = "flux", model_id: str | None = None, device: str = "cpu", fusions: Any = "all",
+             executor: str = "auto", height: int = 32, steps: int = 2, repeats: int = 3,
+             prompt: str = "a photo of an astronaut riding a horse", progress: bool = True) -> dict[str, Any]:
+    """Runs a pipeline eager and with `enable_ascend_compile`, then saves, reloads and compares.
+
+    Args:
+        model: ``"flux"`` or ``"wan"``: the embedded tiny pipeline (seeded random weights, no download).
+        model_id: a Hub id or local folder with real weights instead of the tiny pipeline.
+        device: where a `model_id` pipeline runs (``"npu"``, ``"cuda"``, ``"cpu"``).
+        fusions / executor: passed to `enable_ascend_compile`.
+        height: image height and width (pixels).
+        steps: denoising steps per call.
+        repeats: calls timed per variant (median reported).
+        progress: show a progress bar over the stages.
+
+    Returns:
+        dict with ``report`` (FusionReport.to_dict), ``per_block`` rows, ``compile_s``,
+        ``eager_s``, ``accelerated_s``, ``max_abs_diff``, ``config``, ``reloaded_config``,
+        ``round_trip_ok``.
+
+    >>> r = run_demo(executor="eager", repeats=1, progress=False)  # doctest: +SKIP
+    """
+    import torch
+    from tqdm.auto import tqdm
+
+    from .config import AscendConfig
+
+    stages = tqdm(total=6, desc="demo", disable=not progress, file=sys.stderr)
+
+    def stage(desc):
+        stages.set_postfix_str(desc)
+        stages.update(1)
+
+    if model_id:
+        pipe, inputs, out_attr, reload_kwargs = _real(model_id, device, height, steps, prompt)
+    else:
+        pipe, inputs, out_attr, reload_kwargs = _tiny(model, height)
+    pipe.set_progress_bar_config(disable=True)
+    run = lambda p: getattr(p(**inputs()), out_attr)  # noqa: E731
+    with torch.no_grad():
+        ref = run(pipe)
+        eager_s = _latency(lambda: run(pipe), repeats)
+        stage("eager")
+        pipe.enable_ascend_compile(fusions=fusions, executor=executor)
+        t = time.perf_counter()
+        out = run(pipe)  # first call compiles every block class
+        compile_s = time.perf_counter() - t
+        stage("compile")
+        accel_s = _latency(lambda: run(pipe), repeats)
+        stage("accelerated")
+    report = pipe.ascend_report()
+    diff = (out.float() - ref.float()).abs().max().item()
+    config = pipe.transformer._ascend_state.config
+    with tempfile.TemporaryDirectory() as tmp:
+        pipe.save_pretrained(tmp)
+        stage("saved")
+        loaded = type(pipe).from_pretrained(tmp, **reload_kwargs)
+        stage("reloaded")
+        reloaded = loaded.transformer._ascend_state.config
+    per_block = []
+    for g in report.graphs:
+        label = g["name"].split(":")[0] if ":" in g["name"] else g["name"]
+        per_block.append({"block": label, "graph": g["name"], **{f: n for f, n in g["matches"].items()},
+                          "ops_before": g["ops_before"], "ops_after": g["ops_after"]})
+    stage("done")
+    stages.close()
+    return {
+        "model": model_id or f"tiny-{model}",
+        "config": config.to_dict(),
+        "report": report.to_dict(),
+        "per_block": per_block,
+        "swaps": dict(report.swaps),
+        "compile_s": compile_s,
+        "eager_s": eager_s,
+        "accelerated_s": accel_s,
+        "max_abs_diff": diff,
+        "reloaded_config": reloaded.to_dict(),
+        "round_trip_ok": reloaded == config and isinstance(reloaded, AscendConfig),
+    }
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "(no compiled graphs)"
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in cols}
+    lines = ["  ".join(c.ljust(widths[c]) for c in cols)]
+    lines += ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in cols) for r in rows]
+    return "\n".join(lines)
+
+
+def _cmd_demo(args) -> int:
+    fusions = args.fusions if args.fusions in ("auto", "all", "none") else args.fusions.split(",")
+    result = run_demo(model=args.model, model_id=args.model_id, device=args.device, fusions=fusions,
+                      executor=args.executor, height=args.height, steps=args.steps, repeats=args.repeats,
+                      progress=not args.json)
+    r = result
+    text = "\n".join([
+        f"model: {r['model']}   fusions: {r['config']['fusions']}   executor: {args.executor}",
+        "",
+        "fusion report per compiled block class (pattern matches; ops = aten calls in the graph before/after the passes):",
+        _table(r["per_block"]),
+        f"layer swaps (fused modules swapped in before compiling): {r['swaps'] or 'none'}",
+        "",
+        f"compile (first accelerated call): {r['compile_s']:.2f} s",
+        f"steady-state latency: eager {r['eager_s'] * 1e3:.1f} ms, accelerated {r['accelerated_s'] * 1e3:.1f} ms "
+        f"({r['eager_s'] / r['accelerated_s']:.2f}x)",
+        f"max |accelerated - eager|: {r['max_abs_diff']:.2e}",
+        f"saved + reloaded: config round-tripped {'OK' if r['round_trip_ok'] else 'MISMATCH'}: {json.dumps(r['reloaded_config'])}",
+    ])
+    _print(result, args.json, text)
+    return 0 if r["round_trip_ok"] else 1
+
+
+# -- bench ---------------------------------------------------------------------------------------
+def _cmd_bench(args) -> int:
+    from .benchmarks import run_benchmarks
+
+    results = run_benchmarks(names=args.only or None, size=args.size, out_dir=args.out)
+    if args.json:
+        print(json.dumps(results, indent=2, default=str))
+    else:
+        print(f"wrote {os.path.join(args.out, 'results.json')}, results.md and results.png")
+    return 0
+
+
+# -- config --------------------------------------------------------------------------------------
+def _load_config(source: str | None):
+    from .config import CONFIG_NAME, AscendConfig
+
+    if source is None:
+        return AscendConfig()
+    if os.path.isfile(source):
+        return AscendConfig.from_json_file(source)
+    if os.path.isdir(source) and not os.path.isfile(os.path.join(source, CONFIG_NAME)):
+        # A saved pipeline or model folder: the config lives under `_ascend_config`.
+        for sub in ("", "transformer"):
+            path = os.path.join(source, sub, "config.json")
+            if os.path.isfile(path):
+                with open(path, encoding="utf-8") as f:
+                    saved = json.load(f).get("_ascend_config")
+                if saved:
+                    return AscendConfig.from_dict(saved)
+    return AscendConfig.from_pretrained(source)
+
+
+def _cmd_config(args) -> int:
+    from .config import AscendConfig
+
+    if args.action == "show":
+        cfg = _load_config(args.source)
+        info = {"config": cfg.to_dict(), "resolved_fusions": list(cfg.resolved_fusions()),
+                "resolved_executor": cfg.resolved_executor(), "cache_key": cfg.cache_key()}
+        text = cfg.to_json_string() + (
+            f"\non this machine: fusions {list(cfg.resolved_fusions())}, executor {cfg.resolved_executor()!r}"
+        )
+        _print(info, args.json, text)
+        return 0
+    if args.action == "validate":
+        try:
+            cfg = AscendConfig.from_json_file(args.file)
+        except Exception as e:  # every way a file can be wrong ends here with its message
+            _print({"valid": False, "error": f"{type(e).__name__}: {e}"}, args.json, f"invalid: {args.file}: {e}")
+            return 1
+        _print({"valid": True, "config": cfg.to_dict()}, args.json, f"valid: {args.file}")
+        return 0
+    if args.action == "push":
+        cfg = _load_config(args.dir)
+        url = cfg.push_to_hub(args.repo_id, private=args.private, token=args.token)
+        _print({"repo_id": args.repo_id, "url": str(url)}, args.json, f"pushed to {args.repo_id}: {url}")
+        return 0
+    if args.action == "pull":
+        cfg = AscendConfig.from_pretrained(args.repo_id, revision=args.revision, token=args.token)
+        path = cfg.save_pretrained(args.dir)
+        _print({"path": str(path), "config": cfg.to_dict()}, args.json, f"saved {args.repo_id} to {path}")
+        return 0
+    raise AssertionError(args.action)
+
+
+# -- parser --------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of ``diffusers-ascend`` (exposed for tests and docs)."""
+    parser = argparse.ArgumentParser(prog="diffusers-ascend", description="Run diffusers pipelines fast on Ascend NPUs.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{env,demo,bench,config}")
+
+    def add(name, help_, func, json_flag=True):
+        p = sub.add_parser(name, help=help_, description=help_)
+        if json_flag:  # `config` puts it on its actions: a parent's flag would be reset by theirs
+            p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+        p.set_defaults(func=func)
+        return p
+
+    add("env", "versions, device, op providers and what 'auto' picks on this machine", _cmd_env)
+
+    demo = add("demo", "run a tiny pipeline (no download) eager and accelerated, then save and reload it", _cmd_demo)
+    demo.add_argument("--model", choices=("flux", "wan"), default="flux", help="embedded tiny pipeline (default flux)")
+    demo.add_argument("--model-id", help="Hub id or folder with real weights instead of the tiny pipeline")
+    demo.add_argument("--device", choices=("npu", "cuda", "cpu"), default="cpu", help="device for --model-id")
+    demo.add_argument("--fusions", default="all", help="auto | all | none | comma-separated names (default all)")
+    demo.add_argument("--executor", choices=("auto", "eager", "inductor"), default="eager",
+                      help="eager: rewritten graph op by op (fast to compile; NPU default); auto: per platform")
+    demo.add_argument("--height", type=int, default=32, help="image height and width in pixels (default 32)")
+    demo.add_argument("--steps", type=int, default=2, help="denoising steps per call (default 2)")
+    demo.add_argument("--repeats", type=int, default=3, help="timed calls per variant, median reported (default 3)")
+
+    bench = add("bench", "run the benchmarks; write results.json, results.md and results.png", _cmd_bench)
+    bench.add_argument("--only", nargs="+", metavar="NAME", help="benchmarks to run (default: all)")
+    bench.add_argument("--size", default="small", help="problem size: tiny (seconds) or small (default)")
+    bench.add_argument("--out", default="bench-results", help="output folder (default bench-results)")
+
+    config = add("config", "show, validate, push or pull an ascend_config.json", _cmd_config, json_flag=False)
+    actions = config.add_subparsers(dest="action", required=True, metavar="{show,validate,push,pull}")
+    show = actions.add_parser("show", help="print a config (defaults, a JSON file, a folder or a Hub repo) and what it resolves to here")
+    show.add_argument("source", nargs="?", help="ascend_config.json, a saved pipeline/model folder, or a Hub repo id")
+    validate = actions.add_parser("validate", help="check a JSON file; exit 1 with the reason if invalid")
+    validate.add_argument("file")
+    push = actions.add_parser("push", help="upload the config of DIR to a Hub repo")
+    push.add_argument("dir")
+    push.add_argument("repo_id")
+    push.add_argument("--private", action="store_true")
+    push.add_argument("--token")
+    pull = actions.add_parser("pull", help="download a Hub repo's ascend_config.json into DIR")
+    pull.add_argument("repo_id")
+    pull.add_argument("dir")
+    pull.add_argument("--revision")
+    pull.add_argument("--token")
+    for p in (show, validate, push, pull):
+        p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``diffusers-ascend`` console script; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, TypeError, OSError) as e:  # bad input: a clear message, no traceback
+        print(f"diffusers-ascend {args.command}: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

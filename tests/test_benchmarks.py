@@ -1,0 +1,141 @@
+"""The benchmarks at size="tiny": rows, exact per-block match counts, consistent ratios, files.
+
+Every benchmark runs once (module fixture); nothing here asserts on timings, only that they were
+measured.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from diffusers_ascend.benchmarks import BENCHMARKS, LATENCY_VARIANTS, SIZES, latency, recompiles, run_benchmarks
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# FINDINGS section 1 / tests/compilation: replacements per block with the five fusions (fp32 and bf16).
+EXPECTED_MATCHES = {
+    "flux_double": {"rms_norm": 4, "rope": 2, "gelu_tanh": 2, "adaln": 4, "mul_add": 4},
+    "flux_single": {"rms_norm": 2, "rope": 2, "gelu_tanh": 1, "adaln": 1, "mul_add": 1},
+    "wan": {"rms_norm": 4, "rope": 2, "gelu_tanh": 1, "adaln": 2, "mul_add": 2},
+}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    res = run_benchmarks(size="tiny", out_dir=out, verbose=False)
+    return res, out
+
+
+def _rows(results, name):
+    return results[0]["benchmarks"][name]["rows"]
+
+
+def test_all_benchmarks_ran(results):
+    res, _ = results
+    assert list(res["benchmarks"]) == list(BENCHMARKS)
+    assert res["size"] == "tiny"
+    for result in res["benchmarks"].values():
+        assert result["rows"] and result["seconds"] > 0
+        assert {"cpu", "cpu_usable", "torch", "diffusers", "device"} <= set(result["machine"])
+        keys = {key.split(".")[0] for key, _ in result["columns"]}
+        assert all(keys <= set(row) for row in result["rows"])
+
+
+def test_ops_per_block(results):
+    rows = _rows(results, "ops_per_block")
+    assert [(r["block"], r["dtype"]) for r in rows] == [(b, d) for b in EXPECTED_MATCHES for d in ("fp32", "bf16")]
+    for r in rows:
+        assert r["matches"] == EXPECTED_MATCHES[r["block"]], r
+        assert 0 < r["ops_after"] < r["ops_before"]
+        assert math.isclose(r["ratio"], r["ops_after"] / r["ops_before"])
+        assert r["ratio"] <= 0.5  # at least half the dispatched ops are gone in every block
+        assert r["graphs_compiled"] == 1 and r["fallbacks"] == 0
+    bf16 = {r["block"]: r for r in rows if r["dtype"] == "bf16"}
+    fp32 = {r["block"]: r for r in rows if r["dtype"] == "fp32"}
+    assert all(bf16[b]["ops_before"] > fp32[b]["ops_before"] for b in EXPECTED_MATCHES)  # the casts
+
+
+def test_compile_time(results):
+    rows = _rows(results, "compile_time")
+    assert [(r["executor"], r["compile"]) for r in rows] == [("eager", "blocks"), ("eager", "model")]
+    blocks, model = rows
+    # 2 double + 2 single blocks share one backend: one graph for the double blocks, two for the
+    # single ones (contiguous first input, strided slices after); the whole model is one graph.
+    assert blocks["graphs_compiled"] == 3 and model["graphs_compiled"] == 1
+    for r in rows:
+        assert r["first_call_s"] > 0 and r["steady_call_s"] > 0
+        assert 0 <= r["compile_s"] <= r["first_call_s"]
+        assert r["fallbacks"] == 0
+    assert model["vs_model"] == 1
+    assert math.isclose(blocks["vs_model"], blocks["compile_s"] / model["compile_s"])
+
+
+def test_recompiles(results):
+    rows = _rows(results, "recompiles")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4] and {r["model"] for r in rows} == {"flux"}
+    assert len({r["tokens"] for r in rows}) == 4  # a new sequence length each time
+    assert rows[0]["graphs_compiled"] == 3 and rows[0]["recompiles"] == 0
+    total = 0
+    for r in rows:
+        total += r["new_graphs"]
+        assert r["graphs_compiled"] == total
+        assert r["recompiles"] == total - rows[0]["graphs_compiled"]
+    assert rows[1]["new_graphs"] > 0 and rows[1]["dynamic"]  # the second shape recompiles dynamic...
+    assert rows[-1]["new_graphs"] == 0  # ...and by the fourth it has settled
+
+
+def test_latency(results):
+    rows = _rows(results, "latency")
+    assert [r["variant"] for r in rows] == ["eager", "ascend_all_eager"]
+    eager, fused = rows
+    assert eager["vs_eager"] == 1 and eager["max_abs_diff"] == 0
+    for r in rows:
+        assert 0 < r["min_ms"] <= r["median_ms"]
+        assert math.isclose(r["vs_eager"], r["median_ms"] / eager["median_ms"])
+        assert math.isclose(r["vs_eager"] * r["speedup"], 1.0)
+    assert fused["executor"] == "eager" and fused["graphs_compiled"] >= 2
+    assert fused["max_abs_diff"] < 1e-4
+
+
+def test_files_written(results):
+    res, out = results
+    with open(out / "results.json") as f:
+        data = json.load(f)
+    assert data["size"] == "tiny" and list(data["benchmarks"]) == list(BENCHMARKS)
+    assert data["benchmarks"]["ops_per_block"]["rows"][0]["matches"] == EXPECTED_MATCHES["flux_double"]
+    md = (out / "results.md").read_text()
+    assert md.startswith("# diffusers-ascend benchmarks")
+    for name in BENCHMARKS:
+        assert f"## {name}" in md
+    assert "| block | dtype |" in md and "|---|" in md
+    assert res["machine"]["cpu"] in md
+    assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_unknown_names_and_sizes_raise():
+    with pytest.raises(ValueError, match="ops_per_block"):
+        run_benchmarks(["ops_per_blok"], size="tiny")
+    with pytest.raises(ValueError, match="'tiny', 'small'"):
+        run_benchmarks(size="huge")
+    with pytest.raises(ValueError, match="valid"):
+        run_benchmarks(["latency"], size="tiny", options={"latncy": {}})
+    with pytest.raises(ValueError, match="ascend_auto"):
+        latency(size="tiny", variants=["fast"])
+    with pytest.raises(ValueError, match="wan"):
+        recompiles(size="tiny", models=["sd3"])
+    assert SIZES == ("tiny", "small") and "ascend_auto" in LATENCY_VARIANTS
+
+
+def test_scripts_parse_arguments():
+    for script in ("run_all.py", "ops_per_block.py", "compile_time.py", "recompiles.py", "latency.py"):
+        out = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", script), "--help"],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert "--size" in out.stdout and "--out" in out.stdout

@@ -1,0 +1,127 @@
+"""The ``diffusers-ascend`` command: env (with torch_npu missing or broken), demo (flux, wan),
+config show/validate/push/pull, exit codes. Hub calls are offline: a fake cache and a mocked HfApi."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from unittest import mock
+
+import pytest
+
+from diffusers_ascend.cli import main
+from diffusers_ascend.config import CONFIG_NAME, AscendConfig
+
+
+def _json(capsys, argv, code=0):
+    assert main(argv) == code
+    return json.loads(capsys.readouterr().out)
+
+
+def test_env_json(capsys):
+    info = _json(capsys, ["env", "--json"])
+    assert info["platform"] == "cpu" and info["torch_npu"] is None
+    assert info["providers"] == {op: "native" for op in ("rms_norm", "rope", "gelu_tanh", "fast_gelu", "adaln_modulate", "mul_add")}
+    assert info["auto_fusions"] == [] and info["graph_capture_supported"] is False
+
+
+def test_env_with_broken_torch_npu_says_so(tmp_path):
+    pkg = tmp_path / "torch_npu"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("raise ImportError('libhccl.so: cannot open shared object file')")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    r = subprocess.run([sys.executable, "-m", "diffusers_ascend.cli", "env"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "torch_npu failed to import (ImportError: libhccl.so" in r.stdout
+    assert "platform                cpu" in r.stdout
+
+
+@pytest.mark.parametrize("model,blocks", [("flux", ["FluxTransformerBlock", "FluxSingleTransformerBlock"]),
+                                          ("wan", ["WanTransformerBlock"])])
+def test_demo(capsys, model, blocks):
+    r = _json(capsys, ["demo", "--json", "--model", model, "--repeats", "1"])
+    assert r["round_trip_ok"] is True and r["reloaded_config"] == r["config"]
+    assert r["max_abs_diff"] < 1e-5
+    assert [row["block"] for row in r["per_block"]] == blocks
+    assert all(row["ops_after"] < row["ops_before"] for row in r["per_block"])
+    assert r["swaps"]["rms_norm"] > 0 and not r["report"]["fallbacks"]
+    assert r["compile_s"] > 0 and r["eager_s"] > 0 and r["accelerated_s"] > 0
+
+
+def test_config_show_defaults_and_file(capsys, tmp_path):
+    info = _json(capsys, ["config", "show", "--json"])
+    assert info["config"] == AscendConfig().to_dict() and info["resolved_fusions"] == []
+    AscendConfig(fusions=["rope"], compile="model").save_pretrained(tmp_path)
+    info = _json(capsys, ["config", "show", str(tmp_path), "--json"])
+    assert info["config"]["fusions"] == ["rope"] and info["resolved_fusions"] == ["rope"]
+
+
+def test_config_show_reads_a_saved_pipeline(capsys, tmp_path):
+    from diffusers_ascend.tiny import tiny_flux_pipeline
+
+    pipe = tiny_flux_pipeline()
+    pipe.enable_ascend_compile(fusions=["adaln"], compile="none")
+    pipe.save_pretrained(tmp_path)
+    info = _json(capsys, ["config", "show", str(tmp_path), "--json"])
+    assert info["config"]["fusions"] == ["adaln"] and info["config"]["compile"] == "none"
+
+
+@pytest.mark.parametrize(
+    "content,code,needle",
+    [(AscendConfig(fusions="all").to_json_string(), 0, "valid"),
+     ('{"fusions": ["rms_norm", "nope"]}', 1, "nope"),
+     ("{not json", 1, "invalid"),
+     ('{"version": 999, "fusions": "all", "from_the_future": 1}', 0, "valid")],
+)
+def test_config_validate(capsys, tmp_path, content, code, needle):
+    path = tmp_path / CONFIG_NAME
+    path.write_text(content)
+    assert main(["config", "validate", str(path)]) == code
+    out = capsys.readouterr().out
+    assert needle in out and str(path) in out
+
+
+def test_config_validate_json(capsys, tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text('{"compile": "everything"}')
+    r = _json(capsys, ["config", "validate", str(path), "--json"], code=1)
+    assert r["valid"] is False and "compile" in r["error"] and "blocks" in r["error"]
+
+
+def test_config_push_and_pull(capsys, tmp_path, monkeypatch):
+    cfg = AscendConfig(fusions=["rms_norm", "rope"], on_error="raise")
+    cfg.save_pretrained(tmp_path / "src")
+    with mock.patch("huggingface_hub.HfApi.create_repo"), mock.patch("huggingface_hub.HfApi.upload_file") as upload:
+        upload.return_value = "https://huggingface.co/me/cfg/commit/1"
+        assert main(["config", "push", str(tmp_path / "src"), "me/cfg"]) == 0
+    assert AscendConfig.from_dict(json.loads(upload.call_args.kwargs["path_or_fileobj"].decode())) == cfg
+    assert "pushed to me/cfg" in capsys.readouterr().out
+    # pull: from a fake Hub cache, offline.
+    from tests.test_hub import fake_hub_cache
+    import huggingface_hub.constants
+
+    fake_hub_cache(tmp_path / "hub", "me/cfg", cfg)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert main(["config", "pull", "me/cfg", str(tmp_path / "dst")]) == 0
+    assert AscendConfig.from_pretrained(tmp_path / "dst") == cfg
+
+
+def test_config_pull_unresolvable_is_exit_1(capsys, tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    assert main(["config", "pull", "nobody/nothing", str(tmp_path / "dst")]) == 1
+    err = capsys.readouterr().err
+    assert "nobody/nothing" in err and "Traceback" not in err and not (tmp_path / "dst").exists()
+
+
+@pytest.mark.parametrize("argv", [[], ["nope"], ["demo", "--model", "sd3"], ["config"], ["demo", "--height", "x"]])
+def test_usage_errors_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    assert "usage: diffusers-ascend" in capsys.readouterr().err
