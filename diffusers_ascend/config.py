@@ -408,13 +408,13 @@ class AscendConfig:
         """
         if os.path.isfile(save_directory):
             raise ValueError(f"save_directory {os.fspath(save_directory)!r} is a file, expected a directory")
+        if push_to_hub and "repo_id" not in kwargs:  # checked before anything is written
+            raise ValueError("save_pretrained(push_to_hub=True) needs repo_id=...")
         os.makedirs(save_directory, exist_ok=True)
         path = os.path.join(os.fspath(save_directory), CONFIG_NAME)
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(self.to_json_string())
         if push_to_hub:
-            if "repo_id" not in kwargs:
-                raise ValueError("save_pretrained(push_to_hub=True) needs repo_id=...")
             self.push_to_hub(**kwargs)
         return path
 

@@ -110,7 +110,8 @@ def test_save_pretrained_push_to_hub(tmp_path):
     with mock.patch("huggingface_hub.HfApi.create_repo") as create, mock.patch("huggingface_hub.HfApi.upload_file") as upload:
         path = cfg.save_pretrained(tmp_path, push_to_hub=True, repo_id="me/cfg", commit_message="hi")
         with pytest.raises(ValueError, match="repo_id"):
-            cfg.save_pretrained(tmp_path, push_to_hub=True)
+            cfg.save_pretrained(tmp_path / "untouched", push_to_hub=True)
+        assert not (tmp_path / "untouched").exists()
     assert create.call_count == 1 and upload.call_args.kwargs["commit_message"] == "hi"
     with open(path, "rb") as fh:
         assert fh.read() == upload.call_args.kwargs["path_or_fileobj"]
