@@ -12,6 +12,8 @@ about 0.02 near |x| = 2): replacing one by the other changes a model's numerics 
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -33,9 +35,7 @@ def fast_gelu_native(x: torch.Tensor) -> torch.Tensor:
     return (xf * torch.sigmoid(1.702 * xf)).to(x.dtype)
 
 
-@torch.library.custom_op("ascend_kernels::gelu_tanh", mutates_args=())
-def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
-    """tanh-approximate GELU, exactly ``F.gelu(x, approximate="tanh")``.
+_DOC = """{summary}
 
     Args:
         x: any floating tensor.
@@ -45,63 +45,40 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
 
     Example:
         >>> import torch, ascend_kernels
-        >>> torch.ops.ascend_kernels.gelu_tanh(torch.zeros(3))
+        >>> torch.ops.ascend_kernels.{name}(torch.zeros(3))
         tensor([0., 0., 0.])
     """
-    return dispatch("gelu_tanh", x)
 
 
-@gelu_tanh.register_fake
-def _(x):
-    return torch.empty_like(x)
+def _define_unary(name: str, native: Callable[[torch.Tensor], torch.Tensor], summary: str):
+    """Defines ``ascend_kernels::<name>(Tensor x) -> Tensor`` with its fake, vjp backward op and native provider."""
+
+    @torch.library.custom_op(f"ascend_kernels::{name}", mutates_args=())
+    def op(x: torch.Tensor) -> torch.Tensor:
+        return dispatch(name, x)
+
+    @op.register_fake
+    def _(x):
+        return torch.empty_like(x)
+
+    @torch.library.custom_op(f"ascend_kernels::{name}_backward", mutates_args=())
+    def backward(grad: torch.Tensor, x: torch.Tensor) -> list[torch.Tensor]:
+        return vjp_grads(native, (x,), grad)
+
+    @backward.register_fake
+    def _(grad, x):
+        return fake_grads((x,))
+
+    op.__doc__ = _DOC.format(summary=summary, name=name)
+    backward.__doc__ = f"Gradient ``[dx]`` of `{name}`."
+    register_vjp_autograd(op, backward)
+    register_provider(Provider(name, "native", native))
+    return op, backward
 
 
-@torch.library.custom_op("ascend_kernels::gelu_tanh_backward", mutates_args=())
-def gelu_tanh_backward(grad: torch.Tensor, x: torch.Tensor) -> list[torch.Tensor]:
-    """Gradient ``[dx]`` of `gelu_tanh`."""
-    return vjp_grads(gelu_tanh_native, (x,), grad)
-
-
-@gelu_tanh_backward.register_fake
-def _(grad, x):
-    return fake_grads((x,))
-
-
-@torch.library.custom_op("ascend_kernels::fast_gelu", mutates_args=())
-def fast_gelu(x: torch.Tensor) -> torch.Tensor:
-    """Sigmoid-approximate GELU ``x * sigmoid(1.702 x)`` (not equal to `gelu_tanh`).
-
-    Args:
-        x: any floating tensor.
-
-    Returns:
-        tensor of x's shape and dtype.
-
-    Example:
-        >>> import torch, ascend_kernels
-        >>> torch.ops.ascend_kernels.fast_gelu(torch.zeros(3))
-        tensor([0., 0., 0.])
-    """
-    return dispatch("fast_gelu", x)
-
-
-@fast_gelu.register_fake
-def _(x):
-    return torch.empty_like(x)
-
-
-@torch.library.custom_op("ascend_kernels::fast_gelu_backward", mutates_args=())
-def fast_gelu_backward(grad: torch.Tensor, x: torch.Tensor) -> list[torch.Tensor]:
-    """Gradient ``[dx]`` of `fast_gelu`."""
-    return vjp_grads(fast_gelu_native, (x,), grad)
-
-
-@fast_gelu_backward.register_fake
-def _(grad, x):
-    return fake_grads((x,))
-
-
-register_vjp_autograd(gelu_tanh, gelu_tanh_backward)
-register_vjp_autograd(fast_gelu, fast_gelu_backward)
-register_provider(Provider("gelu_tanh", "native", gelu_tanh_native))
-register_provider(Provider("fast_gelu", "native", fast_gelu_native))
+gelu_tanh, gelu_tanh_backward = _define_unary(
+    "gelu_tanh", gelu_tanh_native, """tanh-approximate GELU, exactly ``F.gelu(x, approximate="tanh")``."""
+)
+fast_gelu, fast_gelu_backward = _define_unary(
+    "fast_gelu", fast_gelu_native, "Sigmoid-approximate GELU ``x * sigmoid(1.702 x)`` (not equal to `gelu_tanh`)."
+)
