@@ -78,14 +78,17 @@ class AscendBackend:
         executor: ``"eager"`` | ``"inductor"`` | ``"auto"`` (`config.resolved_executor(platform)`).
         mode: Inductor mode (``"max-autotune"``...); torch.compile refuses ``mode=`` with a custom
             backend, so the backend passes it to Inductor itself. Ignored by the eager executor.
-        freezing: not supported yet: ``freezing=True`` is a clear error at construction.
-            Freezing folds parameters into the compiled code as constants, so later weight
-            changes (loading, fusing or hot-swapping a LoRA, `load_state_dict`, CPU offload moving
-            weights) would silently NOT be seen; it can only ever be an inference option. Measured
-            on torch 2.13: Inductor freezes a dynamo graph only when the process-global
-            ``torch._inductor.config.freezing`` is set while dynamo traces; passed per backend
-            (``config_patches``) it folds nothing. A per-backend switch cannot honour it without
-            touching global state, so the backend refuses rather than pretending.
+        freezing: refused: ``freezing=True`` is a clear error at construction. Freezing folds
+            parameters into the compiled code as constants, so later weight changes (loading,
+            fusing or hot-swapping a LoRA, `load_state_dict`, offloading that moves weights) would
+            silently NOT be seen; it can only ever be an inference option. Two measured facts
+            (torch 2.13) rule it out here: (1) per-block compilation serves every block of a class
+            from ONE graph that takes the block's parameters as inputs (FINDINGS section 3), so
+            a frozen graph would carry the first block's weights into all others, or else need
+            one graph per block (57 compiles for Flux); (2) Inductor freezes a dynamo graph only
+            when the process-global ``torch._inductor.config.freezing`` is set while dynamo
+            traces (``config_patches`` per backend fold nothing), which would change every model
+            in the process.
         graph_log_dir: write each graph's code before and after every pass there.
         graph_capture: not available on CPU (a clear error at construction).
         on_error: ``"fallback"`` (a graph whose rewrite fails runs unfused, with a warning and a
