@@ -236,9 +236,12 @@ class AscendConfig:
     def resolved_fusions(self, platform: str | None = None) -> tuple[str, ...]:
         """The fusions to apply on ``platform`` (default: the current one), in pass order (mul_add last).
 
-        ``"auto"``: everything but ``fast_gelu`` on NPU; on CUDA the fusions whose op has a
-        provider other than ``"native"`` for ``"cuda"`` in `ascend_kernels.registry`; none on CPU
-        (the reference composites are slower than Inductor there). An explicit list always applies.
+        ``"auto"``: the fusions (never ``fast_gelu``) whose op has a kernel faster than the unfused
+        ops on ``platform``, i.e. a provider other than ``"native"`` in `ascend_kernels.registry`
+        that runs there: on NPU ``rms_norm``, ``rope`` and ``gelu_tanh`` (torch_npu has no adaLN or
+        mul+add op; those join when a Triton kernel is installed via triton-ascend), on CUDA the
+        Triton-backed ones, none on CPU (the reference composites are slower than Inductor
+        there: substituting them would slow the model down). An explicit list always applies.
 
         >>> from diffusers_ascend.config import AscendConfig
         >>> AscendConfig(fusions="all").resolved_fusions("cpu")
@@ -254,13 +257,7 @@ class AscendConfig:
         if self.fusions == "all":
             return default
         platform = _platform(platform)
-        if platform == "npu":
-            return default
-        if platform == "cuda":
-            from ascend_kernels.registry import available_providers
-
-            return tuple(f for f in default if any(p != "native" for p in available_providers(FUSION_TO_OP[f], "cuda")))
-        return ()
+        return tuple(f for f in default if _has_fast_kernel(FUSION_TO_OP[f], platform))
 
     def resolved_executor(self, platform: str | None = None) -> str:
         """``"eager"`` or ``"inductor"``; ``"auto"`` is ``"eager"`` on NPU (default Inductor made an
@@ -512,6 +509,19 @@ class AscendConfig:
     def __hash__(self) -> int:
         # Equal configs have equal cache keys (the key is a function of a subset of the fields).
         return hash(self.cache_key())
+
+
+def _has_fast_kernel(op: str, platform: str) -> bool:
+    from ascend_kernels.registry import providers
+
+    for p in providers(op):
+        if p.name == "native" or not p.runs_on(platform):
+            continue
+        # The platform's own provider (npu on "npu") exists whenever the platform does: both come
+        # from torch_npu. Others (triton) must be installed too.
+        if p.name == platform or p.available():
+            return True
+    return False
 
 
 def _check_names(overrides: Mapping[str, Any], what: str) -> None:

@@ -87,7 +87,9 @@ def test_replace_validates_and_keeps_original():
 # ----------------------------------------------------------------------------- resolution
 def test_resolved_fusions_per_platform():
     auto = AscendConfig()
-    assert auto.resolved_fusions("npu") == NON_NUMERIC
+    # torch_npu has rms_norm, rope and tanh-GELU kernels; adaLN and mul_add only via Triton.
+    npu_auto = ("rms_norm", "rope", "gelu_tanh")
+    assert auto.resolved_fusions("npu") == npu_auto
     assert auto.resolved_fusions("cpu") == ()
     from ascend_kernels.registry import available_providers
 
@@ -103,7 +105,7 @@ def test_resolved_fusions_per_platform():
         explicit = AscendConfig(fusions=["mul_add", "fast_gelu", "rms_norm"])
         assert explicit.resolved_fusions(plat) == ("rms_norm", "fast_gelu", "mul_add")
     with override_platform("npu"):
-        assert auto.resolved_fusions() == NON_NUMERIC
+        assert auto.resolved_fusions() == npu_auto
     with pytest.raises(ValueError, match="'tpu'"):
         auto.resolved_fusions("tpu")
     assert set(NON_NUMERIC) | {"fast_gelu"} == set(FUSIONS)
@@ -246,3 +248,14 @@ def test_light_import():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_auto_picks_up_a_triton_kernel_where_it_runs(monkeypatch):
+    import ascend_kernels.triton as tri
+
+    monkeypatch.setitem(tri.KERNELS, "adaln_modulate", lambda *a: None)
+    monkeypatch.setattr(tri, "triton_available", lambda: True)
+    auto = AscendConfig()
+    assert auto.resolved_fusions("npu") == ("rms_norm", "rope", "gelu_tanh", "adaln")
+    assert auto.resolved_fusions("cuda") == ("adaln",)
+    assert auto.resolved_fusions("cpu") == ()
