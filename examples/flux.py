@@ -16,7 +16,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=28)
     p.add_argument("--height", type=int, default=1024)
     p.add_argument("--width", type=int, default=1024)
-    p.add_argument("--fusions", default="auto")
+    p.add_argument("--fusions", default="auto", help="auto | all | none | comma-separated fusion names")
     p.add_argument("--output", default="flux.png")
     args = p.parse_args()
     if args.device == "npu":
@@ -27,7 +27,7 @@ def main() -> None:
 
     dtype = torch.float32 if args.device == "cpu" else torch.bfloat16
     pipe = FluxPipeline.from_pretrained(args.model, torch_dtype=dtype).to(args.device)
-    pipe.enable_ascend_compile(fusions=args.fusions)
+    pipe.enable_ascend_compile(fusions=args.fusions if args.fusions in ("auto", "all", "none") else args.fusions.split(","))
     image = pipe(args.prompt, num_inference_steps=args.steps, height=args.height, width=args.width).images[0]
     image.save(args.output)
     print(pipe.ascend_report())

@@ -17,7 +17,7 @@ def main() -> None:
     p.add_argument("--height", type=int, default=480)
     p.add_argument("--width", type=int, default=832)
     p.add_argument("--frames", type=int, default=33)
-    p.add_argument("--fusions", default="auto")
+    p.add_argument("--fusions", default="auto", help="auto | all | none | comma-separated fusion names")
     p.add_argument("--output", default="wan.mp4")
     args = p.parse_args()
     if args.device == "npu":
@@ -30,7 +30,7 @@ def main() -> None:
     dtype = torch.float32 if args.device == "cpu" else torch.bfloat16
     vae = AutoencoderKLWan.from_pretrained(args.model, subfolder="vae", torch_dtype=torch.float32)
     pipe = WanPipeline.from_pretrained(args.model, vae=vae, torch_dtype=dtype).to(args.device)
-    pipe.enable_ascend_compile(fusions=args.fusions)
+    pipe.enable_ascend_compile(fusions=args.fusions if args.fusions in ("auto", "all", "none") else args.fusions.split(","))
     frames = pipe(args.prompt, height=args.height, width=args.width, num_frames=args.frames,
                   num_inference_steps=args.steps).frames[0]
     export_to_video(frames, args.output, fps=16)

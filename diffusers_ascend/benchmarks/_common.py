@@ -70,6 +70,8 @@ def machine_info() -> dict[str, Any]:
         torch=torch.__version__,
         diffusers=diffusers.__version__,
         device=device,
+        # Other processes on the machine distort timings: the load when the numbers were taken.
+        load_avg_1m=round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     )
 
@@ -149,7 +151,8 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def table_cells(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> tuple[list[str], list[list[str]]]:
+def table_cells(rows: Sequence[dict[str, Any]],
+                columns: Sequence[tuple[str, str]]) -> tuple[list[str], list[list[str]]]:
     """Header and formatted cells of `rows` for `columns` = ``[(key, title), ...]``."""
     return [title for _, title in columns], [[_fmt(_get(r, key)) for key, _ in columns] for r in rows]
 
@@ -168,7 +171,8 @@ def text_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]
 def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
     """A GitHub-flavoured markdown table."""
     header, cells = table_cells(rows, columns)
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
+    align = "|".join("---" if i == 0 else "---:" for i in range(len(header)))
+    lines = ["| " + " | ".join(header) + " |", f"|{align}|"]
     lines += ["| " + " | ".join(r) + " |" for r in cells]
     return "\n".join(lines)
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import statistics
 from typing import Any, Callable, Sequence
 
 import torch
 
-from ._common import check_size, flux_model_inputs, machine_info, median_time, register_ops, timed
+from ._common import check_size, flux_model_inputs, machine_info, register_ops, timed
 
 
 def _eager(model):
@@ -58,9 +59,10 @@ def latency(size: str = "small", variants: Sequence[str] | None = None, runs: in
             warmup: int | None = None) -> dict[str, Any]:
     """Steady-state CPU latency of one transformer forward, per variant (see `VARIANTS`).
 
-    Each variant gets a fresh model with the same seeded weights and a fresh dynamo state; the first
-    call (compilation included) is reported separately, then ``warmup`` calls are discarded and the
-    median and min of ``runs`` calls are taken. Outputs are compared with eager.
+    Each variant gets a fresh model with the same seeded weights; its first call (compilation
+    included) is reported separately. Then all variants are called in interleaved rounds: ``warmup``
+    rounds are discarded, and the median and min of ``runs`` rounds are taken per variant. Outputs
+    are compared with eager.
 
     Args:
         size: ``"tiny"`` (the tiny Flux config, 24 tokens, no Inductor variants: seconds) or
@@ -92,29 +94,43 @@ def latency(size: str = "small", variants: Sequence[str] | None = None, runs: in
     inputs = flux_model_inputs(config, preset["height"], preset["width"], txt_len=preset["txt_len"])
     register_ops()
 
-    rows, reference = [], None
-    for name in names:
-        torch._dynamo.reset()
-        model = tiny_flux_transformer(**config) if preset["config"] else tiny_flux_transformer()
-        model = VARIANTS[name][1](model)
-        with torch.no_grad():
+    # All variants are compiled first and then timed in interleaved rounds (one call of each per
+    # round), so a burst of load from other processes slows every variant alike instead of
+    # whichever happened to run then. They coexist in dynamo's cache (one backend per variant, so
+    # one entry per variant and block class): raise the recompile limit for the duration, or the
+    # later variants would silently run eager.
+    limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+    torch._dynamo.reset()
+    models, rows, reference = {}, [], None
+    with torch._dynamo.config.patch(**{limit: max(64, getattr(torch._dynamo.config, limit))}), torch.no_grad():
+        for name in names:
+            model = tiny_flux_transformer(**config) if preset["config"] else tiny_flux_transformer()
+            models[name] = model = VARIANTS[name][1](model)
             out, first = timed(lambda: model(**inputs)[0])
-            stats = median_time(lambda: model(**inputs), runs=runs, warmup=warmup)
-        reference = out if reference is None else reference
-        report = ascend_report(model) if name.startswith("ascend") else None
-        state = getattr(model, "_ascend_state", None)
-        rows.append(dict(
-            variant=name, description=VARIANTS[name][0], **stats, first_call_s=first,
-            executor=state.backend.executor if state is not None and state.backend is not None else
-            ("inductor" if name == "inductor" else "-"),
-            fusions=(",".join(f for f, n in report.matches.items()) or "none") if report is not None else "-",
-            graphs_compiled=report.graphs_compiled if report is not None else None,
-            max_abs_diff=(out - reference).abs().max().item(),
-        ))
+            reference = out if reference is None else reference
+            report = ascend_report(model) if name.startswith("ascend") else None
+            state = getattr(model, "_ascend_state", None)
+            rows.append(dict(
+                variant=name, description=VARIANTS[name][0], first_call_s=first,
+                executor=state.backend.executor if state is not None and state.backend is not None else
+                ("inductor" if name == "inductor" else "-"),
+                fusions=(",".join(report.matches) or "none") if report is not None else "-",
+                graphs_compiled=report.graphs_compiled if report is not None else None,
+                max_abs_diff=(out - reference).abs().max().item(),
+            ))
+        times: dict[str, list[float]] = {name: [] for name in names}
+        for round_ in range(warmup + runs):
+            for name in names:
+                _, seconds = timed(lambda: models[name](**inputs))
+                if round_ >= warmup:
+                    times[name].append(seconds * 1e3)
+    for row in rows:
+        row.update(median_ms=statistics.median(times[row["variant"]]), min_ms=min(times[row["variant"]]))
     torch._dynamo.reset()
     eager_ms = rows[0]["median_ms"]
     for row in rows:
         row["vs_eager"] = row["median_ms"] / eager_ms
         row["speedup"] = eager_ms / row["median_ms"]
     return dict(benchmark="latency", size=size, rows=rows, columns=COLUMNS, machine=machine_info(),
-                model=dict(config, tokens=preset["height"] * preset["width"] + preset["txt_len"], runs=runs, warmup=warmup))
+                model=dict(config, tokens=preset["height"] * preset["width"] + preset["txt_len"], runs=runs,
+                           warmup=warmup))

@@ -12,7 +12,7 @@ from ._common import check_size, flux_model_inputs, machine_info, register_ops, 
 # the Wan latent (patch 1x2x2). Four distinct sequence lengths each: Wan still recompiles at the
 # third, the fourth shows whether compilation has settled.
 _PRESETS = {
-    "tiny": dict(models=("flux",), flux=[(4, 4), (4, 6), (6, 6), (6, 8)],
+    "tiny": dict(models=("wan",), flux=[(4, 4), (4, 6), (6, 6), (6, 8)],
                  wan=[(2, 4, 4), (2, 4, 6), (2, 6, 6), (2, 6, 8)]),
     "small": dict(models=("flux", "wan"), flux=[(16, 16), (16, 24), (24, 24), (24, 32)],
                   wan=[(2, 8, 8), (2, 8, 12), (2, 12, 12), (2, 12, 16)]),
@@ -27,14 +27,15 @@ COLUMNS = [
 
 
 def _model_and_inputs(name: str):
-    from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, WAN_TRANSFORMER_CONFIG, tiny_flux_transformer, tiny_wan_transformer
+    from diffusers_ascend import tiny
 
     if name == "flux":
         layers = dict(num_layers=2, num_single_layers=2)  # >= 2 single blocks: shows the stride recompile
-        config = {**FLUX_TRANSFORMER_CONFIG, **layers}
-        return tiny_flux_transformer(**layers), lambda shape: flux_model_inputs(config, *shape), lambda s: s[0] * s[1] + 8
-    config = {**WAN_TRANSFORMER_CONFIG, "num_layers": 2}
-    return (tiny_wan_transformer(num_layers=2), lambda shape: wan_model_inputs(config, *shape),
+        config = {**tiny.FLUX_TRANSFORMER_CONFIG, **layers}
+        return (tiny.tiny_flux_transformer(**layers), lambda shape: flux_model_inputs(config, *shape),
+                lambda s: s[0] * s[1] + 8)
+    config = {**tiny.WAN_TRANSFORMER_CONFIG, "num_layers": 2}
+    return (tiny.tiny_wan_transformer(num_layers=2), lambda shape: wan_model_inputs(config, *shape),
             lambda s: s[0] * (s[1] // 2) * (s[2] // 2))
 
 
@@ -49,7 +50,8 @@ def recompiles(size: str = "small", models: Sequence[str] | None = None) -> dict
     embedding).
 
     Args:
-        size: ``"tiny"`` (Flux only, small latents) or ``"small"`` (Flux and Wan, larger latents).
+        size: ``"tiny"`` (Wan only, small latents: its graphs compile fastest) or ``"small"`` (Flux
+            and Wan, larger latents).
         models: override the models (``"flux"``, ``"wan"``).
 
     Returns:

@@ -48,8 +48,8 @@ def format_result(result: dict[str, Any], markdown: bool = False) -> str:
     return f"{title}\n{table}\n"
 
 
-def run_benchmarks(names: Sequence[str] | str | None = None, size: str = "small", out_dir: str | os.PathLike | None = None,
-                   options: dict[str, dict[str, Any]] | None = None, verbose: bool = True) -> dict[str, Any]:
+def run_benchmarks(names: Sequence[str] | str | None = None, size: str = "small",
+                   out_dir: str | os.PathLike | None = None, options: dict[str, dict[str, Any]] | None = None, verbose: bool = True) -> dict[str, Any]:
     """Runs benchmarks, prints a table per benchmark and, with `out_dir`, writes ``results.json``,
     ``results.md`` and ``results.png`` there.
 
@@ -102,7 +102,8 @@ def _machine_md(machine: dict[str, Any]) -> str:
 
 def to_markdown(results: dict[str, Any]) -> str:
     """The results as markdown: machine description, then one table per benchmark."""
-    parts = [f"# diffusers-ascend benchmarks (size={results['size']})\n", "Machine:\n", _machine_md(results["machine"]), ""]
+    parts = [f"# diffusers-ascend benchmarks (size={results['size']})\n", "Machine:\n",
+             _machine_md(results["machine"]), ""]
     parts += [format_result(r, markdown=True) for r in results["benchmarks"].values()]
     return "\n".join(parts)
 

@@ -96,15 +96,15 @@ def test_block_numerics(compiled, name, dtype):
 
 def test_whole_models_compiled_as_one_graph():
     """compile="model": the counts are the blocks' sums plus what the model adds outside them
-    (Flux `norm_out` is a multiply-add; Wan's `norm_out` an fp32 adaLN and its text projection a
-    tanh GELU), and the output equals eager."""
+    (Flux's `norm_out` is an `AdaLayerNormContinuous` adaLN; Wan's `norm_out` an fp32 adaLN and its
+    text projection a tanh GELU), and the output equals eager."""
     from diffusers_ascend.tiny import tiny_flux_transformer, tiny_wan_transformer
 
     d, s, w = (EXPECTED_BLOCK_COUNTS[k] for k in ("flux_double", "flux_single", "wan"))
     flux = tiny_flux_transformer(num_layers=2, num_single_layers=2)
     wan = tiny_wan_transformer(num_layers=2)
     expected = {
-        "flux": ({f: 2 * d[f] + 2 * s[f] for f in d}, {"mul_add": 1}),
+        "flux": ({f: 2 * d[f] + 2 * s[f] for f in d}, {"adaln": 1}),
         "wan": ({f: 2 * w[f] for f in w}, {"gelu_tanh": 1, "adaln": 1}),
     }
     for name, model, inputs in [("flux", flux, flux_model_inputs(4, 4)), ("wan", wan, wan_model_inputs(2, 4, 4))]:

@@ -231,6 +231,16 @@ def test_adaln_flux(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_adaln_continuous_norm_out(dtype):
+    # diffusers' AdaLayerNormContinuous (Flux's norm_out), with its real module and conditioning.
+    from diffusers.models.normalization import AdaLayerNormContinuous
+
+    norm = AdaLayerNormContinuous(16, 16, elementwise_affine=False, eps=1e-6)
+    x, emb = torch.randn(2, 5, 16, dtype=dtype), torch.randn(2, 16, dtype=dtype)
+    run(norm, x, emb, fusions=["adaln"], dtype=dtype, expected=1, gone=[aten.native_layer_norm.default])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("cast_back", [True, False], ids=["type_as", "fp32_out"])
 def test_adaln_wan(dtype, cast_back):
     x = torch.randn(2, 5, 16, dtype=dtype)

@@ -64,10 +64,9 @@ def test_compile_model_whole_transformer():
     assert_close(_run(pipe), ref, dtype=torch.float32)
     report = pipe.ascend_report()
     assert pipe.transformer._compiled_call_impl is not None and report.graphs_compiled >= 1
-    # The blocks' 5 + 5, plus the final `norm_out` (AdaLayerNormContinuous): it adds 1 to the scale
-    # before unsqueezing it, a form the adaln patterns do not cover yet, so its modulation is
-    # fused as a mul_add after the layer_norm instead.
-    assert {f: n for f, n in report.matches.items() if n} == {"adaln": 5, "mul_add": 5 + 1}
+    # The blocks' 5 + 5, plus the final `norm_out` (AdaLayerNormContinuous, adds 1 to the scale
+    # before unsqueezing it): one more adaLN.
+    assert {f: n for f, n in report.matches.items() if n} == {"adaln": 5 + 1, "mul_add": 5}
     pipe.disable_ascend_compile()
     assert pipe.transformer._compiled_call_impl is None
 

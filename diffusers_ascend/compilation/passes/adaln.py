@@ -5,6 +5,8 @@ Forms matched (aot graph: ``native_layer_norm(x, [D], None, None, eps)[0] -> add
 
 - Flux (``AdaLayerNormZero``, ``AdaLayerNormZeroSingle``, the MLP norms of ``FluxTransformerBlock``):
   ``norm(x) * (1 + scale[:, None]) + shift[:, None]`` with ``scale``/``shift`` of shape (B, D).
+- ``AdaLayerNormContinuous`` (Flux's ``norm_out``): ``norm(x) * (1 + scale)[:, None, :] +
+  shift[:, None, :]``: the 1 is added before the unsqueeze.
 - broadcast: ``norm(x) * (1 + scale) + shift`` with ``scale``/``shift`` of ``x``'s rank.
 - Wan (``WanTransformerBlock``): ``(norm(x.float()) * (1 + scale) + shift).type_as(x)`` (fp32
   modulation), and the same without the cast back, whose fp32 result the op keeps with
@@ -34,17 +36,17 @@ class AdaLNPattern(FusionPattern):
     """One written form of adaLN modulation.
 
     Args:
-        form: ``"flux"``, ``"broadcast"``, ``"upcast"`` (Wan, cast back to ``x.dtype``) or
+        form: ``"flux"``, ``"continuous"``, ``"broadcast"``, ``"upcast"`` (Wan, cast back to ``x.dtype``) or
             ``"upcast_fp32_out"`` (Wan without the cast back).
         dtype: example dtype of ``x``.
     """
 
-    FORMS = ("flux", "broadcast", "upcast", "upcast_fp32_out")
+    FORMS = ("flux", "continuous", "broadcast", "upcast", "upcast_fp32_out")
     scalars = ("eps",)
 
     def example_inputs(self):
         x = torch.randn(2, 5, 8, dtype=self.dtype)
-        if self.form == "flux":
+        if self.form in ("flux", "continuous"):
             scale, shift = torch.randn(2, 8, dtype=self.dtype), torch.randn(2, 8, dtype=self.dtype)
         else:
             mdt = self.dtype if self.form == "broadcast" else torch.float32
@@ -55,6 +57,8 @@ class AdaLNPattern(FusionPattern):
         d = (x.shape[-1],)
         if self.form == "flux":
             return F.layer_norm(x, d, eps=eps) * (1 + scale[:, None]) + shift[:, None]
+        if self.form == "continuous":
+            return F.layer_norm(x, d, eps=eps) * (1 + scale)[:, None, :] + shift[:, None, :]
         if self.form == "broadcast":
             return F.layer_norm(x, d, eps=eps) * (1 + scale) + shift
         y = F.layer_norm(x.float(), d, eps=eps) * (1 + scale) + shift
@@ -62,7 +66,7 @@ class AdaLNPattern(FusionPattern):
 
     def replace(self, x, scale, shift, eps):
         op = torch.ops.ascend_kernels.adaln_modulate
-        if self.form == "flux":
+        if self.form in ("flux", "continuous"):
             # Unsqueezed here, so the op sees scale/shift of x's rank and only broadcasts.
             scale, shift = scale[:, None], shift[:, None]
         if self.form == "upcast":
@@ -77,7 +81,7 @@ class AdaLNPattern(FusionPattern):
         x, scale, shift = (tensor_arg(match, n) for n in ("x", "scale", "shift"))
         if x is None or scale is None or shift is None:
             return False
-        if self.form == "flux":
+        if self.form in ("flux", "continuous"):
             return scale.dim() == 2 and shift.dim() == 2
         # The op reads scale/shift of rank x.dim()-1 as (B, 1, D); plain broadcasting needs x's rank.
         return scale.dim() == x.dim() and shift.dim() == x.dim()
@@ -91,6 +95,6 @@ class AdaLNFusionPass(FusionPass):
     @classmethod
     def patterns(cls):
         # Forms with casts first: their fp32 graphs equal the broadcast form's.
-        for form in ("upcast", "upcast_fp32_out", "flux", "broadcast"):
+        for form in ("upcast", "upcast_fp32_out", "flux", "continuous", "broadcast"):
             for dtype in (torch.float32, torch.bfloat16):
                 yield AdaLNPattern(form, dtype)
