@@ -157,13 +157,13 @@ def test_load_lora_after_enable(tmp_path):
     assert not pipe.ascend_report().fallbacks
 
 
-def test_recompile_limit_raised_per_block_class(monkeypatch):
+def test_recompile_limit_raised_per_block_class():
     import torch._dynamo.config as dc
 
-    monkeypatch.setattr(dc, "recompile_limit", 8)
-    tiny_flux_pipeline().enable_ascend_compile(**FAST)
-    assert dc.recompile_limit == 16  # Flux: double + single block classes, 8 each
-    tiny_flux_pipeline().enable_ascend_compile(recompile_limit=40, **FAST)
-    assert dc.recompile_limit == 40
-    tiny_flux_pipeline().enable_ascend_compile(recompile_limit=10, **FAST)
-    assert dc.recompile_limit == 40  # process-wide in dynamo: only ever raised, never lowered
+    with dc.patch(recompile_limit=8):  # restores dynamo's value afterwards (monkeypatch cannot)
+        tiny_flux_pipeline().enable_ascend_compile(**FAST)
+        assert dc.recompile_limit == 16  # Flux: double + single block classes, 8 each
+        tiny_flux_pipeline().enable_ascend_compile(recompile_limit=40, **FAST)
+        assert dc.recompile_limit == 40
+        tiny_flux_pipeline().enable_ascend_compile(recompile_limit=10, **FAST)
+        assert dc.recompile_limit == 40  # process-wide in dynamo: only ever raised, never lowered
