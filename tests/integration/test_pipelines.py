@@ -232,3 +232,14 @@ def test_failure_half_way_restores_the_previous_setup(monkeypatch):
         assert t._ascend_state.config.fusions == ("rms_norm",)
     assert {n: type(m) for n, m in pipe.transformer_2.named_modules()} == before
     assert pipe.ascend_report().swaps == {"rms_norm": 16}
+
+
+@pytest.mark.parametrize("content,exc", [("{not json", ValueError), ('{"fusions": ["rms_norm", "nope"]}', ValueError),
+                                         ('["a", "list"]', (TypeError, ValueError))])
+def test_bad_config_file_in_a_folder_changes_nothing(tmp_path, content, exc):
+    (tmp_path / "ascend_config.json").write_text(content)
+    pipe = tiny_flux_pipeline()
+    before = _snapshot(pipe)
+    with pytest.raises(exc):
+        pipe.enable_ascend_compile(str(tmp_path))
+    assert _snapshot(pipe) == before and not hasattr(pipe.transformer, "_ascend_state")
