@@ -133,7 +133,9 @@ class AscendConfig:
             keeps this limit process-wide, so it is only ever raised, never lowered.
         graph_capture: None, ``"graph_only"`` or ``"graph_with_compile"``.
         safe_output: clone outputs of captured graphs.
-        freezing: fold parameters into compiled code (inference only).
+        freezing: fold parameters into the compiled graph as constants (inference only; on a
+            pipeline it needs ``compile="model"``, see `AscendBackend`): weight changes after the first call (LoRA,
+            ``load_state_dict``, offloading) are not seen until compiled again.
         max_captured_graphs: int >= 1, FIFO cap on captured graphs.
         graph_log_dir: directory (stored as a string) to write graphs before/after each pass.
         on_error: ``"fallback"`` (a block that fails to compile runs eager, with a warning) or ``"raise"``.

@@ -7,6 +7,7 @@ raised (to `config.recompile_limit`), never lowered.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import warnings
@@ -77,12 +78,19 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg) ->
 
     compiled = torch.compile(module._call_impl, backend=state.backend, dynamic=cfg.dynamic, fullgraph=cfg.fullgraph)
     label = type(module).__name__
+    if cfg.freezing:  # dynamo lifts weights into the graph only under this flag; set for our calls only
+        import torch._inductor.config as inductor_config
+
+        scope = functools.partial(inductor_config.patch, freezing=True)
+    else:
+        scope = contextlib.nullcontext
 
     @functools.wraps(module._call_impl)
     def call(*args, **kwargs):
         token = graph_label.set(label)
         try:
-            return compiled(*args, **kwargs)
+            with scope():
+                return compiled(*args, **kwargs)
         except Exception as e:  # compile errors surface at the first call
             if cfg.on_error == "raise":
                 raise
@@ -184,6 +192,12 @@ def enable_ascend_compile(pipe_or_model, config=None, **overrides):
         AscendBackend(cfg)  # constructor errors (freezing, graph_capture) before anything changes
     from .adapters import adapter_for
 
+    if cfg.freezing and cfg.compile == "blocks":
+        raise ValueError(
+            "freezing=True needs compile='model': under compile='blocks' every block of a class runs one shared "
+            "graph that takes the block's weights as inputs, and freezing would bake one block's weights into it. "
+            "Use compile='model' with freezing=True, or freezing=False."
+        )
     models = _models(pipe_or_model)
     if not models:
         raise ValueError(f"{type(pipe_or_model).__name__} holds no model with an Ascend adapter.")

@@ -78,17 +78,18 @@ class AscendBackend:
         executor: ``"eager"`` | ``"inductor"`` | ``"auto"`` (`config.resolved_executor(platform)`).
         mode: Inductor mode (``"max-autotune"``...); torch.compile refuses ``mode=`` with a custom
             backend, so the backend passes it to Inductor itself. Ignored by the eager executor.
-        freezing: refused: ``freezing=True`` is a clear error at construction. Freezing folds
-            parameters into the compiled code as constants, so later weight changes (loading,
-            fusing or hot-swapping a LoRA, `load_state_dict`, offloading that moves weights) would
-            silently NOT be seen; it can only ever be an inference option. Two measured facts
-            (torch 2.13) rule it out here: (1) per-block compilation serves every block of a class
-            from ONE graph that takes the block's parameters as inputs (FINDINGS section 3), so
-            a frozen graph would carry the first block's weights into all others, or else need
-            one graph per block (57 compiles for Flux); (2) Inductor freezes a dynamo graph only
-            when the process-global ``torch._inductor.config.freezing`` is set while dynamo
-            traces (``config_patches`` per backend fold nothing), which would change every model
-            in the process.
+        freezing: inference only. After fusion, parameters are folded into the graph as constants
+            (`torch._inductor.freezing.freeze`: constant folding, and on CPU weight prepacking), so
+            the compiled code no longer reads the module's weights: later weight changes (loading,
+            fusing or hot-swapping a LoRA, `load_state_dict`, offloading that moves weights) are
+            not guaranteed to be seen until the model is compiled again (folded constants are
+            copies). Dynamo lifts parameters into the graph
+            only while the process-wide ``torch._inductor.config.freezing`` is set as it traces:
+            `enable_ascend_compile(compile="model", freezing=True)` sets it around its own calls
+            only; standalone, wrap the first call in ``torch._inductor.config.patch(freezing=True)``
+            (without it the backend raises rather than silently not freezing). Not with
+            ``compile="blocks"``: every block of a class shares one graph that takes the block's
+            weights as inputs.
         graph_log_dir: write each graph's code before and after every pass there.
         graph_capture: not available on CPU (a clear error at construction).
         on_error: ``"fallback"`` (a graph whose rewrite fails runs unfused, with a warning and a
@@ -127,12 +128,6 @@ class AscendBackend:
                     f"the current platform {self.platform!r} has none. Valid here: graph_capture=None."
                 )
             raise NotImplementedError(f"graph_capture={capture!r} is not implemented yet; use graph_capture=None.")
-        if getattr(self.config, "freezing", False):
-            raise ValueError(
-                "freezing=True is not supported by AscendBackend: Inductor freezes parameters only "
-                "under the process-global torch._inductor.config.freezing, which one backend must not "
-                "set for every model in the process. Valid: freezing=False."
-            )
         self.report = FusionReport(matches={f: 0 for f in self.fusions})
         self._manager = None  # FusionPassManager, built on first compile (imports Inductor)
         self._graph_index = 0
@@ -147,11 +142,15 @@ class AscendBackend:
         index = self._graph_index
         self._graph_index += 1
         name = self._graph_name(index)
-        if _needs_grad(example_inputs):
+        if self.config.freezing:
+            self._check_freezing(example_inputs)
+        elif _needs_grad(example_inputs):
             return self._compile_training(gm, example_inputs, name)
 
         def fw_compiler(aot_gm: torch.fx.GraphModule, aot_inputs):
             self._rewrite(aot_gm, name, training=False, dynamic=_is_dynamic(aot_inputs))
+            if self.config.freezing:
+                return self._execute_frozen(gm, aot_gm, aot_inputs, name)
             return self._execute(aot_gm, aot_inputs)
 
         return aot_autograd(fw_compiler=fw_compiler)(gm, example_inputs)
@@ -209,6 +208,40 @@ class AscendBackend:
         # Called from aot's fw_compiler, the compiled function takes its arguments unpacked.
         def run(*args):
             return compiled(*args)
+
+        return run
+
+    @staticmethod
+    def _check_freezing(example_inputs) -> None:
+        import torch._inductor.config as inductor_config
+
+        if _needs_grad(example_inputs):
+            raise RuntimeError(
+                "AscendBackend(freezing=True) is inference-only, but this graph needs gradients: call the compiled "
+                "module under torch.no_grad() / torch.inference_mode(), or use freezing=False."
+            )
+        if not inductor_config.freezing:
+            raise RuntimeError(
+                "AscendBackend(freezing=True): dynamo traced this graph without torch._inductor.config.freezing, so "
+                "the weights are graph inputs and nothing can be frozen. Use enable_ascend_compile(compile='model', "
+                "freezing=True), or wrap the first call in torch._inductor.config.patch(freezing=True)."
+            )
+
+    def _execute_frozen(self, dynamo_gm, aot_gm: torch.fx.GraphModule, aot_inputs, name: str) -> Callable:
+        frozen, keep = _fold_parameters(aot_gm)
+        self.report.graphs[-1]["frozen_params"] = len(aot_inputs) - len(keep)
+        if self.executor == "eager":
+            from torch._functorch.aot_autograd import make_boxed_func
+
+            return make_boxed_func(lambda *args: frozen(*[args[i] for i in keep]))
+        from torch._inductor.compile_fx import compile_fx
+
+        # Already frozen: Inductor must not freeze again (the process-wide flag is still set here).
+        patches = {**self._inductor_patches(training=False), "freezing": False}
+        compiled = compile_fx(frozen, [aot_inputs[i] for i in keep], config_patches=patches)
+
+        def run(*args):
+            return compiled(*[args[i] for i in keep])
 
         return run
 
@@ -278,6 +311,28 @@ class AscendBackend:
             step[0] += 1
 
         return log
+
+
+def _fold_parameters(aot_gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, list[int]]:
+    """Inductor's freezing minus its CPU-Inductor layout passes: parameters become constants, then
+    constant folding. Returns the graph and the indices of the inputs it still takes.
+
+    `torch._inductor.freezing.freeze` also runs `freezing_passes` (mkldnn weight prepacking on CPU,
+    registered once per process and then applied to every frozen graph), whose ops neither the
+    eager executor on NPU nor a later `compile_fx` of the frozen graph can take; and it may discard
+    the module's parameters, which `disable_ascend_compile` needs back.
+    """
+    from torch._guards import TracingContext
+    from torch._inductor import freezing
+
+    ctx = TracingContext.try_get()
+    with freezing.enter_freezing():
+        keep = freezing.replace_params_with_constants(aot_gm, ctx.params_flat_unwrap_subclasses, ctx.fw_metadata)
+        aot_gm.graph = freezing.fx_graph_cse(aot_gm.graph)
+        aot_gm.recompile()
+        freezing.constant_fold(aot_gm)
+        freezing.record_has_frozen_params(aot_gm)
+    return aot_gm, keep
 
 
 def _identity_compiler(gm: torch.fx.GraphModule, example_inputs):

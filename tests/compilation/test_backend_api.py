@@ -80,12 +80,6 @@ def test_graph_capture_on_cpu_is_a_clear_error():
         AscendBackend(graph_capture="graph_only")
 
 
-@pytest.mark.parametrize("executor", ["eager", "inductor"])
-def test_freezing_is_refused_not_faked(executor):
-    with pytest.raises(ValueError, match="freezing=True is not supported.*Valid: freezing=False"):
-        AscendBackend(executor=executor, freezing=True)
-
-
 def test_import_is_light():
     code = (
         "import sys, diffusers_ascend.compilation as c; c.AscendBackend; c.FusionReport;"
