@@ -6,7 +6,6 @@ import contextlib
 import datetime
 import os
 import platform
-import statistics
 import time
 from typing import Any, Callable, Sequence
 
@@ -99,14 +98,6 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     start = time.perf_counter()
     out = fn()
     return out, time.perf_counter() - start
-
-
-def median_time(fn: Callable[[], Any], runs: int, warmup: int) -> dict[str, float]:
-    """Median and min wall time of `runs` calls after `warmup` untimed ones, in milliseconds."""
-    for _ in range(warmup):
-        fn()
-    times = [timed(fn)[1] * 1e3 for _ in range(runs)]
-    return dict(median_ms=statistics.median(times), min_ms=min(times))
 
 
 def warm_up_compiler(inductor: bool = True) -> None:

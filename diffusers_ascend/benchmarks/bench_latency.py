@@ -50,7 +50,7 @@ _PRESETS = {
 
 COLUMNS = [
     ("variant", "variant"), ("executor", "executor"), ("fusions", "fusions"), ("median_ms", "median ms"),
-    ("min_ms", "min ms"), ("vs_eager", "time vs eager"), ("speedup", "speedup"), ("first_call_s", "first call s"),
+    ("min_ms", "min ms"), ("eager_median_ms", "paired eager ms"), ("vs_eager", "time vs eager"), ("speedup", "speedup"), ("first_call_s", "first call s"),
     ("graphs_compiled", "graphs"), ("max_abs_diff", "max |diff|"),
 ]
 
@@ -60,9 +60,10 @@ def latency(size: str = "small", variants: Sequence[str] | None = None, runs: in
     """Steady-state CPU latency of one transformer forward, per variant (see `VARIANTS`).
 
     Each variant gets a fresh model with the same seeded weights; its first call (compilation
-    included) is reported separately. Then all variants are called in interleaved rounds: ``warmup``
-    rounds are discarded, and the median and min of ``runs`` rounds are taken per variant. Outputs
-    are compared with eager.
+    included) is reported separately. Then its calls alternate with calls of an eager model:
+    ``warmup`` pairs are discarded, the median and min of ``runs`` calls are taken, and ``vs_eager``
+    is its median over the median of the paired eager calls (robust to load from other processes).
+    Outputs are compared with eager.
 
     Args:
         size: ``"tiny"`` (the tiny Flux config, 24 tokens, no Inductor variants: seconds) or
@@ -73,7 +74,8 @@ def latency(size: str = "small", variants: Sequence[str] | None = None, runs: in
 
     Returns:
         ``{"benchmark", "size", "rows", "columns", "machine", "model"}``; one row per variant with
-        ``median_ms``, ``min_ms``, ``vs_eager`` (median / eager median), ``speedup`` (its inverse),
+        ``median_ms``, ``min_ms``, ``eager_median_ms`` (the paired eager calls), ``vs_eager`` (median / paired eager median),
+        ``speedup`` (its inverse),
         ``first_call_s``, ``graphs_compiled``, ``fusions``, ``executor`` and ``max_abs_diff``.
 
     >>> rows = latency(size="tiny")["rows"]
@@ -94,43 +96,46 @@ def latency(size: str = "small", variants: Sequence[str] | None = None, runs: in
     inputs = flux_model_inputs(config, preset["height"], preset["width"], txt_len=preset["txt_len"])
     register_ops()
 
-    # All variants are compiled first and then timed in interleaved rounds (one call of each per
-    # round), so a burst of load from other processes slows every variant alike instead of
-    # whichever happened to run then. They coexist in dynamo's cache (one backend per variant, so
-    # one entry per variant and block class): raise the recompile limit for the duration, or the
-    # later variants would silently run eager.
-    limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
-    torch._dynamo.reset()
-    models, rows, reference = {}, [], None
-    with torch._dynamo.config.patch(**{limit: max(64, getattr(torch._dynamo.config, limit))}), torch.no_grad():
+    # Each variant is compiled alone, from a fresh dynamo state, as a user would get it (variants
+    # sharing dynamo's cache change each other's graphs: automatic dynamic shapes are per code
+    # object). Its calls alternate with calls of one eager model, and its ratio is taken against
+    # those paired eager calls, so load from other processes during one variant's window affects
+    # both sides of its ratio alike.
+    def build():
+        return tiny_flux_transformer(**config) if preset["config"] else tiny_flux_transformer()
+
+    eager_model, rows, eager_all = build(), [], []
+    with torch.no_grad():
+        reference = eager_model(**inputs)[0]
         for name in names:
-            model = tiny_flux_transformer(**config) if preset["config"] else tiny_flux_transformer()
-            models[name] = model = VARIANTS[name][1](model)
+            torch._dynamo.reset()
+            model = eager_model if name == "eager" else VARIANTS[name][1](build())
             out, first = timed(lambda: model(**inputs)[0])
-            reference = out if reference is None else reference
+            mine, paired = [], []
+            for round_ in range(warmup + runs):
+                t = timed(lambda: model(**inputs))[1] * 1e3
+                e = timed(lambda: eager_model(**inputs))[1] * 1e3
+                if round_ >= warmup:
+                    mine.append(t)
+                    paired.append(e)
+            eager_all += paired
             report = ascend_report(model) if name.startswith("ascend") else None
             state = getattr(model, "_ascend_state", None)
             rows.append(dict(
                 variant=name, description=VARIANTS[name][0], first_call_s=first,
+                median_ms=statistics.median(mine), min_ms=min(mine), eager_median_ms=statistics.median(paired),
                 executor=state.backend.executor if state is not None and state.backend is not None else
                 ("inductor" if name == "inductor" else "-"),
                 fusions=(",".join(report.matches) or "none") if report is not None else "-",
                 graphs_compiled=report.graphs_compiled if report is not None else None,
                 max_abs_diff=(out - reference).abs().max().item(),
             ))
-        times: dict[str, list[float]] = {name: [] for name in names}
-        for round_ in range(warmup + runs):
-            for name in names:
-                _, seconds = timed(lambda: models[name](**inputs))
-                if round_ >= warmup:
-                    times[name].append(seconds * 1e3)
-    for row in rows:
-        row.update(median_ms=statistics.median(times[row["variant"]]), min_ms=min(times[row["variant"]]))
     torch._dynamo.reset()
-    eager_ms = rows[0]["median_ms"]
     for row in rows:
-        row["vs_eager"] = row["median_ms"] / eager_ms
-        row["speedup"] = eager_ms / row["median_ms"]
+        row["vs_eager"] = row["median_ms"] / row["eager_median_ms"]
+        row["speedup"] = 1 / row["vs_eager"]
+    rows[0].update(median_ms=statistics.median(eager_all), min_ms=min(eager_all), vs_eager=1.0, speedup=1.0,
+                   eager_median_ms=statistics.median(eager_all))
     return dict(benchmark="latency", size=size, rows=rows, columns=COLUMNS, machine=machine_info(),
                 model=dict(config, tokens=preset["height"] * preset["width"] + preset["txt_len"], runs=runs,
                            warmup=warmup))
