@@ -125,3 +125,18 @@ def test_usage_errors_exit_2(argv, capsys):
         main(argv)
     assert e.value.code == 2
     assert "usage: diffusers-ascend" in capsys.readouterr().err
+
+
+def test_bench_writes_json_table_and_plot(capsys, tmp_path):
+    assert main(["bench", "--only", "ops_per_block", "--size", "tiny", "--out", str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert "ops_per_block" in json.dumps(results)
+    assert "| block |" in (tmp_path / "results.md").read_text()
+    assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("argv,needle", [(["--only", "bogus"], "bogus"), (["--size", "huge"], "huge")])
+def test_bench_bad_choices_exit_1(capsys, tmp_path, argv, needle):
+    assert main(["bench", *argv, "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert needle in err and "valid" in err.lower() and not (tmp_path / "out").exists()
