@@ -129,6 +129,8 @@ def _real(model_id: str, device: str, height: int, steps: int, prompt: str):
     import torch
     from diffusers import DiffusionPipeline
 
+    if device == "npu":
+        import torch_npu  # noqa: F401  (registers the "npu" device)
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
     pipe = DiffusionPipeline.from_pretrained(model_id, torch_dtype=dtype, ascend_config=False).to(device)
     out_attr = "frames" if "Wan" in type(pipe).__name__ else "images"
@@ -139,7 +141,7 @@ def _real(model_id: str, device: str, height: int, steps: int, prompt: str):
 
 
 def run_demo(model: str = "flux", model_id: str | None = None, device: str = "cpu", fusions: Any = "all",
-             executor: str = "auto", height: int = 32, steps: int = 2, repeats: int = 3,
+             executor: str = "auto", height: int | None = None, steps: int = 2, repeats: int = 3,
              prompt: str = "a photo of an astronaut riding a horse", progress: bool = True) -> dict[str, Any]:
     """Runs a pipeline eager and with `enable_ascend_compile`, then saves, reloads and compares.
 
@@ -148,7 +150,7 @@ def run_demo(model: str = "flux", model_id: str | None = None, device: str = "cp
         model_id: a Hub id or local folder with real weights instead of the tiny pipeline.
         device: where a `model_id` pipeline runs (``"npu"``, ``"cuda"``, ``"cpu"``).
         fusions / executor: passed to `enable_ascend_compile`.
-        height: image height and width (pixels).
+        height: image height and width in pixels (default 32 for the tiny pipelines, 512 for `model_id`).
         steps: denoising steps per call.
         repeats: calls timed per variant (median reported).
         progress: show a progress bar over the stages.
@@ -172,9 +174,9 @@ def run_demo(model: str = "flux", model_id: str | None = None, device: str = "cp
         stages.update(1)
 
     if model_id:
-        pipe, inputs, out_attr, reload_kwargs = _real(model_id, device, height, steps, prompt)
+        pipe, inputs, out_attr, reload_kwargs = _real(model_id, device, height or 512, steps, prompt)
     else:
-        pipe, inputs, out_attr, reload_kwargs = _tiny(model, height)
+        pipe, inputs, out_attr, reload_kwargs = _tiny(model, height or 32)
     pipe.set_progress_bar_config(disable=True)
     run = lambda p: getattr(p(**inputs()), out_attr)  # noqa: E731
     with torch.no_grad():
@@ -349,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--fusions", default="all", help="auto | all | none | comma-separated names (default all)")
     demo.add_argument("--executor", choices=("auto", "eager", "inductor"), default="eager",
                       help="eager: rewritten graph op by op (fast to compile; NPU default); auto: per platform")
-    demo.add_argument("--height", type=int, default=32, help="image height and width in pixels (default 32)")
+    demo.add_argument("--height", type=int, help="image height and width in pixels (default 32 tiny, 512 with --model-id)")
     demo.add_argument("--steps", type=int, default=2, help="denoising steps per call (default 2)")
     demo.add_argument("--repeats", type=int, default=3, help="timed calls per variant, median reported (default 3)")
 
