@@ -91,14 +91,17 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg) ->
         try:
             with scope():
                 return compiled(*args, **kwargs)
-        except Exception as e:  # compile errors surface at the first call
+        except Exception as e:
             if cfg.on_error == "raise":
                 raise
+            # Eager first: if the module fails there too, the error is the model's own (bad
+            # inputs, ...) and propagates as without compilation; the block stays compiled.
+            out = module._call_impl(*args, **kwargs)
             reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             warnings.warn(f"diffusers_ascend: {name or type(module).__name__} failed to compile, running eager ({reason})")
             state.fallbacks.append({"module": name or type(module).__name__, "reason": reason})
             module._compiled_call_impl = None
-            return module._call_impl(*args, **kwargs)
+            return out
         finally:
             graph_label.reset(token)
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import diffusers_ascend
-from diffusers_ascend.tiny import flux_pipeline_inputs, tiny_flux_pipeline, tiny_wan_pipeline, wan_pipeline_inputs
+from diffusers_ascend.tiny import flux_block_inputs, flux_pipeline_inputs, tiny_flux_pipeline, tiny_wan_pipeline, wan_pipeline_inputs
 
 # FINDINGS section 1: matches per block with all five patterns.
 FLUX_DOUBLE = {"rms_norm": 4, "rope": 2, "gelu_tanh": 2, "adaln": 4, "mul_add": 4}
@@ -243,3 +243,16 @@ def test_bad_config_file_in_a_folder_changes_nothing(tmp_path, content, exc):
     with pytest.raises(exc):
         pipe.enable_ascend_compile(str(tmp_path))
     assert _snapshot(pipe) == before and not hasattr(pipe.transformer, "_ascend_state")
+
+
+def test_a_model_error_is_not_mistaken_for_a_compile_failure():
+    pipe = tiny_flux_pipeline()
+    pipe.enable_ascend_compile(executor="eager")
+    block = pipe.transformer.transformer_blocks[0]
+    bad = flux_block_inputs(dim=32)
+    bad["hidden_states"] = bad["hidden_states"][..., :5]  # wrong width: the block itself cannot run
+    with pytest.raises(RuntimeError):
+        block(**bad)
+    assert not pipe.ascend_report().fallbacks and block._compiled_call_impl is not None
+    pipe(**flux_pipeline_inputs(steps=1))  # and it still compiles and runs on good inputs
+    assert not pipe.ascend_report().fallbacks and pipe.ascend_report().graphs_compiled == 2
