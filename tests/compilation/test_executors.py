@@ -106,3 +106,38 @@ def test_mode_goes_to_inductor():
     patches = backend._inductor_patches(training=False)
     assert patches.get("max_autotune") is True and not patches.get("triton.cudagraphs")
     assert AscendBackend(fusions="none", executor="inductor")._inductor_patches(training=False) == {}
+
+
+def test_eager_executor_binds_providers_once():
+    from diffusers_ascend.tiny import flux_block_inputs, tiny_flux_blocks
+
+    torch._dynamo.reset()
+    double, _ = tiny_flux_blocks()
+    backend = AscendBackend(fusions="all", executor="eager")
+    with torch.no_grad():
+        torch.compile(double, backend=backend)(**flux_block_inputs())
+    bound = backend.report.graphs[0]["bound_providers"]
+    # Every fused op of the block (4 + 2 + 2 + 4 + 4) calls its provider directly: native on CPU.
+    assert len(bound) == 16 and set(bound.values()) == {"native"}
+
+
+def test_symbolic_shapes_keep_runtime_dispatch():
+    from diffusers_ascend.compilation.backend import bind_providers
+
+    torch._dynamo.reset()
+    graphs = []
+
+    class Keep(AscendBackend):
+        def _execute(self, gm, example_inputs):
+            out = super()._execute(gm, example_inputs)
+            graphs.append(gm)
+            return out
+
+    norm = torch.nn.RMSNorm(8)
+    backend = Keep(fusions=["rms_norm"], executor="eager")
+    with torch.no_grad():
+        torch.compile(norm, backend=backend, dynamic=True)(torch.randn(3, 8))
+    assert backend.report.graphs[0]["bound_providers"] == {}
+    targets = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
+    assert torch.ops.ascend_kernels.rms_norm.default in targets
+    assert bind_providers(graphs[0]) == {}
