@@ -237,6 +237,7 @@ class AscendBackend:
         if self.executor == "eager":
             from torch._functorch.aot_autograd import make_boxed_func
 
+            self.report.graphs[-1]["bound_providers"] = bind_providers(frozen)
             return make_boxed_func(lambda *args: frozen(*[args[i] for i in keep]))
         from torch._inductor.compile_fx import compile_fx
 

@@ -32,6 +32,8 @@ def test_frozen_block_fuses_and_matches_eager(executor, dtype):
     assert backend.report.matches == EXPECTED_BLOCK_COUNTS["flux_double"]
     # Every parameter of the block became a constant of the graph.
     assert backend.report.graphs[0]["frozen_params"] == len(list(double.parameters()))
+    if executor == "eager":
+        assert len(backend.report.graphs[0]["bound_providers"]) == 16
     for o, r in zip(out, ref):
         assert_close(o, r, dtype)
 
