@@ -266,7 +266,12 @@ def _cmd_demo(args) -> int:
 
 # -- bench ---------------------------------------------------------------------------------------
 def _cmd_bench(args) -> int:
+    import importlib.util
+
     from .benchmarks import run_benchmarks
+
+    if importlib.util.find_spec("matplotlib") is None:  # checked before minutes of benchmarking
+        raise ImportError("diffusers-ascend bench writes a PNG plot and needs matplotlib: pip install 'diffusers-ascend[bench]'")
 
     results = run_benchmarks(names=args.only or None, size=args.size, out_dir=args.out)
     if args.json:
@@ -386,7 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, TypeError, OSError) as e:  # bad input: a clear message, no traceback
+    except (ValueError, TypeError, OSError, ImportError) as e:  # bad input or setup: a clear message, no traceback
         print(f"diffusers-ascend {args.command}: error: {e}", file=sys.stderr)
         return 1
 

@@ -140,3 +140,12 @@ def test_bench_bad_choices_exit_1(capsys, tmp_path, argv, needle):
     assert main(["bench", *argv, "--out", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
     assert needle in err and "valid" in err.lower() and not (tmp_path / "out").exists()
+
+
+def test_bench_without_matplotlib_says_how_to_install(capsys, tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    assert main(["bench", "--size", "tiny", "--out", str(tmp_path / "out")]) == 1
+    assert "diffusers-ascend[bench]" in capsys.readouterr().err and not (tmp_path / "out").exists()
