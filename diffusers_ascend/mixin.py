@@ -252,7 +252,20 @@ def disable_ascend_compile(pipe_or_model):
 
 
 def ascend_report(pipe_or_model):
-    """The `FusionReport` merged over every compiled model of `pipe_or_model` (None if not enabled)."""
+    """The `FusionReport` merged over every enabled model of `pipe_or_model` (None if not enabled).
+
+    Args:
+        pipe_or_model: a `DiffusionPipeline` or a diffusers `ModelMixin`.
+
+    Returns:
+        `FusionReport` with pattern matches, layer swaps, compiled graphs and fallbacks, or None.
+
+    >>> import diffusers_ascend
+    >>> from diffusers_ascend.tiny import tiny_flux_transformer
+    >>> model = diffusers_ascend.enable_ascend_compile(tiny_flux_transformer(), fusions=["rms_norm"], compile="none")
+    >>> diffusers_ascend.ascend_report(model).swaps
+    {'rms_norm': 6}
+    """
     from .compilation import FusionReport
 
     reports = []
