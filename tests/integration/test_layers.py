@@ -139,3 +139,35 @@ def test_swapped_block_compiles_fullgraph():
         assert_close(o, r, dtype=torch.float32)
     # The swapped layers are already fused: only adaLN and mul_add are left to the passes.
     assert {f: n for f, n in backend.report.matches.items() if n} == {"adaln": 1, "mul_add": 1}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_wan_i2v_processor_branch(dtype):
+    # Wan I2V: cross-attention with added image K/V (the first len - 512 context tokens are image tokens).
+    from diffusers.models.transformers.transformer_wan import WanTransformerBlock
+
+    torch.manual_seed(0)
+    block = WanTransformerBlock(dim=24, ffn_dim=32, num_heads=2, cross_attn_norm=True, added_kv_proj_dim=24)
+    block = block.eval().to(dtype)
+    inputs = wan_block_inputs(dtype=dtype, txt_len=512 + 4)
+    with torch.no_grad():
+        ref = block(**inputs)
+    undo, counts = apply_swaps(block, ALL)
+    assert counts == {"rms_norm": 5, "gelu_tanh": 1, "rope": 2}  # + norm_added_k
+    with torch.no_grad():
+        out = block(**inputs)
+    assert_close(out, ref, dtype=dtype)
+    restore_swaps(undo)
+
+
+def test_flux_processor_with_fused_qkv_projections():
+    double, _ = tiny_flux_blocks()
+    double.attn.fuse_projections()
+    inputs = flux_block_inputs()
+    with torch.no_grad():
+        ref = double(**inputs)
+    apply_swaps(double, ALL)
+    with torch.no_grad():
+        out = double(**inputs)
+    for o, r in zip(out, ref):
+        assert_close(o, r, dtype=torch.float32)
