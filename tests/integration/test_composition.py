@@ -167,3 +167,19 @@ def test_recompile_limit_raised_per_block_class():
         assert dc.recompile_limit == 40
         tiny_flux_pipeline().enable_ascend_compile(recompile_limit=10, **FAST)
         assert dc.recompile_limit == 40  # process-wide in dynamo: only ever raised, never lowered
+
+
+def test_config_only_hub_repo_accelerates_a_pipeline_offline(monkeypatch, tmp_path):
+    import huggingface_hub.constants as c
+
+    from diffusers_ascend import AscendConfig
+    from tests.test_hub import fake_hub_cache
+
+    shared = AscendConfig(fusions=["rms_norm", "adaln"], compile="none")
+    fake_hub_cache(tmp_path, "someone/flux-ascend", shared)
+    monkeypatch.setattr(c, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path))
+    pipe = tiny_flux_pipeline()
+    pipe.enable_ascend_compile("someone/flux-ascend")
+    assert pipe.transformer._ascend_state.config == shared
+    assert pipe.ascend_report().swaps == {"rms_norm": 6}
