@@ -66,7 +66,6 @@ def env_info() -> dict[str, Any]:
     from .platform import platform_info
 
     plat = platform_info()
-    device = {"cpu": "cpu", "cuda": "cuda", "npu": "npu"}[plat["platform"]]
     cfg = AscendConfig()
     attention = "_native_npu" if plat["platform"] == "npu" else None
     return {
@@ -79,7 +78,7 @@ def env_info() -> dict[str, Any]:
         "triton": _version("triton") or _version("triton-ascend"),
         "platform": plat["platform"],
         "platform_overridden": plat["overridden"],
-        "providers": {op: available_providers(op, device)[0] for op in ascend_kernels.OPS},
+        "providers": {op: available_providers(op, plat["platform"])[0] for op in ascend_kernels.OPS},
         "auto_fusions": list(cfg.resolved_fusions()),
         "auto_executor": cfg.resolved_executor(),
         "attention_backend": attention or "unchanged (diffusers default)",
@@ -166,6 +165,7 @@ def run_demo(model: str = "flux", model_id: str | None = None, device: str = "cp
     from tqdm.auto import tqdm
 
     from .config import AscendConfig
+    from .platform import current_platform
 
     stages = tqdm(total=6, desc="demo", disable=not progress, file=sys.stderr)
 
@@ -208,7 +208,7 @@ def run_demo(model: str = "flux", model_id: str | None = None, device: str = "cp
     stages.close()
     return {
         "model": model_id or f"tiny-{model}",
-        "platform": _platform_name(),
+        "platform": current_platform(),
         "config": config.to_dict(),
         "report": report.to_dict(),
         "per_block": per_block,
@@ -220,12 +220,6 @@ def run_demo(model: str = "flux", model_id: str | None = None, device: str = "cp
         "reloaded_config": reloaded.to_dict(),
         "round_trip_ok": reloaded == config and isinstance(reloaded, AscendConfig),
     }
-
-
-def _platform_name() -> str:
-    from .platform import current_platform
-
-    return current_platform()
 
 
 def _table(rows: list[dict[str, Any]]) -> str:

@@ -138,17 +138,17 @@ def _enable_model(model, cfg, name: str = "") -> None:
     model._ascend_state = state
     state.swapped, state.swaps = apply_swaps(model, cfg.resolved_fusions())
     _set_attention(model, cfg, state)
+    # Every block compiled in place shares the code object `Module._call_impl`, hence one dynamo
+    # cache and one recompile budget for all block classes: a Flux model spends 6 of the default 8
+    # entries after one resolution change (FINDINGS section 3), and past the limit dynamo silently
+    # runs eager. So under compile="blocks" each block class gets the default budget.
+    per_blocks = _DYNAMO_DEFAULT_RECOMPILE_LIMIT * len(adapter.blocks) if cfg.compile == "blocks" else None
+    _raise_recompile_limit(cfg.recompile_limit or per_blocks)
     if cfg.compile == "blocks":
-        # Every block compiled in place shares the code object `Module._call_impl`, hence one
-        # dynamo cache and one recompile budget for all block classes: a Flux model spends 6 of
-        # the default 8 entries after one resolution change (FINDINGS section 3), and past the
-        # limit dynamo silently runs eager. Give each block class the default budget.
-        _raise_recompile_limit(cfg.recompile_limit or _DYNAMO_DEFAULT_RECOMPILE_LIMIT * len(adapter.blocks))
         for sub_name, sub in model.named_modules():
             if type(sub).__name__ in adapter.blocks:
                 _compile_in_place(sub, f"{name + '.' if name else ''}{sub_name}", state, cfg)
     elif cfg.compile == "model":
-        _raise_recompile_limit(cfg.recompile_limit)
         _compile_in_place(model, name, state, cfg)
     model.register_to_config(**{ASCEND_CONFIG_KEY: cfg.to_dict()})
 

@@ -80,8 +80,8 @@ class AscendBackend:
         mode: Inductor mode (``"max-autotune"``...); torch.compile refuses ``mode=`` with a custom
             backend, so the backend passes it to Inductor itself. Ignored by the eager executor.
         freezing: inference only. After fusion, parameters are folded into the graph as constants
-            (`torch._inductor.freezing.freeze`: constant folding, and on CPU weight prepacking), so
-            the compiled code no longer reads the module's weights: later weight changes (loading,
+            and constant-folded (`_fold_parameters`), so the compiled code no longer reads the
+            module's weights: later weight changes (loading,
             fusing or hot-swapping a LoRA, `load_state_dict`, offloading that moves weights) are
             not guaranteed to be seen until the model is compiled again (folded constants are
             copies). Dynamo lifts parameters into the graph
@@ -151,7 +151,9 @@ class AscendBackend:
         def fw_compiler(aot_gm: torch.fx.GraphModule, aot_inputs):
             self._rewrite(aot_gm, name, training=False, dynamic=_is_dynamic(aot_inputs))
             if self.config.freezing:
-                return self._execute_frozen(gm, aot_gm, aot_inputs, name)
+                aot_gm, keep = _fold_parameters(aot_gm)
+                self.report.graphs[-1]["frozen_params"] = len(aot_inputs) - len(keep)
+                return self._execute(aot_gm, aot_inputs, keep)
             return self._execute(aot_gm, aot_inputs)
 
         return aot_autograd(fw_compiler=fw_compiler)(gm, example_inputs)
@@ -199,19 +201,26 @@ class AscendBackend:
         self.report.add_graph(name, counts, before, count_ops(gm.graph), executor=self.executor,
                               training=training, dynamic=dynamic)
 
-    def _execute(self, gm: torch.fx.GraphModule, example_inputs) -> Callable:
+    def _execute(self, gm: torch.fx.GraphModule, example_inputs, keep: list[int] | None = None) -> Callable:
+        """Runs the rewritten `gm` with the executor; `keep`: the inputs a frozen graph still takes."""
+        pick = (lambda args: args) if keep is None else (lambda args: [args[i] for i in keep])
         if self.executor == "eager":
-            bound = bind_providers(gm)
-            if self.report.graphs:
-                self.report.graphs[-1]["bound_providers"] = bound
-            return _identity_compiler(gm, example_inputs)
+            self.report.graphs[-1]["bound_providers"] = bind_providers(gm)
+            if keep is None:
+                return _identity_compiler(gm, example_inputs)
+            from torch._functorch.aot_autograd import make_boxed_func
+
+            return make_boxed_func(lambda *args: gm(*pick(args)))
         from torch._inductor.compile_fx import compile_fx
 
-        compiled = compile_fx(gm, list(example_inputs), config_patches=self._inductor_patches(training=False))
+        patches = self._inductor_patches(training=False)
+        if keep is not None:  # already frozen: Inductor must not freeze again (the flag is still set here)
+            patches["freezing"] = False
+        compiled = compile_fx(gm, pick(list(example_inputs)), config_patches=patches)
 
         # Called from aot's fw_compiler, the compiled function takes its arguments unpacked.
         def run(*args):
-            return compiled(*args)
+            return compiled(*pick(args))
 
         return run
 
@@ -230,25 +239,6 @@ class AscendBackend:
                 "the weights are graph inputs and nothing can be frozen. Use enable_ascend_compile(compile='model', "
                 "freezing=True), or wrap the first call in torch._inductor.config.patch(freezing=True)."
             )
-
-    def _execute_frozen(self, dynamo_gm, aot_gm: torch.fx.GraphModule, aot_inputs, name: str) -> Callable:
-        frozen, keep = _fold_parameters(aot_gm)
-        self.report.graphs[-1]["frozen_params"] = len(aot_inputs) - len(keep)
-        if self.executor == "eager":
-            from torch._functorch.aot_autograd import make_boxed_func
-
-            self.report.graphs[-1]["bound_providers"] = bind_providers(frozen)
-            return make_boxed_func(lambda *args: frozen(*[args[i] for i in keep]))
-        from torch._inductor.compile_fx import compile_fx
-
-        # Already frozen: Inductor must not freeze again (the process-wide flag is still set here).
-        patches = {**self._inductor_patches(training=False), "freezing": False}
-        compiled = compile_fx(frozen, [aot_inputs[i] for i in keep], config_patches=patches)
-
-        def run(*args):
-            return compiled(*[args[i] for i in keep])
-
-        return run
 
     def _compile_training(self, gm: torch.fx.GraphModule, example_inputs, name: str) -> Callable:
         from torch._dynamo.backends.common import aot_autograd
