@@ -1,0 +1,38 @@
+"""Test matrix over the torch releases the Ascend stack ships (one nox session per release).
+
+    nox -s "engine-2.8"          # fusion-engine tests on torch 2.8.0
+    nox -t engine                # every release of the matrix
+    nox -l                       # list the sessions
+
+The engine tests are the ones that reach torch internals: ops, passes, backend, integration on
+Flux and Wan. The full suite runs on the release the README pins (see `.ci/run`). PyPI's Linux
+torch wheels are CUDA builds; they import and run on a CPU-only machine.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.reuse_venv = "yes"
+nox.options.default_venv_backend = "venv"
+
+# torch releases CI verifies besides the README's pin: the floor of pyproject.toml, and the
+# releases Ascend hosts hold (torch_npu pairs for CANN 8.x / 9.x).
+TORCH = {"2.6": "2.6.0", "2.8": "2.8.0", "2.11": "2.11.0"}
+
+ENGINE_TESTS = ["tests/kernels", "tests/compilation", "tests/integration/test_pipelines.py",
+                "tests/test_compat.py"]
+
+
+def _engine(session: nox.Session, version: str) -> None:
+    session.install(f"torch=={version}")
+    session.install("-e", ".[test]")
+    session.run("python", "-c", "import torch; print('torch', torch.__version__)")
+    session.run("python", "-m", "pytest", "-q", "-n", "2", *ENGINE_TESTS, *session.posargs)
+
+
+for _short, _version in TORCH.items():
+    # One named session per release ("engine-2.8"), all tagged "engine": `nox -t engine` runs them all.
+    nox.session(name=f"engine-{_short}", python="3.11", tags=["engine"])(
+        lambda session, _v=_version: _engine(session, _v)
+    )
