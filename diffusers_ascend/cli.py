@@ -65,14 +65,21 @@ def env_info() -> dict[str, Any]:
     from .config import AscendConfig
     from .platform import platform_info
 
+    from .compilation._compat import TORCH_FLOOR, TORCH_NEWEST_VERIFIED, support_status, torch_version
+
     plat = platform_info()
     cfg = AscendConfig()
     attention = "_native_npu" if plat["platform"] == "npu" else None
+    npu_version = _version("torch_npu")
     return {
         "diffusers_ascend": _version("diffusers-ascend"),
         "torch": torch.__version__,
+        "torch_supported_range": f"{TORCH_FLOOR[0]}.{TORCH_FLOOR[1]} to {TORCH_NEWEST_VERIFIED[0]}.{TORCH_NEWEST_VERIFIED[1]}.x",
+        "torch_status": support_status()[0],
         "diffusers": _version("diffusers"),
-        "torch_npu": (_version("torch_npu") or "installed (version unknown)") if plat["torch_npu_installed"] else None,
+        "torch_npu": (npu_version or "installed (version unknown)") if plat["torch_npu_installed"] else None,
+        # torch_npu wheels are built per torch release: 2.8.0.post2 pairs with torch 2.8.
+        "torch_npu_matches_torch": (torch_version(npu_version) == torch_version()) if npu_version else None,
         "torch_npu_error": plat["torch_npu_error"],
         "cann": _cann_version(),
         "triton": _version("triton") or _version("triton-ascend"),
@@ -87,12 +94,18 @@ def env_info() -> dict[str, Any]:
 
 
 def _cmd_env(args) -> int:
+    from .compilation._compat import support_status
+
     info = env_info()
     rows = [(k, v if not isinstance(v, dict) else "") for k, v in info.items()]
     text = "\n".join(f"{k:<24}{'-' if v is None else v}" for k, v in rows if k != "providers")
     text += "\nproviders (op -> provider used here):\n" + "\n".join(
         f"  {op:<22}{p}" for op, p in info["providers"].items()
     )
+    if info["torch_status"] != "supported":
+        text += f"\nwarning: {support_status()[1]}"
+    if info["torch_npu_matches_torch"] is False:
+        text += f"\nwarning: torch_npu {info['torch_npu']} was built for another torch than {info['torch']}: install the pair."
     if info["torch_npu_error"]:
         text += f"\nnote: torch_npu failed to import ({info['torch_npu_error']}); falling back to {info['platform']}."
     elif info["torch_npu"] is None:

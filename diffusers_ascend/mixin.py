@@ -66,22 +66,23 @@ def _set_config_key(obj, value) -> None:
 def _raise_recompile_limit(limit) -> None:
     if limit is None:
         return
-    cfg = torch._dynamo.config
-    name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
-    if getattr(cfg, name) < limit:  # process-global in dynamo: only ever raised
-        setattr(cfg, name, limit)
+    from .compilation._compat import dynamo_recompile_limit, set_dynamo_recompile_limit
+
+    if dynamo_recompile_limit() < limit:  # process-global in dynamo: only ever raised
+        set_dynamo_recompile_limit(limit)
 
 
 def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg) -> None:
     """Like `module.compile(...)` (no `_orig_mod.` keys), with per-module fallback at first call."""
-    from .compilation.backend import graph_label
+    from .compilation._compat import TorchCompatError
+    from .compilation.backend import describe_failure, graph_label, root_cause
 
     compiled = torch.compile(module._call_impl, backend=state.backend, dynamic=cfg.dynamic, fullgraph=cfg.fullgraph)
     label = type(module).__name__
     if cfg.freezing:  # dynamo lifts weights into the graph only under this flag; set for our calls only
-        import torch._inductor.config as inductor_config
+        from .compilation._compat import inductor_freezing_scope
 
-        scope = functools.partial(inductor_config.patch, freezing=True)
+        scope = inductor_freezing_scope
     else:
         scope = contextlib.nullcontext
 
@@ -92,12 +93,14 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg) ->
             with scope():
                 return compiled(*args, **kwargs)
         except Exception as e:
+            if isinstance(root_cause(e), TorchCompatError):
+                raise root_cause(e) from e  # a broken engine is never a per-block fallback
             if cfg.on_error == "raise":
                 raise
             # Eager first: if the module fails there too, the error is the model's own (bad
             # inputs, ...) and propagates as without compilation; the block stays compiled.
             out = module._call_impl(*args, **kwargs)
-            reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            reason = describe_failure(e)
             warnings.warn(f"diffusers_ascend: {name or type(module).__name__} failed to compile, running eager ({reason})")
             state.fallbacks.append({"module": name or type(module).__name__, "reason": reason})
             module._compiled_call_impl = None

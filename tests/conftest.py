@@ -28,3 +28,21 @@ def pytest_collection_modifyitems(config, items):
                 has_npu = _has_npu()
             if not has_npu:
                 item.add_marker(pytest.mark.skip(reason="needs an Ascend NPU with torch_npu"))
+
+
+@pytest.fixture(autouse=True)
+def _simulated_platform():
+    """``DIFFUSERS_ASCEND_TEST_PLATFORM=cuda`` runs the suite as a CUDA host runs it (the tests'
+    tensors are on the CPU there too): platform-dependent decisions take the CUDA branch, so a test
+    that silently assumes a CPU machine fails here, on a CPU. Tests that depend on the platform pin
+    it themselves with `override_platform` (inner, so it wins)."""
+    import os
+
+    simulated = os.environ.get("DIFFUSERS_ASCEND_TEST_PLATFORM")
+    if not simulated:
+        yield
+        return
+    from diffusers_ascend.platform import override_platform
+
+    with override_platform(simulated):
+        yield

@@ -5,6 +5,10 @@ vector-Jacobian product of the op's native implementation with `torch.func.vjp`.
 gradient is by construction the gradient of the reference composite, and aot_autograd traces
 the backward as one opaque, fake-able call instead of having to trace ``torch.autograd.grad``.
 (Backward always runs the native composite: no provider kernel for backward exists yet.)
+
+The ``*_backward`` ops are annotated ``-> List[torch.Tensor]`` with ``typing.List`` spelled out:
+torch 2.6's schema inference evaluates the annotation string in its own namespace and knows
+neither ``list[Tensor]`` (2.7+) nor an alias.
 """
 
 from __future__ import annotations

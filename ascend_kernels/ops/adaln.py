@@ -14,7 +14,7 @@ dims (Flux's ``AdaLayerNormZero`` chunks, ``(B, D)`` for ``x`` ``(B, S, D)``) ar
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
@@ -100,7 +100,7 @@ def adaln_modulate_backward(
     weight: Optional[torch.Tensor],
     bias: Optional[torch.Tensor],
     out_dtype: Optional[torch.dtype],
-) -> list[torch.Tensor]:
+) -> List[torch.Tensor]:
     """Gradients ``[dx, dscale, dshift, dweight?, dbias?]`` of `adaln_modulate`."""
     return vjp_grads(adaln_modulate_native, (x, scale, shift, eps, weight, bias, out_dtype), grad)
 

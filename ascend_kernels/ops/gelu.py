@@ -12,7 +12,7 @@ about 0.02 near |x| = 2): replacing one by the other changes a model's numerics 
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, List
 
 import torch
 import torch.nn.functional as F
@@ -62,7 +62,7 @@ def _define_unary(name: str, native: Callable[[torch.Tensor], torch.Tensor], sum
         return torch.empty_like(x)
 
     @torch.library.custom_op(f"ascend_kernels::{name}_backward", mutates_args=())
-    def backward(grad: torch.Tensor, x: torch.Tensor) -> list[torch.Tensor]:
+    def backward(grad: torch.Tensor, x: torch.Tensor) -> List[torch.Tensor]:
         return vjp_grads(native, (x,), grad)
 
     @backward.register_fake

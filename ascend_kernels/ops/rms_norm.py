@@ -11,7 +11,7 @@ fp64), returned in ``out_dtype`` or else ``x.dtype``. Replaces ``torch.nn.RMSNor
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 import torch
 
@@ -69,7 +69,7 @@ def _(x, weight, eps, out_dtype=None):
 @torch.library.custom_op("ascend_kernels::rms_norm_backward", mutates_args=())
 def rms_norm_backward(
     grad: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor], eps: float, out_dtype: Optional[torch.dtype]
-) -> list[torch.Tensor]:
+) -> List[torch.Tensor]:
     """Gradients ``[dx, dweight?]`` of `rms_norm` (dweight only when weight is given)."""
     return vjp_grads(rms_norm_native, (x, weight, eps, out_dtype), grad)
 

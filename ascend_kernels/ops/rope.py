@@ -17,6 +17,8 @@ fp64), returned in ``x.dtype``. ``cos``/``sin`` broadcast to ``x`` (the output h
 
 from __future__ import annotations
 
+from typing import List
+
 import torch
 
 from ..registry import Provider, dispatch, register_provider
@@ -82,7 +84,7 @@ def _(x, cos, sin, layout):
 
 
 @torch.library.custom_op("ascend_kernels::rope_backward", mutates_args=())
-def rope_backward(grad: torch.Tensor, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> list[torch.Tensor]:
+def rope_backward(grad: torch.Tensor, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> List[torch.Tensor]:
     """Gradients ``[dx, dcos, dsin]`` of `rope`."""
     return vjp_grads(rope_native, (x, cos, sin, layout), grad)
 

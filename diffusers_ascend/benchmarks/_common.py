@@ -82,15 +82,14 @@ def cold_compile():
     Without the temporary cache, the second of two compiles of the same graph is a cache hit and
     the comparison measures the cache, not the compiler.
     """
-    from torch._inductor import utils
+    from diffusers_ascend.compilation._compat import fresh_inductor_cache
 
-    fresh = getattr(utils, "fresh_cache", None) or utils.fresh_inductor_cache
-    torch._dynamo.reset()
+    torch.compiler.reset()
     try:
-        with fresh():
+        with fresh_inductor_cache():
             yield
     finally:
-        torch._dynamo.reset()
+        torch.compiler.reset()
 
 
 def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
@@ -113,7 +112,7 @@ def warm_up_compiler(inductor: bool = True) -> None:
     with cold_compile(), torch.no_grad():
         torch.compile(single, backend=AscendBackend(fusions="all", executor="eager"))(**inputs)
         if inductor:
-            torch._dynamo.reset()
+            torch.compiler.reset()
             torch.compile(torch.nn.Linear(4, 4))(torch.randn(2, 4))
 
 

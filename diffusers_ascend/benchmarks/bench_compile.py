@@ -28,7 +28,7 @@ def compile_time(size: str = "small", executors: Sequence[str] | None = None) ->
     """Cold compile time of ``compile="blocks"`` (each repeated block compiled in place, one shared
     backend) vs ``compile="model"`` (the whole transformer as one graph) on a Flux-shaped model.
 
-    Each measurement starts from `torch._dynamo.reset()` and an empty temporary Inductor cache;
+    Each measurement starts from `torch.compiler.reset()` and an empty temporary Inductor cache;
     once-per-process costs (imports, pattern registration) are paid before the first one. The
     compile time is the first call minus a steady-state call.
 

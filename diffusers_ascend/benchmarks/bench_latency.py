@@ -108,7 +108,7 @@ def latency(size: str = "small", variants: Sequence[str] | None = None, runs: in
     with torch.no_grad():
         reference = eager_model(**inputs)[0]
         for name in names:
-            torch._dynamo.reset()
+            torch.compiler.reset()
             model = eager_model if name == "eager" else VARIANTS[name][1](build())
             out, first = timed(lambda: model(**inputs)[0])
             mine, paired = [], []
@@ -130,7 +130,7 @@ def latency(size: str = "small", variants: Sequence[str] | None = None, runs: in
                 graphs_compiled=report.graphs_compiled if report is not None else None,
                 max_abs_diff=(out - reference).abs().max().item(),
             ))
-    torch._dynamo.reset()
+    torch.compiler.reset()
     for row in rows:
         row["vs_eager"] = row["median_ms"] / row["eager_median_ms"]
         row["speedup"] = 1 / row["vs_eager"]

@@ -79,7 +79,7 @@ def ops_per_block(size: str = "small") -> dict[str, Any]:
         for dtype_name, dtype in DTYPES.items():
             module, inputs, dim, tokens = _block_and_inputs(block, dtype, size)
             backend = AscendBackend(fusions=list(FUSIONS), executor="eager")
-            torch._dynamo.reset()
+            torch.compiler.reset()
             with torch.no_grad():
                 torch.compile(module, backend=backend, fullgraph=True)(**inputs)
             report = backend.report
@@ -90,5 +90,5 @@ def ops_per_block(size: str = "small") -> dict[str, Any]:
                 matches=dict(report.matches), graphs_compiled=report.graphs_compiled,
                 fallbacks=len(report.fallbacks),
             ))
-    torch._dynamo.reset()
+    torch.compiler.reset()
     return dict(benchmark="ops_per_block", size=size, rows=rows, columns=COLUMNS, machine=machine_info())

@@ -74,7 +74,7 @@ def recompiles(size: str = "small", models: Sequence[str] | None = None) -> dict
     rows = []
     for name in models:
         model, make_inputs, tokens = _model_and_inputs(name)
-        torch._dynamo.reset()
+        torch.compiler.reset()
         enable_ascend_compile(model, fusions="all", executor="eager", compile="blocks")
         first_graphs = None
         with torch.no_grad():
@@ -90,5 +90,5 @@ def recompiles(size: str = "small", models: Sequence[str] | None = None) -> dict
                     recompiles=report.graphs_compiled - first_graphs,
                     dynamic=any(g.get("dynamic") for g in new) if new else None, call_s=seconds,
                 ))
-    torch._dynamo.reset()
+    torch.compiler.reset()
     return dict(benchmark="recompiles", size=size, rows=rows, columns=COLUMNS, machine=machine_info())

@@ -29,13 +29,39 @@ from typing import Any, Callable
 
 import torch
 
+from . import _compat
 from .report import FusionReport
 
-__all__ = ["AscendBackend", "graph_label"]
+__all__ = ["AscendBackend", "describe_failure", "graph_label", "root_cause"]
 
 # What the caller is compiling (e.g. the block class), set around a compiled call by the
 # integration so report entries and graph logs say "FluxTransformerBlock" rather than only "g000".
 graph_label: contextvars.ContextVar[str | None] = contextvars.ContextVar("diffusers_ascend_graph_label", default=None)
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The exception behind dynamo's wrappers: ``BackendCompilerFailed`` (whose message starts
+    with the backend's repr and cuts the real error off) and the other ``torch._dynamo.exc``
+    errors that only re-raise one."""
+    seen = set()
+    while id(exc) not in seen and type(exc).__module__.startswith("torch._dynamo"):
+        seen.add(id(exc))
+        inner = getattr(exc, "inner_exception", None) or exc.__cause__
+        if inner is None:
+            break
+        exc = inner
+    return exc
+
+
+def describe_failure(exc: BaseException) -> str:
+    """``"Type: first line"`` of the real cause of `exc` (for fallback reasons and warnings).
+
+    >>> describe_failure(ValueError("bad shape\\nmore detail"))
+    'ValueError: bad shape'
+    """
+    cause = root_cause(exc)
+    lines = str(cause).strip().splitlines()
+    return f"{type(cause).__name__}: {lines[0]}" if lines else type(cause).__name__
 
 
 def _coerce_config(config, overrides):
@@ -130,16 +156,20 @@ class AscendBackend:
                 )
             raise NotImplementedError(f"graph_capture={capture!r} is not implemented yet; use graph_capture=None.")
         self.report = FusionReport(matches={f: 0 for f in self.fusions})
-        self._manager = None  # FusionPassManager, built on first compile (imports Inductor)
         self._graph_index = 0
+        # A torch whose private APIs moved is a broken engine: say so now, before any model is
+        # touched, rather than compile every graph unfused. Registration is once per process.
+        _compat.check_engine(fusions=bool(self.fusions))
+        from .passes.manager import FusionPassManager
+
+        self.manager = FusionPassManager(self.fusions)
+        self.manager.verify()
 
     def __repr__(self) -> str:
         return f"AscendBackend(fusions={list(self.fusions)}, executor={self.executor!r}, platform={self.platform!r})"
 
     # -- torch.compile entry point -----------------------------------------------------------------
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
-        from torch._dynamo.backends.common import aot_autograd
-
         index = self._graph_index
         self._graph_index += 1
         name = self._graph_name(index)
@@ -156,29 +186,16 @@ class AscendBackend:
                 return self._execute(aot_gm, aot_inputs, keep)
             return self._execute(aot_gm, aot_inputs)
 
-        return aot_autograd(fw_compiler=fw_compiler)(gm, example_inputs)
+        return _compat.aot_autograd(fw_compiler=fw_compiler)(gm, example_inputs)
 
     # -- helpers ---------------------------------------------------------------------------------
-    @property
-    def manager(self):
-        """The `FusionPassManager` of this backend (patterns registered lazily, once per process)."""
-        if self._manager is None:
-            from .passes.manager import FusionPassManager
-
-            self._manager = FusionPassManager(self.fusions)
-        return self._manager
-
     def _graph_name(self, index: int) -> str:
-        from torch._guards import CompileContext
-
-        compile_id = CompileContext.current_compile_id()
+        compile_id = _compat.current_compile_id()
         label = graph_label.get()
         return (f"{label}:" if label else "") + f"g{index:03d}" + (f"[{compile_id}]" if compile_id is not None else "")
 
     def _inductor_patches(self, training: bool) -> dict:
-        from torch._inductor import list_mode_options
-
-        return dict(list_mode_options(self.config.mode)) if self.config.mode else {}
+        return dict(_compat.list_mode_options(self.config.mode)) if self.config.mode else {}
 
     def _rewrite(self, gm: torch.fx.GraphModule, name: str, training: bool, dynamic: bool) -> None:
         from .passes.manager import count_ops
@@ -190,6 +207,8 @@ class AscendBackend:
         backup = copy.deepcopy(gm.graph) if self.config.on_error != "raise" else None
         try:
             counts = self.manager(gm.graph, after_step=log)
+        except _compat.TorchCompatError:
+            raise  # a broken engine is never a per-graph fallback
         except Exception as e:  # a failed rewrite must not take the model down unless asked to
             if backup is None:
                 raise
@@ -208,15 +227,11 @@ class AscendBackend:
             self.report.graphs[-1]["bound_providers"] = bind_providers(gm)
             if keep is None:
                 return _identity_compiler(gm, example_inputs)
-            from torch._functorch.aot_autograd import make_boxed_func
-
-            return make_boxed_func(lambda *args: gm(*pick(args)))
-        from torch._inductor.compile_fx import compile_fx
-
+            return _compat.make_boxed_func(lambda *args: gm(*pick(args)))
         patches = self._inductor_patches(training=False)
         if keep is not None:  # already frozen: Inductor must not freeze again (the flag is still set here)
             patches["freezing"] = False
-        compiled = compile_fx(gm, pick(list(example_inputs)), config_patches=patches)
+        compiled = _compat.compile_fx(gm, pick(list(example_inputs)), config_patches=patches)
 
         # Called from aot's fw_compiler, the compiled function takes its arguments unpacked.
         def run(*args):
@@ -226,14 +241,12 @@ class AscendBackend:
 
     @staticmethod
     def _check_freezing(example_inputs) -> None:
-        import torch._inductor.config as inductor_config
-
         if _needs_grad(example_inputs):
             raise RuntimeError(
                 "AscendBackend(freezing=True) is inference-only, but this graph needs gradients: call the compiled "
                 "module under torch.no_grad() / torch.inference_mode(), or use freezing=False."
             )
-        if not inductor_config.freezing:
+        if not _compat.inductor_freezing_enabled():
             raise RuntimeError(
                 "AscendBackend(freezing=True): dynamo traced this graph without torch._inductor.config.freezing, so "
                 "the weights are graph inputs and nothing can be frozen. Use enable_ascend_compile(compile='model', "
@@ -241,8 +254,6 @@ class AscendBackend:
             )
 
     def _compile_training(self, gm: torch.fx.GraphModule, example_inputs, name: str) -> Callable:
-        from torch._dynamo.backends.common import aot_autograd
-
         aten_gm, reason = self._functional_graph(gm, example_inputs)
         if aten_gm is None:
             warnings.warn(f"AscendBackend: graph {name} is compiled for training without fusion: {reason}")
@@ -251,29 +262,24 @@ class AscendBackend:
         else:
             self._rewrite(aten_gm, name, training=True, dynamic=_is_dynamic(example_inputs))
         if self.executor == "inductor":
-            from torch._inductor.compile_fx import compile_fx
-
-            return compile_fx(aten_gm, list(example_inputs), config_patches=self._inductor_patches(training=True))
-        return aot_autograd(fw_compiler=_identity_compiler, bw_compiler=_identity_compiler)(aten_gm, example_inputs)
+            return _compat.compile_fx(aten_gm, list(example_inputs), config_patches=self._inductor_patches(training=True))
+        return _compat.aot_autograd(fw_compiler=_identity_compiler, bw_compiler=_identity_compiler)(aten_gm, example_inputs)
 
     @staticmethod
     def _functional_graph(gm: torch.fx.GraphModule, example_inputs):
         """The functional aten graph of `gm` without autograd, or (None, reason) when it cannot stand
         in for `gm` (input mutations or outputs aliasing inputs are handled by aot's runtime
         wrappers, outside the graph)."""
-        from torch._dynamo.backends.common import aot_autograd
-        from torch._guards import TracingContext
-
         captured = {}
 
         def capture(aot_gm, aot_inputs):
             captured["gm"] = aot_gm
-            ctx = TracingContext.try_get()
+            ctx = _compat.tracing_context()
             captured["meta"] = getattr(ctx, "fw_metadata", None) if ctx is not None else None
             return aot_gm
 
         with torch.no_grad():
-            aot_autograd(fw_compiler=capture)(gm, example_inputs)
+            _compat.aot_autograd(fw_compiler=capture)(gm, example_inputs)
         aten_gm, meta = captured.get("gm"), captured.get("meta")
         if aten_gm is None:
             return None, "no forward graph was traced"
@@ -372,21 +378,10 @@ def _fold_parameters(aot_gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule
     eager executor on NPU nor a later `compile_fx` of the frozen graph can take; and it may discard
     the module's parameters, which `disable_ascend_compile` needs back.
     """
-    from torch._guards import TracingContext
-    from torch._inductor import freezing
-
-    ctx = TracingContext.try_get()
-    with freezing.enter_freezing():
-        keep = freezing.replace_params_with_constants(aot_gm, ctx.params_flat_unwrap_subclasses, ctx.fw_metadata)
-        aot_gm.graph = freezing.fx_graph_cse(aot_gm.graph)
-        aot_gm.recompile()
-        freezing.constant_fold(aot_gm)
-        freezing.record_has_frozen_params(aot_gm)
+    keep = _compat.fold_parameters(aot_gm)
     return aot_gm, keep
 
 
 def _identity_compiler(gm: torch.fx.GraphModule, example_inputs):
     """The eager executor: the (rewritten) GraphModule itself, dispatched op by op."""
-    from torch._functorch.aot_autograd import make_boxed_func
-
-    return make_boxed_func(gm)
+    return _compat.make_boxed_func(gm)

@@ -105,7 +105,7 @@ def _broken_manager(graph, after_step=None):
 
 def test_failed_rewrite_falls_back_unfused(monkeypatch):
     backend = AscendBackend(fusions=["rms_norm"], executor="eager")
-    monkeypatch.setattr(backend, "_manager", _broken_manager)
+    monkeypatch.setattr(backend, "manager", _broken_manager)
     x = torch.randn(2, 8)
     with pytest.warns(UserWarning, match="runs unfused"), torch.no_grad():
         out = torch.compile(Norm(), backend=backend)(x)
@@ -117,7 +117,7 @@ def test_failed_rewrite_falls_back_unfused(monkeypatch):
 
 def test_failed_rewrite_raises_when_asked(monkeypatch):
     backend = AscendBackend(fusions=["rms_norm"], executor="eager", on_error="raise")
-    monkeypatch.setattr(backend, "_manager", _broken_manager)
+    monkeypatch.setattr(backend, "manager", _broken_manager)
     with pytest.raises(Exception, match="boom"), torch.no_grad():
         torch.compile(Norm(), backend=backend)(torch.randn(2, 8))
 

@@ -28,6 +28,8 @@ import torch
 
 import ascend_kernels  # noqa: F401  (the replacements call torch.ops.ascend_kernels.*: register them)
 
+from .. import _compat
+
 __all__ = ["FusionPattern", "FusionPass", "EPS_PLACEHOLDER", "trace_functional", "no_decompositions"]
 
 # Float arguments are captured through `scalar_workaround`: the placeholder must survive tracing
@@ -43,13 +45,10 @@ def no_decompositions() -> dict:
 def trace_functional(fn: Callable, args: Sequence[Any], *, get_decomp_fn: Callable[[], dict] = no_decompositions, **_):
     """Trace `fn` to a functional aten graph, like ``aot_autograd`` presents a dynamo graph.
 
-    Used as ``trace_fn`` of ``register_replacement`` for search and replacement functions.
+    Used as ``trace_fn`` of ``register_replacement`` for search and replacement functions. Its
+    default table matters: torch releases before 2.13 call it without ``get_decomp_fn``.
     """
-    from torch._inductor.pattern_matcher import fwd_only
-    from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
-
-    functional = dispatch_functionalize(fn, FunctionalTensorMode())
-    return fwd_only(functional, list(args), get_decomp_fn=get_decomp_fn)
+    return _compat.functional_trace(fn, args, get_decomp_fn())
 
 
 def _meta_val(x: Any) -> Any:
@@ -130,10 +129,11 @@ class FusionPattern:
         """The replacement yields the dtype and shape of the matched code (its output node's fake
         value) on the matched fake tensors."""
         names = list(inspect.signature(self.search).parameters)
-        args = [_meta_val(match.kwargs[n]) for n in names]
-        from torch._dynamo.utils import detect_fake_mode
-
-        fake_mode = detect_fake_mode([a for a in args if isinstance(a, torch.Tensor)])
+        # Float scalars (eps) change neither dtype nor shape: the placeholder stands in where a
+        # torch release binds none (see `_compat.match_kwarg`).
+        args = [_meta_val(_compat.match_kwarg(match, n, EPS_PLACEHOLDER) if n in self.scalars else match.kwargs[n])
+                for n in names]
+        fake_mode = _compat.detect_fake_mode([a for a in args if isinstance(a, torch.Tensor)])
         if fake_mode is None:
             return False
         outputs = match.output_nodes()
@@ -158,16 +158,14 @@ class FusionPattern:
         return self.check(match) and self._same_result(match)
 
     def register(self, pm_pass) -> None:
-        from torch._inductor.pattern_matcher import gen_pattern_and_search_gm, register_replacement
-
         scalar_workaround = {name: EPS_PLACEHOLDER for name in self.scalars}
         pattern = None
         if not self.retrace:
-            pattern, _ = gen_pattern_and_search_gm(
+            pattern = _compat.gen_search_pattern(
                 self.search, self.example_inputs(), trace_functional, scalar_workaround,
                 get_decomp_fn=no_decompositions,
             )
-        register_replacement(
+        _compat.register_replacement(
             self.search,
             self.replace,
             self.example_inputs(),
@@ -180,8 +178,19 @@ class FusionPattern:
             get_decomp_fn=no_decompositions,
         )
 
+    def probe_graph(self) -> torch.fx.Graph:
+        """This form written out as the backend sees it: a functional aten graph traced from
+        `search` on the example inputs (a realistic eps for float scalars), with fake tensor
+        metadata and no-ops removed, like the graphs the passes run on. Used by `FusionPass.verify`."""
+        names = list(inspect.signature(self.search).parameters)
+        args = [1e-6 if n in self.scalars else a for n, a in zip(names, self.example_inputs())]
+        gm = _compat.probe_trace(self.search, args)
+        _compat.remove_noop_ops(gm.graph)
+        gm.graph.eliminate_dead_code()
+        return gm.graph
 
-_registration_lock = threading.Lock()
+
+_registration_lock = threading.RLock()
 
 
 class FusionPass:
@@ -226,6 +235,21 @@ class FusionPass:
         return count
 
     @classmethod
+    def verify(cls) -> None:
+        """Registers this fusion's patterns and proves the pattern matcher works with them on the
+        running torch: each form, written out as the backend sees it, is replaced exactly once.
+
+        Inductor's pattern matcher is private and changes between releases; a change shows either
+        as an exception here or as a form that silently stops matching. Both raise
+        `TorchCompatError` (done once per process and fusion, about a second in all).
+
+        Raises:
+            TorchCompatError: naming the torch version, the fusion, the failing step and the
+                supported range.
+        """
+        _verified(cls)
+
+    @classmethod
     def source_hash(cls) -> str:
         """Hash of the source of this fusion's module and of this base: changes with any pattern."""
         import sys
@@ -238,21 +262,58 @@ class FusionPass:
 
 @functools.cache
 def _registered_impl(cls: type[FusionPass]):
-    from torch._inductor.pattern_matcher import PatternMatcherPass
-
-    passes: dict[str, PatternMatcherPass] = {}
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
+    passes: dict[str, Any] = {}
     # Registration may run inside a compile (first use): trace real example tensors, outside the
     # compile's fake mode and tracing context, without autograd.
-    with unset_fake_temporarily(), torch._guards.tracing(None), torch.no_grad():
+    with _compat.unset_fake_mode(), _compat.no_tracing_context(), torch.no_grad():
         for pattern in cls.patterns():
             if pattern.group not in passes:
-                passes[pattern.group] = PatternMatcherPass(pass_name=f"ascend_{cls.fusion}:{pattern.group}")
+                passes[pattern.group] = _compat.pattern_matcher_pass(f"ascend_{cls.fusion}:{pattern.group}")
             pattern.register(passes[pattern.group])
-    return tuple(passes.values())
+    return passes
 
 
-def _registered(cls: type[FusionPass]):
+def _registered(cls: type[FusionPass]) -> tuple:
     with _registration_lock:
-        return _registered_impl(cls)
+        return tuple(_registered_impl(cls).values())
+
+
+def _engine_error(cls, step: str, detail: str) -> _compat.TorchCompatError:
+    floor, newest = _compat.TORCH_FLOOR, _compat.TORCH_NEWEST_VERIFIED
+    return _compat.TorchCompatError(
+        f"diffusers-ascend: the {cls.fusion!r} fusion pass cannot work on torch {torch.__version__}: {step} "
+        f"{detail}. Supported torch: {floor[0]}.{floor[1]} to {newest[0]}.{newest[1]}.x; or leave this fusion "
+        "out of `fusions`."
+    )
+
+
+@functools.cache
+def _verified_impl(cls: type[FusionPass]) -> None:
+    try:
+        passes = _registered_impl(cls)
+    except _compat.TorchCompatError:
+        raise
+    except Exception as e:
+        raise _engine_error(cls, "registering its patterns with Inductor's pattern matcher failed",
+                            f"({type(e).__name__}: {e})") from e
+    # One probe per matcher (the first form of each group): the pattern must replace its own form.
+    seen = set()
+    for pattern in cls.patterns():
+        if pattern.group in seen:
+            continue
+        seen.add(pattern.group)
+        pm_pass = passes[pattern.group]
+        try:
+            graph = pattern.probe_graph()
+            count = pm_pass.apply(graph)
+        except Exception as e:
+            raise _engine_error(cls, f"applying pattern {pattern.name} to its own form raised",
+                                f"({type(e).__name__}: {e})") from e
+        if count != 1:
+            raise _engine_error(cls, f"pattern {pattern.name} replaced its own form {count} times",
+                                "instead of once (the pattern matcher traces or matches differently)")
+
+
+def _verified(cls: type[FusionPass]) -> None:
+    with _registration_lock:
+        _verified_impl(cls)

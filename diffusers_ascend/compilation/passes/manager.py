@@ -13,8 +13,8 @@ import sys
 from typing import Callable
 
 import torch
-from torch._inductor.custom_graph_pass import CustomGraphPass
 
+from .. import _compat
 from . import get_pass_class, ordered_fusions
 
 __all__ = ["FusionPassManager", "count_ops", "eliminate_noops"]
@@ -47,13 +47,11 @@ def eliminate_noops(graph: torch.fx.Graph) -> None:
 
     Patterns are traced with the same normalization, so running it first keeps them matching.
     """
-    from torch._inductor.fx_passes.post_grad import remove_noop_ops
-
-    remove_noop_ops(graph)
+    _compat.remove_noop_ops(graph)
     graph.eliminate_dead_code()
 
 
-class FusionPassManager(CustomGraphPass):
+class FusionPassManager(_compat.custom_graph_pass_base()):
     """Runs no-op elimination then the passes of `fusions`, in `PASS_ORDER`.
 
     Args:
@@ -86,6 +84,12 @@ class FusionPassManager(CustomGraphPass):
         graph.lint()
         self.last_counts = counts
         return counts
+
+    def verify(self) -> None:
+        """Registers every pass's patterns now and proves they match on the running torch
+        (`FusionPass.verify`); raises `TorchCompatError` where the engine cannot work."""
+        for fusion_pass in self.passes.values():
+            fusion_pass.verify()
 
     @property
     def matched(self) -> dict[str, int]:

@@ -1,0 +1,437 @@
+"""The one place that knows how torch releases differ: every private torch API the engine uses.
+
+diffusers-ascend runs on the torch its user's CANN / torch_npu pair allows, from `TORCH_FLOOR`
+to `TORCH_NEWEST_VERIFIED` (each release of that range that CI runs is listed in
+docs/support-matrix.md). Inductor's pattern matcher, aot_autograd's helpers, dynamo's config
+names and the freezing helpers are private and move between releases, so nothing outside this
+module touches them directly. Differences are detected by feature (signatures, attributes), not
+by version strings; each shim names the releases seen to differ.
+
+A missing or changed API is a broken engine, never a silent "0 matches": `require` turns it into
+`TorchCompatError`, which names the running torch, the API and the supported range. The passes
+and the backend call `check_engine()` when a backend is built, before any model is touched.
+
+Nothing here imports Inductor at import time: each shim imports what it wraps when called.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import re
+import warnings
+from typing import Any, Callable, Sequence
+
+import torch
+
+__all__ = [
+    "TORCH_FLOOR",
+    "TORCH_NEWEST_VERIFIED",
+    "TorchCompatError",
+    "aot_autograd",
+    "check_engine",
+    "compile_fx",
+    "current_compile_id",
+    "custom_graph_pass_base",
+    "detect_fake_mode",
+    "dynamo_recompile_limit",
+    "fold_parameters",
+    "fresh_inductor_cache",
+    "inductor_freezing_enabled",
+    "inductor_freezing_scope",
+    "probe_trace",
+    "functional_trace",
+    "gen_search_pattern",
+    "list_mode_options",
+    "make_boxed_func",
+    "match_kwarg",
+    "pattern_matcher_pass",
+    "register_replacement",
+    "remove_noop_ops",
+    "set_dynamo_recompile_limit",
+    "support_status",
+    "torch_version",
+    "tracing_context",
+    "unset_fake_mode",
+]
+
+# The supported range, stated once (pyproject's `torch>=` bound is tested to agree with the floor).
+# Floor: the oldest torch whose torch_npu is still deployed that serves every API below (2.6:
+# `torch.library.custom_op` + `register_fake` + `register_autograd`, `dispatch_functionalize`,
+# `CustomGraphPass`, and freezing's `replace_params_with_constants(gm, flat_params, fw_metadata)`).
+TORCH_FLOOR: tuple[int, int] = (2, 6)
+# Newest release CI has run the engine tests on. Newer releases get one warning, not silence.
+TORCH_NEWEST_VERIFIED: tuple[int, int] = (2, 14)
+
+
+class TorchCompatError(RuntimeError):
+    """The running torch lacks (or changed) an API the fusion engine needs: the engine cannot work."""
+
+
+def torch_version(version: str | None = None) -> tuple[int, int]:
+    """``(major, minor)`` of ``torch.__version__`` (or of `version`): ``"2.8.0+cu128"`` -> ``(2, 8)``."""
+    m = re.match(r"(\d+)\.(\d+)", version or torch.__version__)
+    if m is None:  # pragma: no cover - torch always has a numeric version
+        raise TorchCompatError(f"cannot parse torch version {torch.__version__!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def _range() -> str:
+    return (f"torch {TORCH_FLOOR[0]}.{TORCH_FLOOR[1]} to {TORCH_NEWEST_VERIFIED[0]}."
+            f"{TORCH_NEWEST_VERIFIED[1]}.x")
+
+
+def support_status(version: str | None = None) -> tuple[str, str]:
+    """Where a torch release stands against the supported range.
+
+    Args:
+        version: a torch version string; the running torch's by default.
+
+    Returns:
+        ``(status, sentence)`` with status ``"supported"``, ``"too old"`` or ``"newer than verified"``.
+
+    >>> support_status("2.8.0+cu128")[0]
+    'supported'
+    >>> support_status("2.4.1")[0]
+    'too old'
+    """
+    v = version or torch.__version__
+    ver = torch_version(v)
+    if ver < TORCH_FLOOR:
+        return "too old", f"torch {v} is older than the supported range ({_range()}): upgrade torch."
+    if ver > TORCH_NEWEST_VERIFIED:
+        return "newer than verified", (
+            f"torch {v} is newer than the newest release verified ({_range()}): the engine checks its APIs "
+            "and raises if one is missing, but match counts have not been verified in CI on it."
+        )
+    return "supported", f"torch {v} is in the supported range ({_range()})."
+
+
+def require(api: str, getter: Callable[[], Any]) -> Any:
+    """``getter()``, or a `TorchCompatError` naming torch's version, `api` and the supported range."""
+    try:
+        return getter()
+    except (ImportError, AttributeError, TypeError) as e:
+        raise TorchCompatError(
+            f"diffusers-ascend: the fusion engine cannot run on torch {torch.__version__}: {api} is missing or "
+            f"changed ({type(e).__name__}: {e}). Supported: {_range()}."
+        ) from e
+
+
+def _has_param(fn: Callable, name: str) -> bool:
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # pragma: no cover - builtins without signatures
+        return False
+
+
+def _require_param(fn: Callable, name: str) -> Callable:
+    if not _has_param(fn, name):
+        raise TypeError(f"{getattr(fn, '__name__', fn)}() takes no {name!r}")
+    return fn
+
+
+def _accepted(fn: Callable, kwargs: dict) -> dict:
+    """`kwargs` less the keywords `fn` does not take (keywords added in later releases)."""
+    return {k: v for k, v in kwargs.items() if _has_param(fn, k)}
+
+
+# -- Inductor pattern matcher --------------------------------------------------------------------
+def _pm():
+    return require("torch._inductor.pattern_matcher", lambda: __import__(
+        "torch._inductor.pattern_matcher", fromlist=["register_replacement"]))
+
+
+def register_replacement(search_fn, replace_fn, example_inputs, trace_fn, pass_dict, *, get_decomp_fn, **kwargs) -> None:
+    """`torch._inductor.pattern_matcher.register_replacement`, tracing with `get_decomp_fn`'s table.
+
+    Releases differ:
+    - ``get_decomp_fn``: 2.13+ take it and pass it on to ``trace_fn`` (default
+      ``select_decomp_table``, which would decompose the search function unlike our aot graphs);
+      2.6-2.12 call ``trace_fn(fn, args)``, so `trace_fn` must default to the same table itself.
+    - ``skip_duplicates``: 2.7+ keep the patterns seen per pass and skip a duplicate on request;
+      2.6 has no such keyword and asserts process-wide uniqueness (emulated below).
+    """
+    pm = _pm()
+    fn = require("pattern_matcher.register_replacement", lambda: pm.register_replacement)
+    kw = dict(kwargs, get_decomp_fn=get_decomp_fn)
+    for needed in ("extra_check", "scalar_workaround", "search_fn_pattern"):
+        if needed in kw and not _has_param(fn, needed):
+            raise TorchCompatError(
+                f"diffusers-ascend: torch {torch.__version__}'s register_replacement() takes no {needed!r}; "
+                f"supported: {_range()}."
+            )
+    if kw.get("skip_duplicates") and not _has_param(fn, "skip_duplicates"):
+        # 2.6 asserts that a pattern is new to the whole process (`_seen_patterns`); 2.7+ check
+        # per PatternMatcherPass and skip on request. Our forms that trace alike in fp32 live in
+        # separate passes on purpose (see `FusionPass.pattern_matcher_passes`): do as 2.7+ does.
+        pattern = kw.get("search_fn_pattern") or pm.gen_pattern(
+            search_fn, list(example_inputs), trace_fn, kw.get("scalar_workaround"))
+        kw.pop("skip_duplicates")
+        seen = pass_dict.__dict__.setdefault("_ascend_seen_patterns", set())
+        key = pm.PatternPrettyPrinter.run(pattern)
+        if key in seen:
+            return
+        seen.add(key)
+        process_wide = pm._seen_patterns
+        pm._seen_patterns = set()
+        try:
+            fn(search_fn, replace_fn, list(example_inputs), trace_fn, pass_dict, **_accepted(fn, kw))
+        finally:
+            pm._seen_patterns = process_wide
+            process_wide.add(key)
+        return
+    fn(search_fn, replace_fn, list(example_inputs), trace_fn, pass_dict, **_accepted(fn, kw))
+
+
+def gen_search_pattern(search_fn, example_inputs, trace_fn, scalar_workaround, *, get_decomp_fn):
+    """The search pattern of `search_fn`, traced once (for patterns matched without re-tracing).
+
+    2.6 has ``gen_pattern``; 2.7+ ``gen_pattern_and_search_gm`` (which takes ``get_decomp_fn``
+    from 2.13, see `register_replacement`).
+    """
+    pm = _pm()
+    fn = getattr(pm, "gen_pattern_and_search_gm", None)
+    if fn is None:
+        gen = require("pattern_matcher.gen_pattern", lambda: pm.gen_pattern)
+        return gen(search_fn, list(example_inputs), trace_fn, scalar_workaround)
+    pattern, _ = fn(search_fn, list(example_inputs), trace_fn, scalar_workaround,
+                    **_accepted(fn, {"get_decomp_fn": get_decomp_fn}))
+    return pattern
+
+
+def match_kwarg(match, name: str, default: Any) -> Any:
+    """What `match` (as handed to an ``extra_check``) bound to the search argument `name`.
+
+    2.6-2.12 re-trace the search function with the matched float scalars (eps) before the extra
+    check, so those become constants of the exact pattern and the match binds no keyword for
+    them; 2.13 fills them in from the generic match. Callers pass the `default` to use then.
+    """
+    return match.kwargs.get(name, default)
+
+
+def pattern_matcher_pass(name: str):
+    """A new `PatternMatcherPass` named `name` (``pass_name`` exists from 2.5; ``subsystem`` is 2.9+)."""
+    cls = require("pattern_matcher.PatternMatcherPass", lambda: _pm().PatternMatcherPass)
+    return cls(**_accepted(cls.__init__, {"pass_name": name}))
+
+
+def functional_trace(fn: Callable, args: Sequence[Any], decompositions: dict) -> torch.fx.GraphModule:
+    """Trace `fn` to a functional aten graph with `decompositions`, normalized like Inductor's
+    pattern tracing (``fwd_only``: no-op removal, dead-code elimination).
+
+    The graphs aot_autograd hands to a backend are functionalized by ``FunctionalTensorMode``;
+    ``fwd_only`` alone keeps in-place ops, so `fn` runs under ``dispatch_functionalize``.
+    ``fwd_only`` takes ``get_decomp_fn`` on every supported release (2.6+).
+    """
+    from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
+
+    functional = dispatch_functionalize(fn, FunctionalTensorMode())
+    fwd_only = require("pattern_matcher.fwd_only", lambda: _pm().fwd_only)
+    return fwd_only(functional, list(args), get_decomp_fn=lambda: decompositions)
+
+
+def remove_noop_ops(graph: torch.fx.Graph) -> None:
+    """Inductor's post-grad no-op elimination (``fx_passes.post_grad.remove_noop_ops``, 2.1+)."""
+    fn = require("post_grad.remove_noop_ops", lambda: __import__(
+        "torch._inductor.fx_passes.post_grad", fromlist=["remove_noop_ops"]).remove_noop_ops)
+    fn(graph)
+
+
+def custom_graph_pass_base() -> type:
+    """``torch._inductor.custom_graph_pass.CustomGraphPass`` (2.6+: ``uuid()`` keys Inductor's FX cache)."""
+    return require("custom_graph_pass.CustomGraphPass", lambda: __import__(
+        "torch._inductor.custom_graph_pass", fromlist=["CustomGraphPass"]).CustomGraphPass)
+
+
+# -- fake tensors and tracing context ------------------------------------------------------------
+def detect_fake_mode(tensors):
+    """The fake mode of `tensors`, or None (``torch._guards.detect_fake_mode``; 2.6 also has it in
+    ``torch._dynamo.utils``, where 2.13 keeps a re-export)."""
+    fn = require("detect_fake_mode", lambda: torch._guards.detect_fake_mode)
+    return fn(tensors)
+
+
+def unset_fake_mode():
+    """Context leaving any active fake mode (``fake_tensor.unset_fake_temporarily``, 2.2+)."""
+    return require("fake_tensor.unset_fake_temporarily", lambda: __import__(
+        "torch._subclasses.fake_tensor", fromlist=["unset_fake_temporarily"]).unset_fake_temporarily)()
+
+
+def tracing_context():
+    """The active `TracingContext` or None."""
+    return require("TracingContext.try_get", lambda: torch._guards.TracingContext.try_get)()
+
+
+def no_tracing_context():
+    """Context with no active `TracingContext` (pattern registration inside a compile)."""
+    return require("torch._guards.tracing", lambda: torch._guards.tracing)(None)
+
+
+def current_compile_id():
+    """Dynamo's id of the frame being compiled, or None."""
+    return require("CompileContext.current_compile_id", lambda: torch._guards.CompileContext.current_compile_id)()
+
+
+# -- aot_autograd, Inductor entry points ---------------------------------------------------------
+def aot_autograd(**kwargs):
+    """``torch._dynamo.backends.common.aot_autograd`` (stable since 2.0)."""
+    fn = require("dynamo.backends.common.aot_autograd", lambda: __import__(
+        "torch._dynamo.backends.common", fromlist=["aot_autograd"]).aot_autograd)
+    return fn(**kwargs)
+
+
+def make_boxed_func(fn: Callable) -> Callable:
+    """``torch._functorch.aot_autograd.make_boxed_func``: aot's boxed calling convention."""
+    return require("aot_autograd.make_boxed_func", lambda: __import__(
+        "torch._functorch.aot_autograd", fromlist=["make_boxed_func"]).make_boxed_func)(fn)
+
+
+def compile_fx(gm, example_inputs, config_patches=None):
+    """Inductor's ``compile_fx``. Called inside an aot ``fw_compiler`` it returns a function that
+    takes its arguments unpacked (FINDINGS section 3)."""
+    fn = require("compile_fx.compile_fx", lambda: __import__(
+        "torch._inductor.compile_fx", fromlist=["compile_fx"]).compile_fx)
+    return fn(gm, example_inputs, config_patches=config_patches)
+
+
+def list_mode_options(mode: str) -> dict:
+    """Inductor's config patches of a ``torch.compile`` mode (``"max-autotune"``...)."""
+    return require("torch._inductor.list_mode_options", lambda: __import__(
+        "torch._inductor", fromlist=["list_mode_options"]).list_mode_options)(mode)
+
+
+# -- dynamo config -------------------------------------------------------------------------------
+def _recompile_limit_name() -> str:
+    # 2.6 calls it `cache_size_limit`; 2.7 renamed it `recompile_limit` and keeps the old name as
+    # an alias on some releases: prefer the new one.
+    cfg = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(cfg, name):
+            return name
+    raise TorchCompatError(
+        f"diffusers-ascend: torch {torch.__version__}'s torch._dynamo.config has neither recompile_limit nor "
+        f"cache_size_limit; supported: {_range()}."
+    )
+
+
+def dynamo_recompile_limit() -> int:
+    """Dynamo's process-wide recompile limit per code object."""
+    return getattr(torch._dynamo.config, _recompile_limit_name())
+
+
+def set_dynamo_recompile_limit(value: int) -> None:
+    """Sets dynamo's process-wide recompile limit (callers restore it: see `mixin`)."""
+    setattr(torch._dynamo.config, _recompile_limit_name(), value)
+
+
+# -- freezing ------------------------------------------------------------------------------------
+def inductor_freezing_enabled() -> bool:
+    """Whether ``torch._inductor.config.freezing`` is set (dynamo then lifts weights into graphs)."""
+    import torch._inductor.config as inductor_config
+
+    return bool(inductor_config.freezing)
+
+
+def inductor_freezing_scope():
+    """Context setting ``torch._inductor.config.freezing`` for its duration only (``config.patch``
+    restores the previous value on exit and on error)."""
+    import torch._inductor.config as inductor_config
+
+    return inductor_config.patch(freezing=True)
+
+
+def fresh_inductor_cache():
+    """Context with an empty temporary Inductor / AOT cache: ``torch._inductor.utils.fresh_cache``
+    (2.8+) or ``fresh_inductor_cache`` (2.6-2.7, an alias until it was dropped)."""
+    from torch._inductor import utils
+
+    fresh = getattr(utils, "fresh_cache", None) or require(
+        "inductor.utils.fresh_inductor_cache", lambda: utils.fresh_inductor_cache)
+    return fresh()
+
+
+def fold_parameters(aot_gm: torch.fx.GraphModule) -> list[int]:
+    """Parameters of `aot_gm` (inside an aot ``fw_compiler``) become constants, then constant
+    folding; returns the indices of the inputs the graph still takes.
+
+    ``TracingContext.params_flat_unwrap_subclasses`` exists from 2.6 (``params_flat`` before it
+    holds subclass-wrapped parameters); ``freezing.enter_freezing`` exists from 2.7 (2.6 needs no
+    context: its constant folding has no freezing-only decompositions to turn on).
+    """
+    from torch._inductor import freezing
+
+    ctx = tracing_context()
+    params = getattr(ctx, "params_flat_unwrap_subclasses", None)
+    if params is None:
+        params = ctx.params_flat
+    replace = require("freezing.replace_params_with_constants", lambda: freezing.replace_params_with_constants)
+    scope = getattr(freezing, "enter_freezing", contextlib.nullcontext)
+    with scope():
+        keep = replace(aot_gm, params, ctx.fw_metadata)
+        aot_gm.graph = freezing.fx_graph_cse(aot_gm.graph)
+        aot_gm.recompile()
+        freezing.constant_fold(aot_gm)
+        record = getattr(freezing, "record_has_frozen_params", None)
+        if record is not None:
+            record(aot_gm)
+    return keep
+
+
+def probe_trace(fn: Callable, args: Sequence[Any]) -> torch.fx.GraphModule:
+    """`fn` traced the way aot_autograd presents a graph to a backend (functionalized, fake tensor
+    metadata, no decompositions), outside any active compile."""
+    from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with unset_fake_mode(), no_tracing_context(), torch.no_grad():
+        return make_fx(dispatch_functionalize(fn, FunctionalTensorMode()), tracing_mode="fake")(*args)
+
+
+# -- the whole engine ----------------------------------------------------------------------------
+_ENGINE_APIS: tuple[tuple[str, Callable[[], Any]], ...] = (
+    ("torch.library.custom_op", lambda: torch.library.custom_op),
+    ("torch.library.register_fake", lambda: torch.library.register_fake),
+    ("torch.library.register_autograd", lambda: torch.library.register_autograd),
+    ("functional_tensor.dispatch_functionalize", lambda: __import__(
+        "torch._subclasses.functional_tensor", fromlist=["dispatch_functionalize"]).dispatch_functionalize),
+    ("pattern_matcher.register_replacement", lambda: _pm().register_replacement),
+    ("pattern_matcher.gen_pattern", lambda: _pm().gen_pattern),
+    ("pattern_matcher.PatternMatcherPass", lambda: _pm().PatternMatcherPass),
+    ("pattern_matcher.fwd_only(get_decomp_fn=)", lambda: _require_param(_pm().fwd_only, "get_decomp_fn")),
+    ("custom_graph_pass.CustomGraphPass", custom_graph_pass_base),
+    ("fx_passes.post_grad.remove_noop_ops", lambda: __import__(
+        "torch._inductor.fx_passes.post_grad", fromlist=["remove_noop_ops"]).remove_noop_ops),
+    ("torch._dynamo.config recompile limit", _recompile_limit_name),
+)
+
+
+@functools.cache
+def _check_apis() -> None:
+    for api, getter in _ENGINE_APIS:
+        require(api, getter)
+
+
+def check_engine(fusions: bool = True) -> None:
+    """Raises `TorchCompatError` if the running torch lacks an API the engine needs; warns once if
+    it is newer than `TORCH_NEWEST_VERIFIED`. Called when a backend is built.
+
+    Args:
+        fusions: whether fusion passes will run (then Inductor's pattern matcher is checked too;
+            it is imported for that, about a second once per process).
+
+    >>> check_engine(fusions=False)  # on a supported torch: nothing happens
+    """
+    status, sentence = support_status()
+    if status == "too old":
+        raise TorchCompatError(f"diffusers-ascend: {sentence}")
+    if status == "newer than verified":
+        _warn_untested(sentence)
+    if fusions:
+        _check_apis()
+
+
+@functools.cache
+def _warn_untested(sentence: str) -> None:
+    warnings.warn(f"diffusers-ascend: {sentence}", stacklevel=3)

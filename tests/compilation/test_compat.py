@@ -1,0 +1,200 @@
+"""The torch compatibility layer: supported range, feature detection, and a broken engine failing loudly.
+
+Part of the engine tests that CI runs on every torch release of the matrix (noxfile.py): on each,
+the pattern matcher must register and match every fusion's own forms.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import warnings
+
+import pytest
+import torch
+
+import diffusers_ascend
+from diffusers_ascend import AscendBackend
+from diffusers_ascend.compilation import _compat
+from diffusers_ascend.compilation._compat import TorchCompatError
+from diffusers_ascend.compilation.passes import FUSION_PASSES, base, get_pass_class
+from diffusers_ascend.platform import override_platform
+from diffusers_ascend.tiny import flux_block_inputs, tiny_flux_blocks, tiny_flux_transformer
+
+from .conftest import flux_model_inputs
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_floor_is_stated_once_pyproject_agrees():
+    spec = re.search(r'"torch>=([\d.]+)"', (REPO / "pyproject.toml").read_text()).group(1)
+    assert _compat.torch_version(spec) == _compat.TORCH_FLOOR
+
+
+@pytest.mark.parametrize(
+    "version, status",
+    [("2.5.1", "too old"), ("2.6.0", "supported"), ("2.8.0+cu128", "supported"), ("2.14.1", "supported"),
+     ("2.15.0", "newer than verified"), ("3.0.0a0+git", "newer than verified")],
+)
+def test_support_status(version, status):
+    got, sentence = _compat.support_status(version)
+    assert got == status and version in sentence and "2.6 to 2.14.x" in sentence
+
+
+def test_running_torch_is_in_the_verified_range():
+    # CI runs this file on every release of its matrix: each must be inside the stated range.
+    assert _compat.support_status()[0] == "supported", torch.__version__
+
+
+@pytest.mark.parametrize("fusion", list(FUSION_PASSES))
+def test_every_pass_registers_and_matches_its_own_forms(fusion):
+    get_pass_class(fusion).verify()  # raises TorchCompatError where the matcher misbehaves
+
+
+def test_recompile_limit_shim_reads_and_writes_dynamo_config():
+    before = _compat.dynamo_recompile_limit()
+    try:
+        _compat.set_dynamo_recompile_limit(before + 3)
+        name = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+        assert getattr(torch._dynamo.config, name) == before + 3
+    finally:
+        _compat.set_dynamo_recompile_limit(before)
+
+
+@pytest.fixture
+def fresh_registration():
+    """Forget every registered pattern before and after the test (the next use registers again),
+    so a test that breaks registration leaves nothing behind."""
+
+    def clear():
+        base._registered_impl.cache_clear()
+        base._verified_impl.cache_clear()
+
+    clear()
+    yield
+    clear()
+
+
+def _state(model):
+    return {
+        "classes": [type(m) for m in model.modules()],
+        "compiled": [m._compiled_call_impl for m in model.modules()],
+        "config": dict(model.config),
+        "enabled": hasattr(model, "_ascend_state"),
+        "recompile_limit": _compat.dynamo_recompile_limit(),
+    }
+
+
+def test_broken_pattern_matcher_api_raises_at_enable_and_changes_nothing(monkeypatch, fresh_registration):
+    # What torch 2.11 did to the first version: register_replacement() rejected a keyword.
+    def broken(*args, **kwargs):
+        raise TypeError("register_replacement() got an unexpected keyword argument 'get_decomp_fn'")
+
+    monkeypatch.setattr(_compat, "register_replacement", broken)
+    model = tiny_flux_transformer()
+    before = _state(model)
+    with pytest.raises(TorchCompatError, match=r"(?s)'rms_norm' fusion pass cannot work on torch "
+                       + re.escape(torch.__version__) + r".*register.*get_decomp_fn.*Supported torch: 2\.6 to 2\.14"):
+        diffusers_ascend.enable_ascend_compile(model, fusions="all", executor="eager")
+    assert _state(model) == before
+
+
+def test_pattern_matcher_that_silently_matches_nothing_raises(monkeypatch, fresh_registration):
+    # A release whose matcher accepts the registration but never fires: 0 matches must not pass.
+    monkeypatch.setattr(_compat, "register_replacement", lambda *a, **k: None)
+    with pytest.raises(TorchCompatError, match=r"pattern AdaLNPattern\[.*\] replaced its own form 0 times"):
+        AscendBackend(fusions=["adaln"], executor="eager")
+
+
+def test_broken_engine_error_is_not_a_block_fallback(monkeypatch):
+    # An engine break discovered inside a compile propagates even with on_error="fallback".
+    model = tiny_flux_transformer()
+    diffusers_ascend.enable_ascend_compile(model, fusions=["mul_add"], executor="eager", on_error="fallback")
+    backend = model._ascend_state.backend
+
+    def broken(graph, after_step=None):
+        raise TorchCompatError("diffusers-ascend: simulated missing API")
+
+    monkeypatch.setattr(backend, "manager", broken)
+    torch.compiler.reset()
+    with pytest.raises(TorchCompatError, match="simulated missing API"), torch.no_grad():
+        model(**flux_model_inputs(4, 4))
+    diffusers_ascend.disable_ascend_compile(model)
+
+
+def test_fallback_reason_names_the_inner_cause(monkeypatch):
+    model = tiny_flux_transformer()
+    with torch.no_grad():
+        ref = model(**flux_model_inputs(4, 4))[0]
+    diffusers_ascend.enable_ascend_compile(model, fusions=["mul_add"], executor="eager", on_error="fallback")
+
+    def exploding(self, gm, example_inputs, keep=None):
+        raise ValueError("executor exploded on this block\nsecond line")
+
+    monkeypatch.setattr(AscendBackend, "_execute", exploding)
+    torch.compiler.reset()
+    with pytest.warns(UserWarning, match=r"running eager \(ValueError: executor exploded on this block\)"), torch.no_grad():
+        out = model(**flux_model_inputs(4, 4))[0]
+    torch.testing.assert_close(out, ref)
+    reasons = {f["reason"] for f in diffusers_ascend.ascend_report(model).fallbacks}
+    assert reasons == {"ValueError: executor exploded on this block"}
+    diffusers_ascend.disable_ascend_compile(model)
+
+
+def test_too_old_torch_is_refused_with_the_range(monkeypatch):
+    monkeypatch.setattr(torch, "__version__", "2.4.1")
+    with pytest.raises(TorchCompatError, match=r"torch 2\.4\.1 is older than the supported range \(torch 2\.6 to 2\.14\.x\)"):
+        AscendBackend(fusions=["rms_norm"], executor="eager")
+
+
+def test_newer_untested_torch_warns_once(monkeypatch):
+    monkeypatch.setattr(torch, "__version__", "2.99.0")
+    _compat._warn_untested.cache_clear()
+    try:
+        with pytest.warns(UserWarning, match=r"torch 2\.99\.0 is newer than the newest release verified"):
+            _compat.check_engine(fusions=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            _compat.check_engine(fusions=False)  # once, not per backend
+    finally:
+        _compat._warn_untested.cache_clear()
+
+
+def test_private_torch_apis_only_in_the_compat_module():
+    private = re.compile(r"^\s*(from|import)\s+torch\._(inductor|dynamo|functorch|subclasses|guards)\b"
+                         r"|torch\._(inductor|dynamo|functorch|subclasses|guards)\.\w+\(", re.M)
+    offenders = []
+    for path in (REPO / "diffusers_ascend").rglob("*.py"):
+        if path.name == "_compat.py":
+            continue
+        for line in path.read_text().splitlines():
+            if private.search(line) and not line.lstrip().startswith("#"):
+                offenders.append(f"{path.relative_to(REPO)}: {line.strip()}")
+    assert not offenders, "private torch APIs outside compilation/_compat.py:\n" + "\n".join(offenders)
+
+
+def test_fused_blocks_on_this_torch_match_the_findings_table():
+    # The FINDINGS counts, on whatever release runs this file (every release of the CI matrix).
+    double, single = tiny_flux_blocks()
+    backend = AscendBackend(fusions="all", executor="eager")
+    with override_platform("cpu"), torch.no_grad():
+        torch.compile(double, backend=backend)(**flux_block_inputs())
+    assert backend.report.matches == {"rms_norm": 4, "rope": 2, "gelu_tanh": 2, "adaln": 4, "mul_add": 4}
+
+
+def test_env_reports_the_range_and_where_this_torch_stands(monkeypatch, capsys):
+    from diffusers_ascend import cli, platform
+
+    info = cli.env_info()
+    assert info["torch_supported_range"] == "2.6 to 2.14.x" and info["torch_status"] == "supported"
+    # A newer torch, with a torch_npu built for another release (stand-in facts, no torch_npu here).
+    monkeypatch.setattr(torch, "__version__", "2.99.0")
+    monkeypatch.setattr(cli, "_version", lambda dist: "2.8.0.post2" if dist == "torch_npu" else "1.0")
+    real = platform.platform_info
+    monkeypatch.setattr(platform, "platform_info", lambda: {**real(), "torch_npu_installed": True})
+    assert cli.main(["env"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"torch_status\s+newer than verified", out)
+    assert re.search(r"torch_npu_matches_torch\s+False", out)
+    assert "warning: torch 2.99.0 is newer than the newest release verified (torch 2.6 to 2.14.x)" in out
+    assert "warning: torch_npu 2.8.0.post2 was built for another torch than 2.99.0" in out
