@@ -190,7 +190,7 @@ def explain(op: str, device_type: str) -> tuple[str, str]:
     if chosen.name == "native":
         skipped = [p for p in providers(op) if p.name != "native" and p.runs_on(device_type)]
         why = "; ".join(f"{p.name}: {p.describe() if p.describe else 'not available'}" for p in skipped)
-        return "native", why or f"no provider for device type {device_type!r} but the PyTorch composite"
+        return "native", why or f"the PyTorch reference composite (no kernel provider runs on {device_type!r})"
     why = chosen.describe() if chosen.describe else f"{chosen.name} kernel"
     if not chosen.faster_than_unfused:
         why += " (not in fusions='auto': no faster than the unfused ops)"

@@ -60,7 +60,7 @@ def env_info() -> dict[str, Any]:
     import torch
 
     import ascend_kernels
-    from ascend_kernels.registry import available_providers
+    from ascend_kernels.registry import explain
 
     from .config import AscendConfig
     from .platform import platform_info
@@ -68,6 +68,7 @@ def env_info() -> dict[str, Any]:
     plat = platform_info()
     cfg = AscendConfig()
     attention = "_native_npu" if plat["platform"] == "npu" else None
+    chosen = {op: explain(op, plat["platform"]) for op in ascend_kernels.OPS}
     return {
         "diffusers_ascend": _version("diffusers-ascend"),
         "torch": torch.__version__,
@@ -78,7 +79,8 @@ def env_info() -> dict[str, Any]:
         "triton": _version("triton") or _version("triton-ascend"),
         "platform": plat["platform"],
         "platform_overridden": plat["overridden"],
-        "providers": {op: available_providers(op, plat["platform"])[0] for op in ascend_kernels.OPS},
+        "providers": {op: name for op, (name, _) in chosen.items()},
+        "provider_reasons": {op: why for op, (_, why) in chosen.items()},
         "auto_fusions": list(cfg.resolved_fusions()),
         "auto_executor": cfg.resolved_executor(),
         "attention_backend": attention or "unchanged (diffusers default)",
@@ -89,9 +91,9 @@ def env_info() -> dict[str, Any]:
 def _cmd_env(args) -> int:
     info = env_info()
     rows = [(k, v if not isinstance(v, dict) else "") for k, v in info.items()]
-    text = "\n".join(f"{k:<24}{'-' if v is None else v}" for k, v in rows if k != "providers")
-    text += "\nproviders (op -> provider used here):\n" + "\n".join(
-        f"  {op:<22}{p}" for op, p in info["providers"].items()
+    text = "\n".join(f"{k:<24}{'-' if v is None else v}" for k, v in rows if k not in ("providers", "provider_reasons"))
+    text += "\nproviders (op -> provider a typical call uses here: why):\n" + "\n".join(
+        f"  {op:<22}{p:<8}{info['provider_reasons'][op]}" for op, p in info["providers"].items()
     )
     if info["torch_npu_error"]:
         text += f"\nnote: torch_npu failed to import ({info['torch_npu_error']}); falling back to {info['platform']}."

@@ -16,6 +16,7 @@ result: the eager Flux/Wan numerics, at the cost of the casts (counted in the do
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
@@ -58,11 +59,12 @@ def _bits(dtype: torch.dtype) -> int:
 
 
 def _widest(*dtypes: Optional[torch.dtype]) -> torch.dtype:
-    out = None
-    for d in dtypes:
-        if d is not None:
-            out = d if out is None else torch.promote_types(out, d)
-    return out
+    """torch's promotion over fp16/bf16/fp32 (fp16 with bf16 gives fp32), without a dispatcher
+    call (``torch.promote_types`` is an aten op: Python overhead on every fused call)."""
+    present = {d for d in dtypes if d is not None}
+    if len(present) == 1:
+        return present.pop()
+    return _F32 if present <= set(_DTYPES) else functools.reduce(torch.promote_types, present)
 
 
 def _op_api(api: str) -> bool:

@@ -146,7 +146,10 @@ def aclnn_available(api: str) -> bool:
     return False
 
 
+_CACHED = (op_arguments, soc_version, soc_name, aclnn_available, _open)
+
+
 def cache_clear() -> None:
     """Forgets the cached facts (after swapping torch_npu, in tests)."""
-    for f in (op_arguments, soc_version, soc_name, aclnn_available, _open):
+    for f in _CACHED:
         f.cache_clear()
