@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 import ascend_kernels
+from ascend_kernels.npu import kernels as npu_kernels
 from ascend_kernels.npu import probe
 from ascend_kernels.ops.adaln import adaln_modulate_native
 from ascend_kernels.ops.mul_add import mul_add_native
@@ -367,6 +368,41 @@ def test_env_explains_fallbacks(npu_factory, capsys):
     assert info["providers"]["adaln_modulate"] == "native"
     assert "mindiesd not installed" in info["provider_reasons"]["adaln_modulate"]
     assert "one dtype only" in info["provider_reasons"]["mul_add"]
+
+
+# ----------------------------------------------------------------------------- supports_args limits (A2, op-plugin 26.0.0)
+def _rope_args(b, s, n, d, dtype=torch.bfloat16):
+    return torch.empty(b, s, n, d, dtype=dtype), torch.empty(1, s, 1, d), torch.empty(1, s, 1, d)
+
+
+def test_npu_rope_supports_args_limits(torch_npu):
+    ok = _rope_args(2, 13, 24, 128)
+    assert npu_kernels.rope_supports(*ok, "interleaved") and npu_kernels.rope_supports(*ok, "half")
+    # cos/sin given as (S, D) pad to 1S1D; BNSD with 11SD too.
+    assert npu_kernels.rope_supports(ok[0], torch.empty(13, 1, 128), torch.empty(13, 1, 128), "interleaved")
+    assert npu_kernels.rope_supports(torch.empty(2, 24, 13, 128), torch.empty(13, 128), torch.empty(13, 128), "interleaved")
+    assert not npu_kernels.rope_supports(*_rope_args(2, 13, 24, 77), "interleaved")  # odd D
+    assert not npu_kernels.rope_supports(*_rope_args(2, 13, 24, 896), "interleaved")  # D >= 896
+    assert not npu_kernels.rope_supports(*_rope_args(40, 13, 25, 64), "interleaved")  # B*N = 1000
+    assert npu_kernels.rope_supports(*_rope_args(40, 13, 25, 64), "half")  # half: B, N < 1000 each
+    assert not npu_kernels.rope_supports(*_rope_args(2, 13, 24, 64, torch.float64), "half")  # fp64
+    x3 = torch.empty(13, 24, 64)
+    assert not npu_kernels.rope_supports(x3, torch.empty(13, 1, 64), torch.empty(13, 1, 64), "half")  # 3-D x
+    # Per-batch cos (BS1D) only in half mode.
+    bs1d = (torch.empty(2, 13, 24, 64), torch.empty(2, 13, 1, 64), torch.empty(2, 13, 1, 64))
+    assert npu_kernels.rope_supports(*bs1d, "half") and not npu_kernels.rope_supports(*bs1d, "interleaved")
+
+
+def test_npu_rms_norm_and_gelu_supports_args_limits(torch_npu):
+    x = torch.empty(2, 13, 77, dtype=torch.bfloat16)
+    assert npu_kernels.rms_norm_supports(x, torch.empty(77), 1e-6, None)
+    assert npu_kernels.rms_norm_supports(x, None, 1e-6, torch.bfloat16)
+    assert not npu_kernels.rms_norm_supports(x, None, 1e-6, torch.float32)  # wider out_dtype
+    assert not npu_kernels.rms_norm_supports(torch.empty(77), None, 1e-6, None)  # 1-D: kernel needs 2-8 dims
+    assert not npu_kernels.rms_norm_supports(x.double(), None, 1e-6, None)
+    assert not npu_kernels.rms_norm_supports(x, torch.empty(2, 77), 1e-6, None)
+    assert npu_kernels.gelu_supports(x) and not npu_kernels.gelu_supports(x.double())
+    assert not npu_kernels.gelu_supports(torch.empty((1,) * 9))
 
 
 # ----------------------------------------------------------------------------- misc
