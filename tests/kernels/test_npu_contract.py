@@ -333,10 +333,12 @@ def test_auto_on_npu_is_derived_from_the_registry(torch_npu):
 
 
 def _env(capsys, platform="npu"):
+    from diffusers_ascend import platform as P
     from diffusers_ascend.cli import main
-    from diffusers_ascend.platform import override_platform
 
-    with override_platform(platform):
+    # Detection is cached per process: never let it see the stand-in (it has no torch.npu).
+    with pytest.MonkeyPatch.context() as mp, P.override_platform(platform):
+        mp.setattr(P, "_detect", lambda: ("cpu", None))
         assert main(["env", "--json"]) == 0
         info = json.loads(capsys.readouterr().out)
         assert main(["env"]) == 0
@@ -355,7 +357,7 @@ def test_env_shows_each_provider_and_why(torch_npu, capsys, monkeypatch):
     assert "not in fusions='auto'" in why["gelu_tanh"] and "aclnnGelu" in why["gelu_tanh"]
     assert why["adaln_modulate"].startswith("torch.ops.mindiesd.adaln") and why["mul_add"].startswith("torch.addcmul")
     assert info["auto_fusions"] == ["rms_norm", "rope", "adaln", "mul_add"]
-    assert "  rope                  npu     torch_npu.npu_rotary_mul" in text
+    assert "  rope                  npu     torch_npu.npu_rotary_mul" in text and "torch_npu failed" not in text
 
 
 def test_env_explains_fallbacks(npu_factory, capsys):
