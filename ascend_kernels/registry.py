@@ -9,7 +9,9 @@ pipelines never affect each other) or else the first supported one in priority o
 ``npu > triton > native``.
 
 The table of providers is static (filled at import from this package's own modules); what varies
-per call is only the context-local choice.
+per call is only the context-local choice. `auto_provider` reads the table for
+``fusions="auto"`` (providers flagged `Provider.faster_than_unfused`), `explain` for
+``diffusers-ascend env``.
 """
 
 from __future__ import annotations

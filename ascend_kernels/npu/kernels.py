@@ -292,15 +292,7 @@ def _modulation_ok(t: torch.Tensor, x: torch.Tensor) -> bool:
     return tuple(t.shape) in (lead + (h,), lead + (1, h)) and _dtype_ok(t.dtype)
 
 
-def adaln_supports(
-    x: torch.Tensor,
-    scale: torch.Tensor,
-    shift: torch.Tensor,
-    eps: float,
-    weight: Optional[torch.Tensor] = None,
-    bias: Optional[torch.Tensor] = None,
-    out_dtype: Optional[torch.dtype] = None,
-) -> bool:
+def adaln_supports(x, scale, shift, eps, weight=None, bias=None, out_dtype=None) -> bool:
     # aclnnAdaLayerNorm (hicann ops-nn norm/ada_layer_norm): Atlas A2/A3 only; x [B.., S, H] with
     # 0-6 batch dims (2-8 dims), no empty tensors; scale/shift [B.., H] or [B.., 1, H] with x's
     # batch dims; weight/bias [H]; all in one dtype of fp32/fp16/bf16 (the provider casts up).
@@ -314,15 +306,8 @@ def adaln_supports(
     return out_dtype is None or _dtype_ok(out_dtype)
 
 
-def adaln(
-    x: torch.Tensor,
-    scale: torch.Tensor,
-    shift: torch.Tensor,
-    eps: float,
-    weight: Optional[torch.Tensor] = None,
-    bias: Optional[torch.Tensor] = None,
-    out_dtype: Optional[torch.dtype] = None,
-) -> torch.Tensor:
+def adaln(x, scale, shift, eps, weight=None, bias=None, out_dtype=None) -> torch.Tensor:
+    """``ascend_kernels.adaln_modulate`` (same signature) through MindIE SD's AdaLayerNorm."""
     # The kernel needs every tensor in x's dtype and returns x's dtype. Run it in the widest dtype
     # of the inputs and of the requested output: Flux (all bf16) is one call; Wan (bf16 x, fp32
     # scale/shift, computed in fp32 by the eager code) upcasts x, runs in fp32, casts the result.
