@@ -68,8 +68,10 @@ class Provider:
             replaces on its devices (fewer kernels launched, less memory traffic): what
             ``fusions="auto"`` needs before it turns the fusion on. False for a provider that
             removes nothing, e.g. ``npu_gelu`` for ``gelu_tanh`` (the unfused
-            ``aten.gelu(approximate="tanh")`` is already one kernel on NPU). The ``native``
-            provider never counts, whatever this says.
+            ``aten.gelu(approximate="tanh")`` is already one kernel on NPU). A ``() -> bool``
+            when it depends on the installed stack (e.g. the torch_npu build runs the layout
+            Flux/Wan use); evaluated only where the provider is available, else taken as True
+            (the platform's documented default). The ``native`` provider never counts.
         extras: optional packages the provider needs besides its device runtime (e.g.
             ``("mindiesd",)``); ``fusions="auto"`` resolved for a platform this process does not
             run on still requires them to be installed here.
@@ -83,13 +85,18 @@ class Provider:
     runs_on: Callable[[str], bool] = any_device
     available: Callable[[], bool] = _always
     supports_args: Callable[..., bool] = _always
-    faster_than_unfused: bool = True
+    faster_than_unfused: bool | Callable[[], bool] = True
     extras: tuple[str, ...] = ()
     describe: Callable[[], str] | None = None
 
     def supported(self, device_type: str) -> bool:
         """Whether this provider can run on ``device_type`` on this machine."""
         return bool(self.runs_on(device_type)) and bool(self.available())
+
+    def is_faster(self) -> bool:
+        """`faster_than_unfused`, evaluated here when it depends on the installed stack."""
+        fast = self.faster_than_unfused
+        return bool(fast() if callable(fast) and self.available() else fast)
 
 
 _REGISTRY: dict[str, dict[str, Provider]] = {op: {} for op in OPS}
@@ -165,9 +172,9 @@ def auto_provider(op: str, platform: str) -> Provider | None:
         True
     """
     for p in providers(op):
-        if p.name == "native" or not p.faster_than_unfused or not p.runs_on(platform):
+        if p.name == "native" or not p.runs_on(platform):
             continue
-        if p.available() or (p.name == platform and _extras_installed(p)):
+        if (p.available() or (p.name == platform and _extras_installed(p))) and p.is_faster():
             return p
     return None
 
@@ -194,8 +201,8 @@ def explain(op: str, device_type: str) -> tuple[str, str]:
         why = "; ".join(f"{p.name}: {p.describe() if p.describe else 'not available'}" for p in skipped)
         return "native", why or f"the PyTorch reference composite (no kernel provider runs on {device_type!r})"
     why = chosen.describe() if chosen.describe else f"{chosen.name} kernel"
-    if not chosen.faster_than_unfused:
-        why += " (not in fusions='auto': no faster than the unfused ops)"
+    if not chosen.is_faster():
+        why += " (not in fusions='auto': no faster than the unfused ops here)"
     return chosen.name, why
 
 

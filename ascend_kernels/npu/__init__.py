@@ -146,12 +146,16 @@ def _provider(op, impl, supports, describe, available=torch_npu_available, **kw)
 
 for _p in (
     _provider("rms_norm", kernels.rms_norm, kernels.rms_norm_supports, _desc_rms_norm),
-    _provider("rope", kernels.rope, kernels.rope_supports, _desc_rope),
+    # Flux and Wan use the interleaved layout: where this build runs only "half", the fusion
+    # would just move their rope into the composite, so "auto" leaves it out.
+    _provider("rope", kernels.rope, kernels.rope_supports, _desc_rope,
+              faster_than_unfused=lambda: "interleaved" in kernels.rope_modes()),
     _provider("gelu_tanh", kernels.gelu_tanh, kernels.gelu_tanh_supports, _desc_gelu_tanh, faster_than_unfused=False),
     _provider("fast_gelu", kernels.fast_gelu, kernels.gelu_supports, _desc_fast_gelu),
     _provider("mul_add", kernels.mul_add, kernels.mul_add_supports, _desc_mul_add),
     _provider(
-        "adaln_modulate", kernels.adaln, kernels.adaln_supports, _desc_adaln, available=mindiesd_available, extras=("mindiesd",)
+        "adaln_modulate", kernels.adaln, kernels.adaln_supports, _desc_adaln, available=mindiesd_available,
+        extras=("mindiesd",), faster_than_unfused=probe.is_a2_a3,  # aclnnAdaLayerNorm: A2/A3 only
     ),
 ):
     register_provider(_p)

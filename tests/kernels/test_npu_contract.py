@@ -332,6 +332,20 @@ def test_auto_on_npu_is_derived_from_the_registry(torch_npu):
     assert AscendConfig(fusions=["gelu_tanh"]).resolved_fusions("npu") == ("gelu_tanh",)  # by name
 
 
+@pytest.mark.parametrize("kw", [dict(version="6.0.0"), dict(jit_compile=True), dict(soc=OLD_SOC)],
+                         ids=["op_plugin_6", "jit_compile", "old_soc"])
+def test_auto_leaves_out_what_this_stack_would_run_as_a_composite(npu_factory, kw):
+    """Flux/Wan rope is interleaved: a build or mode that runs only "half" gains nothing; the
+    AdaLayerNorm kernel exists on A2/A3 only."""
+    from diffusers_ascend.config import AscendConfig
+
+    npu_factory(**kw)
+    with mindiesd_standin():
+        auto = AscendConfig().resolved_fusions("npu")
+    assert "rope" not in auto and "rms_norm" in auto and "mul_add" in auto
+    assert ("adaln" in auto) == ("soc" not in kw)
+
+
 def _env(capsys, platform="npu"):
     from diffusers_ascend import platform as P
     from diffusers_ascend.cli import main
@@ -366,6 +380,7 @@ def test_env_explains_fallbacks(npu_factory, capsys):
     assert info["providers"]["rope"] == "npu"  # half mode still runs on torch_npu
     assert "no rotary_mode keyword (op-plugin < 7.0.0)" in info["provider_reasons"]["rope"]
     assert "interleaved (Flux/Wan) falls back to native" in info["provider_reasons"]["rope"]
+    assert "not in fusions='auto'" in info["provider_reasons"]["rope"] and "rope" not in info["auto_fusions"]
     assert "gamma cast to x's dtype" in info["provider_reasons"]["rms_norm"]
     assert info["providers"]["adaln_modulate"] == "native"
     assert "mindiesd not installed" in info["provider_reasons"]["adaln_modulate"]
