@@ -144,7 +144,8 @@ def _case(op: str, case: str, args: tuple, expect_provider: str = "npu", expect_
     assert out.dtype == ref.dtype and out.shape == ref.shape
     assert record["within_tolerance"], record
     if expect_ops is not None and _target():
-        assert seen.ops == expect_ops, record
+        # The fused kernel and the number of calls; the casts' op names are torch_npu's business.
+        assert len(seen.ops) == len(expect_ops) and set(expect_ops) - {"aten._to_copy"} <= set(seen.ops), record
 
 
 @pytest.fixture(scope="module", autouse=True)
