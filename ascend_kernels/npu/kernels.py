@@ -30,11 +30,13 @@ __all__ = [
     "fast_gelu",
     "gelu_supports",
     "gelu_tanh",
+    "gelu_tanh_supports",
     "mul_add",
     "mul_add_supports",
     "rms_norm",
     "rms_norm_supports",
     "rope",
+    "rope_modes",
     "rope_path",
     "rope_supports",
 ]
