@@ -117,7 +117,8 @@ class AscendConfig:
             platform, from the provider registry: rms_norm, rope, mul_add (+ adaln with MindIE SD)
             on NPU, those with a Triton kernel on CUDA, none on CPU), ``"all"`` (every fusion
             except ``fast_gelu``), ``"none"``, or a list of `FUSIONS` names (a single name is
-            accepted; duplicates are dropped; stored as a tuple in canonical order). ``fast_gelu`` changes numerics and applies only when named.
+            accepted; duplicates are dropped; stored as a tuple in canonical order).
+            ``fast_gelu`` changes numerics and applies only when named.
         attention: ``"auto"`` (diffusers ``"_native_npu"`` on NPU, unchanged elsewhere), None
             (leave the model's backend), or a diffusers ``AttentionBackendName`` value.
         compile: ``"blocks"`` (each repeated block compiled in place), ``"model"``, or ``"none"``
