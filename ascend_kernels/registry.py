@@ -9,7 +9,9 @@ pipelines never affect each other) or else the first supported one in priority o
 ``npu > triton > native``.
 
 The table of providers is static (filled at import from this package's own modules); what varies
-per call is only the context-local choice.
+per call is only the context-local choice. `auto_provider` reads the table for
+``fusions="auto"`` (providers flagged `Provider.faster_than_unfused`), `explain` for
+``diffusers-ascend env``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import importlib.util
 from typing import Any, Callable, Iterator, Mapping
 
 import torch
@@ -24,7 +27,9 @@ import torch
 __all__ = [
     "OPS",
     "Provider",
+    "auto_provider",
     "available_providers",
+    "explain",
     "providers",
     "register_provider",
     "select_provider",
@@ -59,6 +64,19 @@ class Provider:
         available: platform check with no arguments (e.g. "torch_npu importable"); evaluated at
             call time, so importing `ascend_kernels` never imports the backing package.
         supports_args: ``(*op_args) -> bool``, the kernel's documented shape/dtype limits.
+        faster_than_unfused: whether a call through this provider beats the unfused aten ops it
+            replaces on its devices (fewer kernels launched, less memory traffic): what
+            ``fusions="auto"`` needs before it turns the fusion on. False for a provider that
+            removes nothing, e.g. ``npu_gelu`` for ``gelu_tanh`` (the unfused
+            ``aten.gelu(approximate="tanh")`` is already one kernel on NPU). A ``() -> bool``
+            when it depends on the installed stack (e.g. the torch_npu build runs the layout
+            Flux/Wan use); evaluated only where the provider is available, else taken as True
+            (the platform's documented default). The ``native`` provider never counts.
+        extras: optional packages the provider needs besides its device runtime (e.g.
+            ``("mindiesd",)``); ``fusions="auto"`` resolved for a platform this process does not
+            run on still requires them to be installed here.
+        describe: optional ``() -> str``: which kernel the provider calls and what the installed
+            stack offers (torch_npu schema, SoC, compile mode), shown by ``diffusers-ascend env``.
     """
 
     op: str
@@ -67,10 +85,18 @@ class Provider:
     runs_on: Callable[[str], bool] = any_device
     available: Callable[[], bool] = _always
     supports_args: Callable[..., bool] = _always
+    faster_than_unfused: bool | Callable[[], bool] = True
+    extras: tuple[str, ...] = ()
+    describe: Callable[[], str] | None = None
 
     def supported(self, device_type: str) -> bool:
         """Whether this provider can run on ``device_type`` on this machine."""
         return bool(self.runs_on(device_type)) and bool(self.available())
+
+    def is_faster(self) -> bool:
+        """`faster_than_unfused`, evaluated here when it depends on the installed stack."""
+        fast = self.faster_than_unfused
+        return bool(fast() if callable(fast) and self.available() else fast)
 
 
 _REGISTRY: dict[str, dict[str, Provider]] = {op: {} for op in OPS}
@@ -121,6 +147,63 @@ def available_providers(op: str, device_type: str) -> list[str]:
         ['native']
     """
     return [p.name for p in providers(op) if p.supported(device_type)]
+
+
+def _extras_installed(p: Provider) -> bool:
+    return all(importlib.util.find_spec(name) is not None for name in p.extras)
+
+
+def auto_provider(op: str, platform: str) -> Provider | None:
+    """The provider that makes ``fusions="auto"`` turn on the fusion of ``op`` on ``platform``.
+
+    That is the best non-native provider that runs on ``platform``, is `Provider.faster_than_unfused`
+    and is available: on this machine when it runs here, else (resolving ``"auto"`` for another
+    platform, e.g. ``override_platform("npu")`` on a CPU machine) the platform's own provider
+    (``npu`` on ``"npu"``: it exists wherever the platform does) with its `Provider.extras`
+    installed here. None when there is none: ``"auto"`` leaves the fusion out.
+
+    Args:
+        op: an op name of `OPS`.
+        platform: ``"npu"``, ``"cuda"`` or ``"cpu"``.
+
+    Example:
+        >>> from ascend_kernels.registry import auto_provider
+        >>> auto_provider("rms_norm", "cpu") is None
+        True
+    """
+    for p in providers(op):
+        if p.name == "native" or not p.runs_on(platform):
+            continue
+        if (p.available() or (p.name == platform and _extras_installed(p))) and p.is_faster():
+            return p
+    return None
+
+
+def explain(op: str, device_type: str) -> tuple[str, str]:
+    """``(provider name, why)``: the provider a typical call of ``op`` on ``device_type`` uses here.
+
+    "Typical" means arguments inside every provider's `Provider.supports_args`; a call outside
+    them falls back to the next provider. The reason names the kernel (from `Provider.describe`)
+    and says when the provider is not one ``fusions="auto"`` relies on.
+
+    Example:
+        >>> from ascend_kernels.registry import explain
+        >>> explain("rms_norm", "cpu")[0]
+        'native'
+    """
+    chosen = providers(op)[-1]
+    for p in providers(op):
+        if p.supported(device_type):
+            chosen = p
+            break
+    if chosen.name == "native":
+        skipped = [p for p in providers(op) if p.name != "native" and p.runs_on(device_type)]
+        why = "; ".join(f"{p.name}: {p.describe() if p.describe else 'not available'}" for p in skipped)
+        return "native", why or f"the PyTorch reference composite (no kernel provider runs on {device_type!r})"
+    why = chosen.describe() if chosen.describe else f"{chosen.name} kernel"
+    if not chosen.is_faster():
+        why += " (not in fusions='auto': no faster than the unfused ops here)"
+    return chosen.name, why
 
 
 @contextlib.contextmanager

@@ -60,17 +60,17 @@ def env_info() -> dict[str, Any]:
     import torch
 
     import ascend_kernels
-    from ascend_kernels.registry import available_providers
-
-    from .config import AscendConfig
-    from .platform import platform_info
+    from ascend_kernels.registry import explain
 
     from .compilation._compat import TORCH_FLOOR, TORCH_NEWEST_VERIFIED, support_status, torch_version
+    from .config import AscendConfig
+    from .platform import platform_info
 
     plat = platform_info()
     cfg = AscendConfig()
     attention = "_native_npu" if plat["platform"] == "npu" else None
     npu_version = _version("torch_npu")
+    chosen = {op: explain(op, plat["platform"]) for op in ascend_kernels.OPS}
     return {
         "diffusers_ascend": _version("diffusers-ascend"),
         "torch": torch.__version__,
@@ -85,7 +85,8 @@ def env_info() -> dict[str, Any]:
         "triton": _version("triton") or _version("triton-ascend"),
         "platform": plat["platform"],
         "platform_overridden": plat["overridden"],
-        "providers": {op: available_providers(op, plat["platform"])[0] for op in ascend_kernels.OPS},
+        "providers": {op: name for op, (name, _) in chosen.items()},
+        "provider_reasons": {op: why for op, (_, why) in chosen.items()},
         "auto_fusions": list(cfg.resolved_fusions()),
         "auto_executor": cfg.resolved_executor(),
         "attention_backend": attention or "unchanged (diffusers default)",
@@ -98,9 +99,9 @@ def _cmd_env(args) -> int:
 
     info = env_info()
     rows = [(k, v if not isinstance(v, dict) else "") for k, v in info.items()]
-    text = "\n".join(f"{k:<24}{'-' if v is None else v}" for k, v in rows if k != "providers")
-    text += "\nproviders (op -> provider used here):\n" + "\n".join(
-        f"  {op:<22}{p}" for op, p in info["providers"].items()
+    text = "\n".join(f"{k:<24}{'-' if v is None else v}" for k, v in rows if k not in ("providers", "provider_reasons"))
+    text += "\nproviders (op -> provider a typical call uses here: why):\n" + "\n".join(
+        f"  {op:<22}{p:<8}{info['provider_reasons'][op]}" for op, p in info["providers"].items()
     )
     if info["torch_status"] != "supported":
         text += f"\nwarning: {support_status()[1]}"

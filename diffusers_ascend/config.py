@@ -113,11 +113,12 @@ class AscendConfig:
     ``ValueError``/``TypeError`` naming the field, the bad value and the valid choices.
 
     Args:
-        fusions: ``"auto"`` (the fusions with a faster kernel than the unfused ops on the
-            platform: all but fast_gelu on NPU, those with a non-native provider on CUDA, none on
-            CPU), ``"all"`` (every fusion except ``fast_gelu``), ``"none"``, or a list of `FUSIONS`
-            names (a single name is accepted; duplicates are dropped; stored as a tuple in
-            canonical order). ``fast_gelu`` changes numerics and applies only when named.
+        fusions: ``"auto"`` (the fusions with a kernel faster than the unfused ops on the
+            platform, from the provider registry: rms_norm, rope, mul_add (+ adaln with MindIE SD)
+            on NPU, those with a Triton kernel on CUDA, none on CPU), ``"all"`` (every fusion
+            except ``fast_gelu``), ``"none"``, or a list of `FUSIONS` names (a single name is
+            accepted; duplicates are dropped; stored as a tuple in canonical order).
+            ``fast_gelu`` changes numerics and applies only when named.
         attention: ``"auto"`` (diffusers ``"_native_npu"`` on NPU, unchanged elsewhere), None
             (leave the model's backend), or a diffusers ``AttentionBackendName`` value.
         compile: ``"blocks"`` (each repeated block compiled in place), ``"model"``, or ``"none"``
@@ -239,11 +240,12 @@ class AscendConfig:
         """The fusions to apply on ``platform`` (default: the current one), in pass order (mul_add last).
 
         ``"auto"``: the fusions (never ``fast_gelu``) whose op has a kernel faster than the unfused
-        ops on ``platform``, i.e. a provider other than ``"native"`` in `ascend_kernels.registry`
-        that runs there: on NPU ``rms_norm``, ``rope`` and ``gelu_tanh`` (torch_npu has no adaLN or
-        mul+add op; those join when a Triton kernel is installed via triton-ascend), on CUDA the
-        Triton-backed ones, none on CPU (the reference composites are slower than Inductor
-        there: substituting them would slow the model down). An explicit list always applies.
+        ops on ``platform``, read from `ascend_kernels.registry.auto_provider` (providers flagged
+        ``faster_than_unfused``): on NPU ``rms_norm``, ``rope`` and ``mul_add`` (torch_npu /
+        aclnn kernels), plus ``adaln`` when MindIE SD is installed; not ``gelu_tanh`` (the
+        unfused tanh GELU is already one kernel there). On CUDA the Triton-backed ones, none on
+        CPU (the reference composites are slower than Inductor there: substituting them would
+        slow the model down). An explicit list always applies.
 
         >>> from diffusers_ascend.config import AscendConfig
         >>> AscendConfig(fusions="all").resolved_fusions("cpu")
@@ -514,16 +516,9 @@ class AscendConfig:
 
 
 def _has_fast_kernel(op: str, platform: str) -> bool:
-    from ascend_kernels.registry import providers
+    from ascend_kernels.registry import auto_provider
 
-    for p in providers(op):
-        if p.name == "native" or not p.runs_on(platform):
-            continue
-        # The platform's own provider (npu on "npu") exists whenever the platform does: both come
-        # from torch_npu. Others (triton) must be installed too.
-        if p.name == platform or p.available():
-            return True
-    return False
+    return auto_provider(op, platform) is not None
 
 
 def _check_names(overrides: Mapping[str, Any], what: str) -> None:

@@ -87,8 +87,9 @@ def test_replace_validates_and_keeps_original():
 # ----------------------------------------------------------------------------- resolution
 def test_resolved_fusions_per_platform():
     auto = AscendConfig()
-    # torch_npu has rms_norm, rope and tanh-GELU kernels; adaLN and mul_add only via Triton.
-    npu_auto = ("rms_norm", "rope", "gelu_tanh")
+    # From the registry: torch_npu/aclnn kernels for rms_norm, rope, mul_add (addcmul); adaLN only
+    # with MindIE SD (not installed here); gelu_tanh is already one kernel unfused on NPU.
+    npu_auto = ("rms_norm", "rope", "mul_add")
     assert auto.resolved_fusions("npu") == npu_auto
     assert auto.resolved_fusions("cpu") == ()
     from ascend_kernels.registry import available_providers
@@ -256,6 +257,6 @@ def test_auto_picks_up_a_triton_kernel_where_it_runs(monkeypatch):
     monkeypatch.setitem(tri.KERNELS, "adaln_modulate", lambda *a: None)
     monkeypatch.setattr(tri, "triton_available", lambda: True)
     auto = AscendConfig()
-    assert auto.resolved_fusions("npu") == ("rms_norm", "rope", "gelu_tanh", "adaln")
+    assert auto.resolved_fusions("npu") == ("rms_norm", "rope", "adaln", "mul_add")
     assert auto.resolved_fusions("cuda") == ("adaln",)
     assert auto.resolved_fusions("cpu") == ()

@@ -1,15 +1,22 @@
-"""``npu`` providers: the ``ascend_kernels`` ops on Ascend NPUs through torch_npu's fused kernels.
+"""``npu`` providers: the ``ascend_kernels`` ops on Ascend NPUs through torch_npu / CANN kernels.
 
-torch_npu is imported lazily, only when an op runs on a tensor whose device type is in
-`DEVICE_TYPES` (an NPU tensor means torch_npu is already loaded): importing ``ascend_kernels``
-never imports it. Each provider's ``supports_args`` encodes the documented limits of the kernel
-(shapes, dtypes, layouts); arguments outside them fall back to the next provider.
+torch_npu (and mindiesd) are imported lazily, only when an op runs on a tensor whose device type
+is in `DEVICE_TYPES` (an NPU tensor means torch_npu is already loaded): importing
+``ascend_kernels`` never imports them. Each provider's ``supports_args`` encodes the documented
+limits of the kernel and what the installed stack offers (`ascend_kernels.npu.probe`: op schema,
+SoC, ``jit_compile``, aclnn symbols); arguments outside them fall back to the native provider.
 
-Coverage: ``rms_norm`` (``npu_rms_norm``), ``rope`` (``npu_rotary_mul``), ``gelu_tanh``
-(``npu_gelu(approximate="tanh")``), ``fast_gelu`` (``npu_fast_gelu``). torch_npu has no adaLN or
-multiply-add op: on NPU, ``adaln_modulate`` and ``mul_add`` use the ``triton`` provider when
-triton-ascend and a kernel exist (see `ascend_kernels.triton`), else the native composite (plain
-aten ops, which torch_npu runs as separate NPU kernels).
+Coverage (one torch_npu/CANN call per op unless dtypes must be widened, see `kernels`):
+
+- ``rms_norm``: ``torch_npu.npu_rms_norm``.
+- ``rope``: ``torch_npu.npu_rotary_mul`` (``"interleaved"`` needs op-plugin >= 7.0.0 and the
+  aclnn path; ``"half"`` everywhere).
+- ``mul_add``: ``torch.addcmul`` (aclnnAddcmul).
+- ``adaln_modulate``: ``torch.ops.mindiesd.adaln`` (CANN AdaLayerNorm through MindIE SD), when
+  ``mindiesd`` is installed (``pip install diffusers-ascend[mindiesd]``); else the composite.
+- ``gelu_tanh``: ``torch_npu.npu_gelu(approximate="tanh")``, by name only: the unfused
+  ``aten.gelu`` is already one kernel on NPU, so ``fusions="auto"`` leaves it out.
+- ``fast_gelu``: ``torch_npu.npu_fast_gelu`` (a different function; never in ``"auto"``).
 """
 
 from __future__ import annotations
@@ -21,9 +28,9 @@ import sys
 from types import ModuleType
 
 from ..registry import Provider, register_provider
-from . import kernels
+from . import kernels, probe
 
-__all__ = ["DEVICE_TYPES", "runs_on", "torch_npu_available"]
+__all__ = ["DEVICE_TYPES", "mindiesd_available", "runs_on", "torch_npu_available"]
 
 # Device types the torch_npu kernels run on. (The contract tests widen it to "cpu" together with a
 # stand-in torch_npu module; nothing else should change it.)
@@ -36,11 +43,11 @@ def runs_on(device_type: str) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _importable() -> bool:
-    if importlib.util.find_spec("torch_npu") is None:
+def _importable(name: str) -> bool:
+    if importlib.util.find_spec(name) is None:
         return False
     try:
-        importlib.import_module("torch_npu")
+        importlib.import_module(name)
     except Exception:  # a broken install is "not available", never an import-time error
         return False
     return True
@@ -48,7 +55,7 @@ def _importable() -> bool:
 
 def torch_npu_available() -> bool:
     """Whether torch_npu is (or can be) imported; imports it on first call if installed."""
-    return sys.modules.get("torch_npu") is not None or _importable()
+    return sys.modules.get("torch_npu") is not None or _importable("torch_npu")
 
 
 def torch_npu() -> ModuleType:
@@ -56,12 +63,99 @@ def torch_npu() -> ModuleType:
     return importlib.import_module("torch_npu")
 
 
-for _op, _impl, _supports in (
-    ("rms_norm", kernels.rms_norm, kernels.rms_norm_supports),
-    ("rope", kernels.rope, kernels.rope_supports),
-    ("gelu_tanh", kernels.gelu_tanh, kernels.gelu_supports),
-    ("fast_gelu", kernels.fast_gelu, kernels.gelu_supports),
+def _mindiesd_adaln_registered() -> bool:
+    import torch
+
+    try:
+        schema = torch.ops.mindiesd.adaln.default._schema
+    except (AttributeError, RuntimeError):
+        return False
+    # The signature kernels.adaln calls with (MindIE SD csrc/plugin/register_ops.cpp).
+    return [a.name for a in schema.arguments] == ["x", "scale", "shift", "weight", "bias", "epsilon"]
+
+
+def mindiesd_available() -> bool:
+    """Whether MindIE SD is importable and registered ``torch.ops.mindiesd.adaln``.
+
+    Importing ``mindiesd`` (first call only) loads its op library and, by its own design,
+    prepends its kernel directories to ``ASCEND_CUSTOM_OPP_PATH`` (``mindiesd/env.py``).
+    """
+    if not torch_npu_available():
+        return False
+    if sys.modules.get("mindiesd") is None and not _importable("mindiesd"):
+        return False
+    return _mindiesd_adaln_registered()
+
+
+def _desc_rms_norm() -> str:
+    if not torch_npu_available():
+        return "torch_npu not installed"
+    mixed = "fp32 gamma with bf16/fp16 x" if probe.is_a2_a3() and kernels._op_api("aclnnRmsNorm") else "gamma cast to x's dtype"
+    return f"torch_npu.npu_rms_norm ({_stack()}; {mixed})"
+
+
+def _desc_rope() -> str:
+    if not torch_npu_available():
+        return "torch_npu not installed"
+    args = probe.op_arguments("npu_rotary_mul")
+    if args is None:
+        return "torch_npu has no npu_rotary_mul"
+    schema = "rotary_mode keyword" if "rotary_mode" in args else "no rotary_mode keyword (op-plugin < 7.0.0)"
+    modes = kernels.rope_modes()
+    tail = "" if "interleaved" in modes else "; interleaved (Flux/Wan) falls back to native"
+    return f"torch_npu.npu_rotary_mul, {'/'.join(modes) or 'no'} mode(s) via {kernels.rope_path()} ({schema}; {_stack()}){tail}"
+
+
+def _desc_gelu_tanh() -> str:
+    if not torch_npu_available():
+        return "torch_npu not installed"
+    if not probe.has_op("npu_gelu"):
+        return "torch_npu has no npu_gelu (op-plugin < 6.0.0)"
+    return "torch_npu.npu_gelu(approximate='tanh'); the unfused aten.gelu is already one aclnnGelu kernel on NPU"
+
+
+def _desc_fast_gelu() -> str:
+    if not torch_npu_available():
+        return "torch_npu not installed"
+    return "torch_npu.npu_fast_gelu (x*sigmoid(1.702x): changes numerics, applied only when named)"
+
+
+def _desc_mul_add() -> str:
+    if not torch_npu_available():
+        return "torch_npu not installed"
+    mixed = "bf16/fp16 with fp32 promoted in the call" if kernels._op_api("aclnnAddcmul") else "one dtype only (acl_op addcmul)"
+    return f"torch.addcmul, one aclnnAddcmul call ({mixed})"
+
+
+def _desc_adaln() -> str:
+    if not torch_npu_available():
+        return "torch_npu not installed"
+    if not mindiesd_available():
+        return "mindiesd not installed (pip install diffusers-ascend[mindiesd]) or without torch.ops.mindiesd.adaln"
+    soc = "" if probe.is_a2_a3() else f"; SoC {probe.soc_name()} is not A2/A3: native"
+    return f"torch.ops.mindiesd.adaln (CANN aclnnAdaLayerNorm via MindIE SD){soc}"
+
+
+def _stack() -> str:
+    return f"SoC {probe.soc_name()}, jit_compile={probe.jit_compile()}"
+
+
+def _provider(op, impl, supports, describe, available=torch_npu_available, **kw) -> Provider:
+    return Provider(op, "npu", impl, runs_on=runs_on, available=available, supports_args=supports, describe=describe, **kw)
+
+
+for _p in (
+    _provider("rms_norm", kernels.rms_norm, kernels.rms_norm_supports, _desc_rms_norm),
+    # Flux and Wan use the interleaved layout: where this build runs only "half", the fusion
+    # would just move their rope into the composite, so "auto" leaves it out.
+    _provider("rope", kernels.rope, kernels.rope_supports, _desc_rope,
+              faster_than_unfused=lambda: "interleaved" in kernels.rope_modes()),
+    _provider("gelu_tanh", kernels.gelu_tanh, kernels.gelu_tanh_supports, _desc_gelu_tanh, faster_than_unfused=False),
+    _provider("fast_gelu", kernels.fast_gelu, kernels.gelu_supports, _desc_fast_gelu),
+    _provider("mul_add", kernels.mul_add, kernels.mul_add_supports, _desc_mul_add),
+    _provider(
+        "adaln_modulate", kernels.adaln, kernels.adaln_supports, _desc_adaln, available=mindiesd_available,
+        extras=("mindiesd",), faster_than_unfused=probe.is_a2_a3,  # aclnnAdaLayerNorm: A2/A3 only
+    ),
 ):
-    register_provider(
-        Provider(_op, "npu", _impl, runs_on=runs_on, available=torch_npu_available, supports_args=_supports)
-    )
+    register_provider(_p)

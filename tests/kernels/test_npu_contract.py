@@ -1,116 +1,128 @@
-"""Contract tests of the ``npu`` providers: how ``ascend_kernels`` calls torch_npu.
+"""Contract tests of the ``npu`` providers: how ``ascend_kernels`` calls torch_npu and MindIE SD.
 
-This is a CONTRACT test, not a hardware test. No Ascend device or torch_npu exists here, so a
-stand-in ``torch_npu`` module is installed in ``sys.modules`` (only inside these tests, by a
-fixture) that implements the documented semantics of each torch_npu op in plain torch, enforces
-its documented argument contract (dtypes, ranks, modes, cos/sin layouts) and records every call;
-the npu providers' device check is widened to "cpu" so that they are selected for CPU tensors.
-The tests check argument mapping, layouts, modes, dtypes (gamma cast) and output indexing, and
-that arguments outside a kernel's limits fall back to the native provider. The same checks
-against real torch_npu on a device are in ``test_npu_hardware.py`` (``-m npu``).
+This is a CONTRACT test, not a hardware test. No Ascend device, torch_npu or mindiesd exists
+here, so the stand-ins of ``npu_standins.py`` are installed (only inside these tests, by fixtures):
+they carry the op schemas of real op-plugin releases, mirror op-plugin's dispatch (SoC,
+``jit_compile``, aclnn symbols), enforce each op's documented argument contract and record every
+call; the npu providers' device check is widened to "cpu" so that they are selected for CPU
+tensors. The tests check argument mapping, modes, dtypes (gamma, rope tables, adaLN modulation),
+output indexing, the number of device calls per fused call (`KernelCounter`), the fallback to the
+native provider wherever the installed stack would fail, what ``fusions="auto"`` picks on NPU and
+what ``diffusers-ascend env`` reports. The same calls against real torch_npu on a device are in
+``test_npu_hardware.py`` (``-m npu``).
 """
 
 from __future__ import annotations
 
+import json
 import sys
-import types
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import ascend_kernels
-from ascend_kernels import npu as npu_providers
-from ascend_kernels.registry import available_providers, select_provider, use_providers
+from ascend_kernels.npu import kernels as npu_kernels
+from ascend_kernels.npu import probe
+from ascend_kernels.ops.adaln import adaln_modulate_native
+from ascend_kernels.ops.mul_add import mul_add_native
+from ascend_kernels.ops.rms_norm import rms_norm_native
+from ascend_kernels.ops.rope import rope_native
+from ascend_kernels.registry import auto_provider, available_providers, explain, select_provider, use_providers
 from ascend_kernels.testing import assert_close
 
 from .conftest import flux_rope
+from .npu_standins import KernelCounter, StandInTorchNpu, install_torch_npu, mindiesd_standin
 
 ops = torch.ops.ascend_kernels
 
 # Flux rope tables computed before any stand-in is installed (diffusers probes torch_npu itself).
-FLUX_ROPE_13 = flux_rope(13)  # (S, 16)
+FLUX_ROPE_13 = flux_rope(13)  # (S, 16) fp32
 FLUX_ROPE_13_D6 = flux_rope(13, axes_dim=(2, 2, 2))  # (S, 6)
-
-
-class StandInTorchNpu(types.ModuleType):
-    """torch_npu's documented op semantics in plain torch, asserting each op's input contract."""
-
-    _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-
-    def __init__(self):
-        super().__init__("torch_npu")
-        self.calls: list[tuple[str, dict]] = []
-
-    def npu_rms_norm(self, x, gamma, epsilon=1e-6):
-        self.calls.append(("npu_rms_norm", dict(x=x, gamma=gamma, epsilon=epsilon)))
-        assert x.dtype in self._DTYPES and 2 <= x.dim() <= 8
-        assert gamma.dtype == x.dtype, "npu_rms_norm: gamma must have self's dtype"
-        xf = x.float()
-        rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + epsilon)
-        return (xf * rstd * gamma.float()).to(x.dtype), rstd
-
-    def npu_rotary_mul(self, x, r1, r2, rotary_mode="half"):
-        self.calls.append(("npu_rotary_mul", dict(x=x, r1=r1, r2=r2, rotary_mode=rotary_mode)))
-        assert rotary_mode in ("half", "interleave")
-        assert x.dim() == 4 and r1.dim() == 4 and r2.dim() == 4
-        assert x.dtype in self._DTYPES and r1.dtype == r2.dtype == x.dtype
-        if rotary_mode == "half":
-            x1, x2 = torch.chunk(x, 2, -1)
-            x_new = torch.cat((-x2, x1), dim=-1)
-        else:
-            assert sum(s != 1 for s in r1.shape[:3]) <= 1, "interleave: r1/r2 must be 11SD / 1S1D / S11D"
-            x1, x2 = x[..., ::2], x[..., 1::2]
-            x_new = torch.stack((-x2, x1), dim=-1).flatten(-2)
-        return (r1.float() * x.float() + r2.float() * x_new.float()).to(x.dtype)
-
-    def npu_gelu(self, x, approximate="none"):
-        self.calls.append(("npu_gelu", dict(x=x, approximate=approximate)))
-        return F.gelu(x, approximate=approximate)
-
-    def npu_fast_gelu(self, x):
-        self.calls.append(("npu_fast_gelu", dict(x=x)))
-        return (x.float() / (1 + torch.exp(-1.702 * x.float()))).to(x.dtype)  # A2/A3 formula
-
-    def names(self):
-        return [name for name, _ in self.calls]
+FLUX_ROPE_13_D128 = flux_rope(13, axes_dim=(16, 56, 56))  # (S, 128): Flux's real head dim
+OLD_SOC = 102  # c10_npu::SocVersion::Ascend910A (Atlas training series, before A2)
 
 
 @pytest.fixture
-def torch_npu(monkeypatch):
-    fake = StandInTorchNpu()
-    monkeypatch.setitem(sys.modules, "torch_npu", fake)
-    monkeypatch.setattr(npu_providers, "DEVICE_TYPES", ("npu", "cpu"))
-    return fake
+def npu_factory(monkeypatch):
+    """``npu_factory(version=..., soc=..., jit_compile=..., aclnn=...)`` installs a stand-in."""
+    yield lambda **kw: install_torch_npu(monkeypatch, **kw)
+    probe.cache_clear()
+
+
+@pytest.fixture
+def torch_npu(npu_factory):
+    """torch_npu 2.x built from op-plugin 26.0.0 on an Ascend910B2, jit_compile=False."""
+    return npu_factory()
+
+
+@pytest.fixture
+def mindiesd(torch_npu):
+    with mindiesd_standin() as calls:
+        yield calls
 
 
 def _randn(*shape, dtype=torch.bfloat16, seed=0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
 
 
+def _run(torch_npu, op, *args):
+    """Runs ``op`` through the provider selection would pick, counting device calls."""
+    provider = select_provider(op, *args)
+    with KernelCounter(torch_npu) as counter:
+        out = provider.impl(*args)
+    return provider.name, out, counter
+
+
 def test_standin_is_only_installed_inside_these_tests():
     assert "torch_npu" not in sys.modules or not isinstance(sys.modules["torch_npu"], StandInTorchNpu)
+    assert "mindiesd" not in sys.modules
     assert available_providers("rms_norm", "cpu") == ["native"]
 
 
 def test_npu_provider_selected_for_its_ops(torch_npu):
-    for op in ("rms_norm", "rope", "gelu_tanh", "fast_gelu"):
-        assert available_providers(op, "cpu") == ["npu", "native"]
-    # No torch_npu op for these: the native composite (the triton slot has no kernel).
-    assert available_providers("adaln_modulate", "cpu") == ["native"]
-    assert available_providers("mul_add", "cpu") == ["native"]
+    for op in ("rms_norm", "rope", "gelu_tanh", "fast_gelu", "mul_add"):
+        assert available_providers(op, "cpu") == ["npu", "native"], op
+    assert available_providers("adaln_modulate", "cpu") == ["native"]  # no mindiesd
+    with mindiesd_standin():
+        assert available_providers("adaln_modulate", "cpu") == ["npu", "native"]
 
 
-@pytest.mark.parametrize("weight_dtype", [torch.float32, torch.bfloat16])
-def test_rms_norm_casts_gamma_and_takes_output_0(torch_npu, weight_dtype):
-    x, w = _randn(2, 13, 77), _randn(77, dtype=weight_dtype, seed=1)
-    out = ops.rms_norm(x, w, 1e-5)
-    assert torch_npu.names() == ["npu_rms_norm"]
+# ----------------------------------------------------------------------------- rms_norm
+@pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("w_dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_rms_norm_gamma_dtype_on_a2(torch_npu, x_dtype, w_dtype):
+    """A2/A3 + aclnn: an fp32 gamma goes in uncast (the doc's (bf16|fp16, fp32) rows); another
+    dtype goes in as x's or widened to fp32 (exact). One call, the native provider's numerics."""
+    x, w = _randn(2, 13, 77, dtype=x_dtype), _randn(77, dtype=w_dtype, seed=1)
+    name, out, counter = _run(torch_npu, "rms_norm", x, w, 1e-5, None)
+    assert name == "npu" and counter.npu_calls() == ["npu_rms_norm"]
     call = torch_npu.calls[0][1]
-    assert call["x"] is x and call["gamma"].dtype == x.dtype and call["epsilon"] == 1e-5
-    assert torch.equal(call["gamma"], w.to(x.dtype))
-    assert out.dtype == x.dtype and out.shape == x.shape  # y, not rstd
-    assert_close(out, ascend_kernels.ops.rms_norm.rms_norm_native(x, w, 1e-5), msg="npu rms_norm vs native")
+    assert call["self"] is x and call["epsilon"] == 1e-5
+    if w_dtype in (torch.float32, x_dtype):
+        assert call["gamma"] is w and counter.count() == 1  # not cast: no extra kernel
+    else:
+        assert call["gamma"].dtype == torch.float32 and torch.equal(call["gamma"], w.float())
+    assert out.dtype == x_dtype and out.shape == x.shape  # y, not rstd
+    assert torch.equal(out, rms_norm_native(x, w, 1e-5))  # fp32 gamma kept: native's numerics exactly
+
+
+@pytest.mark.parametrize("variant", ["old_soc", "jit_compile", "no_aclnn"])
+def test_rms_norm_gamma_cast_where_only_x_dtype_is_accepted(npu_factory, variant):
+    kw = {"old_soc": dict(soc=OLD_SOC), "jit_compile": dict(jit_compile=True), "no_aclnn": dict(aclnn=())}[variant]
+    torch_npu = npu_factory(**kw)
+    x, w = _randn(2, 13, 64, dtype=torch.float16), _randn(64, dtype=torch.float32, seed=1)
+    name, out, counter = _run(torch_npu, "rms_norm", x, w, 1e-6, None)
+    assert name == "npu" and counter.npu_calls() == ["npu_rms_norm"]
+    assert torch_npu.calls[0][1]["gamma"].dtype == torch.float16  # the stand-in rejects fp32 here
+    assert_close(out, rms_norm_native(x, w, 1e-6), msg="npu rms_norm (gamma cast) vs native")
+
+
+def test_rms_norm_bf16_needs_a2(npu_factory):
+    npu_factory(soc=OLD_SOC)
+    x = _randn(2, 13, 64)
+    assert select_provider("rms_norm", x, None, 1e-6, None).name == "native"
+    assert select_provider("rms_norm", x.half(), None, 1e-6, None).name == "npu"
 
 
 def test_rms_norm_without_weight_passes_ones(torch_npu):
@@ -128,34 +140,74 @@ def test_rms_norm_out_dtype(torch_npu):
     assert torch_npu.names() == ["npu_rms_norm"] and out.dtype == torch.float32
 
 
+# ----------------------------------------------------------------------------- rope
 @pytest.mark.parametrize("layout, mode", [("interleaved", "interleave"), ("half", "half")])
-def test_rope_mode_and_cos_layout(torch_npu, layout, mode):
-    cos, sin = FLUX_ROPE_13  # (S, D) fp32
+def test_rope_fp32_tables_keep_fp32_precision(torch_npu, layout, mode):
+    """Flux/Wan feed fp32 cos/sin with bf16 x and compute in fp32. op_api npu_rotary_mul would
+    round mixed tables to x's dtype, so the kernel runs in fp32 on an upcast x: eager's numerics
+    (bitwise, in this emulation), three calls (x up, the kernel, the result down)."""
+    cos, sin = FLUX_ROPE_13
     x = _randn(2, 13, 3, 16)  # BSND
     c, s = cos[None, :, None], sin[None, :, None]
-    out = ops.rope(x, c, s, layout)
-    assert torch_npu.names() == ["npu_rotary_mul"]
+    name, out, counter = _run(torch_npu, "rope", x, c, s, layout)
+    assert name == "npu" and counter.npu_calls() == ["npu_rotary_mul"]
     call = torch_npu.calls[0][1]
-    assert call["rotary_mode"] == mode and call["x"] is x
-    assert call["r1"].shape == (1, 13, 1, 16) and call["r1"].dtype == x.dtype  # 1S1D in x's dtype
-    assert torch.equal(call["r1"], c.to(x.dtype)) and torch.equal(call["r2"], s.to(x.dtype))
+    assert call["rotary_mode"] == mode and call["self"].dtype == torch.float32
+    assert call["r1"].data_ptr() == c.data_ptr() and call["r2"].data_ptr() == s.data_ptr()  # fp32, not copied
+    assert counter.ops == ["aten._to_copy", "aten._to_copy"] and counter.count() == 3
     assert out.shape == x.shape and out.dtype == x.dtype
-    # cos/sin rounded to bf16 by the kernel contract: compare at bf16 tolerance.
-    assert_close(out, ascend_kernels.ops.rope.rope_native(x, c, s, layout), msg="npu rope vs native")
+    assert torch.equal(out, rope_native(x, c, s, layout))
 
 
-def test_rope_pads_cos_to_4d(torch_npu):
-    x = _randn(2, 3, 13, 16)  # BNSD with cos (S, D) -> 11SD
+def test_rope_tables_in_x_dtype_are_one_call(torch_npu):
     cos, sin = FLUX_ROPE_13
-    ops.rope(x, cos, sin, "interleaved")
-    assert torch_npu.calls[0][1]["r1"].shape == (1, 1, 13, 16)
+    x = _randn(2, 3, 13, 16)  # BNSD with cos (S, D) -> 11SD
+    name, out, counter = _run(torch_npu, "rope", x, cos.bfloat16(), sin.bfloat16(), "interleaved")
+    assert name == "npu" and counter.count() == 1 and torch_npu.calls[0][1]["r1"].shape == (1, 1, 13, 16)
+    assert_close(out, rope_native(x, cos.bfloat16(), sin.bfloat16(), "interleaved"), msg="npu rope vs native")
+
+
+def test_rope_old_schema_has_half_only(npu_factory):
+    """op-plugin <= 6.0.0: npu_rotary_mul(self, r1, r2), no rotary_mode keyword (the stand-in's
+    packet raises TypeError on it, as the real one does)."""
+    torch_npu = npu_factory(version="6.0.0")
+    cos, sin = FLUX_ROPE_13
+    x = _randn(2, 13, 3, 16)
+    c, s = cos[None, :, None], sin[None, :, None]
+    assert select_provider("rope", x, c, s, "interleaved").name == "native"
+    out = ops.rope(x, c, s, "interleaved")
+    assert torch_npu.calls == [] and torch.equal(out, rope_native(x, c, s, "interleaved"))
+    ops.rope(x, c, s, "half")
+    assert torch_npu.names() == ["npu_rotary_mul"] and "rotary_mode" not in torch_npu.calls[0][1]
+    assert torch_npu.calls[0][1].keys() == {"self", "r1", "r2"}
+
+
+@pytest.mark.parametrize("version", ["7.0.0", "26.0.0"])
+@pytest.mark.parametrize("variant", ["old_soc", "jit_compile", "no_aclnn"])
+def test_rope_acl_op_path_is_half_only_with_d128(npu_factory, version, variant):
+    """SoC before 910B1, jit_compile=True or a CANN without aclnnRotaryPositionEmbedding: torch_npu
+    runs acl_op::npu_rotary_mul, which raises for "interleave" (documented: half, D == 128)."""
+    kw = {"old_soc": dict(soc=OLD_SOC), "jit_compile": dict(jit_compile=True),
+          "no_aclnn": dict(aclnn={"aclnnRmsNorm", "aclnnAddcmul"})}[variant]
+    torch_npu = npu_factory(version=version, **kw)
+    cos, sin = FLUX_ROPE_13_D128
+    x = _randn(1, 13, 4, 128, dtype=torch.float16)
+    c, s = cos[None, :, None], sin[None, :, None]
+    assert select_provider("rope", x, c, s, "interleaved").name == "native"
+    ops.rope(x, c, s, "interleaved")
+    assert torch_npu.calls == []
+    out = ops.rope(x, c, s, "half")
+    assert torch_npu.names() == ["npu_rotary_mul"] and torch_npu.calls[0][1]["rotary_mode"] == "half"
+    assert torch.equal(out, rope_native(x, c, s, "half"))
+    x64 = _randn(1, 13, 4, 64, dtype=torch.float16)
+    assert select_provider("rope", x64, c[..., :64], s[..., :64], "half").name == "native"  # D != 128
 
 
 def test_rope_outside_limits_falls_back_to_native(torch_npu):
     cos, sin = FLUX_ROPE_13_D6
     x = _randn(2, 13, 3, 6)
     ops.rope(x, cos[None, :, None], sin[None, :, None], "interleaved")  # supported
-    x3 = _randn(13, 3, 6)  # 3-D: not supported by npu_rotary_mul
+    x3 = _randn(13, 3, 6)  # 3-D: not handled by this provider
     out = ops.rope(x3, cos[:, None], sin[:, None], "interleaved")
     big = _randn(40, 13, 25, 6)  # B*N = 1000: interleave limit
     ops.rope(big, cos[None, :, None], sin[None, :, None], "interleaved")
@@ -165,11 +217,13 @@ def test_rope_outside_limits_falls_back_to_native(torch_npu):
     assert select_provider("rope", big, cos[None, :, None], sin[None, :, None], "half").name == "npu"
 
 
-def test_gelu_tanh_calls_npu_gelu_tanh(torch_npu):
+# ----------------------------------------------------------------------------- gelu
+def test_gelu_tanh_calls_npu_gelu_tanh_but_is_not_auto(torch_npu):
     x = _randn(2, 13, 77)
     out = ops.gelu_tanh(x)
     assert torch_npu.names() == ["npu_gelu"] and torch_npu.calls[0][1]["approximate"] == "tanh"
     assert torch.equal(out, F.gelu(x, approximate="tanh"))
+    assert auto_provider("gelu_tanh", "npu") is None and auto_provider("rms_norm", "npu").name == "npu"
 
 
 def test_fast_gelu_calls_npu_fast_gelu(torch_npu):
@@ -179,19 +233,204 @@ def test_fast_gelu_calls_npu_fast_gelu(torch_npu):
     assert_close(out, ascend_kernels.ops.gelu.fast_gelu_native(x), msg="npu fast_gelu vs native")
 
 
-def test_adaln_and_mul_add_use_native_on_npu(torch_npu):
-    x = _randn(2, 13, 16)
-    ops.adaln_modulate(x, _randn(2, 16), _randn(2, 16), 1e-6)
-    ops.mul_add(x, x, x)
-    assert torch_npu.calls == []
+# ----------------------------------------------------------------------------- mul_add
+MUL_ADD_CASES = {
+    "flux_bf16": ((2, 1, 96), torch.bfloat16, (2, 64, 96), torch.bfloat16, (2, 64, 96), torch.bfloat16),
+    "wan_mixed": ((2, 1, 96), torch.float32, (2, 64, 96), torch.bfloat16, (2, 64, 96), torch.float32),
+    "gate_second": ((2, 64, 96), torch.bfloat16, (2, 1, 96), torch.bfloat16, (2, 64, 96), torch.bfloat16),
+    "fp16_fp32_residual": ((2, 1, 96), torch.float16, (2, 64, 96), torch.float16, (2, 64, 96), torch.float32),
+}
 
 
+@pytest.mark.parametrize("case", list(MUL_ADD_CASES))
+def test_mul_add_is_one_addcmul_with_eager_promotion(torch_npu, case):
+    xs, xd, ys, yd, zs, zd = MUL_ADD_CASES[case]
+    x, y, z = _randn(*xs, dtype=xd), _randn(*ys, dtype=yd, seed=1), _randn(*zs, dtype=zd, seed=2)
+    name, out, counter = _run(torch_npu, "mul_add", x, y, z)
+    assert name == "npu" and counter.ops == ["aten.addcmul"] and counter.count() == 1
+    assert out.dtype == (x * y + z).dtype and out.shape == (x * y + z).shape
+    assert_close(out, mul_add_native(x, y, z), msg=f"npu mul_add ({case}) vs native")
+
+
+def test_mul_add_passes_the_full_shape_factor_as_tensor2(torch_npu):
+    # aclnnAddcmul takes its AxpyV2 kernel when tensor2 broadcasts to self (aclnn_addcmul.cpp).
+    gate, y, z = _randn(2, 1, 8), _randn(2, 5, 8, seed=1), _randn(2, 5, 8, seed=2)
+    seen = []
+    orig = torch.addcmul
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch, "addcmul", lambda s, t1, t2: seen.append((s, t1, t2)) or orig(s, t1, t2))
+        ops.mul_add(gate, y, z)
+        ops.mul_add(y, gate, z)
+    assert all(s is z and t1 is gate and t2 is y for s, t1, t2 in seen) and len(seen) == 2
+
+
+@pytest.mark.parametrize("variant", ["jit_compile", "no_aclnn"])
+def test_mul_add_mixed_dtypes_need_aclnn(npu_factory, variant):
+    """acl_op addcmul returns self's dtype: mixed dtypes would not promote like eager."""
+    npu_factory(**({"jit_compile": True} if variant == "jit_compile" else {"aclnn": {"aclnnRmsNorm"}}))
+    gate, y, res = _randn(2, 1, 8, dtype=torch.float32), _randn(2, 5, 8, seed=1), _randn(2, 5, 8, dtype=torch.float32, seed=2)
+    assert select_provider("mul_add", gate, y, res).name == "native"
+    assert select_provider("mul_add", gate.bfloat16(), y, res.bfloat16()).name == "npu"  # one dtype: fine
+
+
+def test_mul_add_unproven_forms_go_native(torch_npu):
+    a, b = _randn(2, 5, 8), _randn(2, 5, 8, dtype=torch.float16, seed=1)
+    assert select_provider("mul_add", a, b, a.float()).name == "native"  # fp16 x bf16: undocumented
+    assert select_provider("mul_add", torch.tensor(2.0), a, a).name == "native"  # zero-dim operand
+    assert select_provider("mul_add", a.double(), a.double(), a.double()).name == "native"  # fp64
+
+
+# ----------------------------------------------------------------------------- adaln
+def test_adaln_flux_form_is_one_mindiesd_call(mindiesd, torch_npu):
+    x, scale, shift = _randn(2, 13, 64), _randn(2, 64, seed=1), _randn(2, 64, seed=2)
+    args = (x, scale[:, None], shift[:, None], 1e-6, None, None, torch.bfloat16)  # as the pass calls it
+    name, out, counter = _run(torch_npu, "adaln_modulate", *args)
+    assert name == "npu" and counter.ops == ["mindiesd.adaln"] and counter.count() == 1
+    call = mindiesd[0]
+    assert call["x"] is x and call["epsilon"] == 1e-6 and call["weight"] is None and call["bias"] is None
+    assert_close(out, adaln_modulate_native(*args), msg="npu adaln (flux) vs native")
+
+
+def test_adaln_wan_form_computes_in_fp32(mindiesd, torch_npu):
+    """Wan: bf16 x, fp32 scale/shift (B, 1, D), the eager code computes in fp32 and casts back.
+    The kernel needs one dtype: it runs in fp32 on an upcast x (3 calls), never on rounded
+    modulation."""
+    x, scale, shift = _randn(2, 13, 64), _randn(2, 1, 64, dtype=torch.float32, seed=1), _randn(2, 1, 64, dtype=torch.float32, seed=2)
+    args = (x, scale, shift, 1e-6, None, None, torch.bfloat16)
+    name, out, counter = _run(torch_npu, "adaln_modulate", *args)
+    assert name == "npu" and counter.ops == ["aten._to_copy", "mindiesd.adaln", "aten._to_copy"]
+    call = mindiesd[0]
+    assert call["x"].dtype == torch.float32 and call["scale"] is scale and call["shift"] is shift
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out, adaln_modulate_native(*args))
+
+
+def test_adaln_outside_the_kernel_contract_goes_native(npu_factory):
+    npu_factory()
+    x, s = _randn(2, 13, 64), _randn(2, 64, seed=1)
+    with mindiesd_standin() as calls:
+        assert select_provider("adaln_modulate", x, s, s, 1e-6, None, None, None).name == "npu"  # [B, H]
+        tokenwise = _randn(2, 13, 64, seed=3)  # [B, S, H] modulation: not in aclnnAdaLayerNorm's contract
+        assert select_provider("adaln_modulate", x, tokenwise, tokenwise, 1e-6, None, None, None).name == "native"
+        out = ops.adaln_modulate(x, tokenwise, tokenwise, 1e-6)
+        assert calls == [] and torch.equal(out, adaln_modulate_native(x, tokenwise, tokenwise, 1e-6))
+        bcast = _randn(1, 1, 64, seed=4)  # broadcast over the batch: the kernel wants x's batch dims
+        assert select_provider("adaln_modulate", x, bcast, bcast, 1e-6, None, None, None).name == "native"
+    npu_factory(soc=OLD_SOC)  # AdaLayerNorm: Atlas A2/A3 only
+    with mindiesd_standin():
+        assert select_provider("adaln_modulate", x.half(), s.half(), s.half(), 1e-6, None, None, None).name == "native"
+
+
+# ----------------------------------------------------------------------------- auto + env
+def test_auto_on_npu_is_derived_from_the_registry(torch_npu):
+    from diffusers_ascend.config import AscendConfig
+
+    auto = AscendConfig()
+    assert auto.resolved_fusions("npu") == ("rms_norm", "rope", "mul_add")  # not gelu_tanh
+    with mindiesd_standin():
+        assert auto.resolved_fusions("npu") == ("rms_norm", "rope", "adaln", "mul_add")
+    assert AscendConfig(fusions=["gelu_tanh"]).resolved_fusions("npu") == ("gelu_tanh",)  # by name
+
+
+@pytest.mark.parametrize("kw", [dict(version="6.0.0"), dict(jit_compile=True), dict(soc=OLD_SOC)],
+                         ids=["op_plugin_6", "jit_compile", "old_soc"])
+def test_auto_leaves_out_what_this_stack_would_run_as_a_composite(npu_factory, kw):
+    """Flux/Wan rope is interleaved: a build or mode that runs only "half" gains nothing; the
+    AdaLayerNorm kernel exists on A2/A3 only."""
+    from diffusers_ascend.config import AscendConfig
+
+    npu_factory(**kw)
+    with mindiesd_standin():
+        auto = AscendConfig().resolved_fusions("npu")
+    assert "rope" not in auto and "rms_norm" in auto and "mul_add" in auto
+    assert ("adaln" in auto) == ("soc" not in kw)
+
+
+def _env(capsys, platform="npu"):
+    from diffusers_ascend import platform as P
+    from diffusers_ascend.cli import main
+
+    # Detection is cached per process: never let it see the stand-in (it has no torch.npu).
+    with pytest.MonkeyPatch.context() as mp, P.override_platform(platform):
+        mp.setattr(P, "_detect", lambda: ("cpu", None))
+        assert main(["env", "--json"]) == 0
+        info = json.loads(capsys.readouterr().out)
+        assert main(["env"]) == 0
+        return info, capsys.readouterr().out
+
+
+def test_env_shows_each_provider_and_why(torch_npu, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch_npu", torch_npu)
+    with mindiesd_standin():
+        info, text = _env(capsys)
+    assert info["providers"] == {op: "npu" for op in ascend_kernels.OPS}
+    why = info["provider_reasons"]
+    assert why["rope"].startswith("torch_npu.npu_rotary_mul, interleaved/half mode(s) via aclnn (rotary_mode keyword")
+    assert "Ascend910B2" in why["rope"] and "jit_compile=False" in why["rope"]
+    assert "fp32 gamma with bf16/fp16 x" in why["rms_norm"]
+    assert "not in fusions='auto'" in why["gelu_tanh"] and "aclnnGelu" in why["gelu_tanh"]
+    assert why["adaln_modulate"].startswith("torch.ops.mindiesd.adaln") and why["mul_add"].startswith("torch.addcmul")
+    assert info["auto_fusions"] == ["rms_norm", "rope", "adaln", "mul_add"]
+    assert "  rope                  npu     torch_npu.npu_rotary_mul" in text and "torch_npu failed" not in text
+
+
+def test_env_explains_fallbacks(npu_factory, capsys):
+    npu_factory(version="6.0.0", jit_compile=True)
+    info, _ = _env(capsys)
+    assert info["providers"]["rope"] == "npu"  # half mode still runs on torch_npu
+    assert "no rotary_mode keyword (op-plugin < 7.0.0)" in info["provider_reasons"]["rope"]
+    assert "interleaved (Flux/Wan) falls back to native" in info["provider_reasons"]["rope"]
+    assert "not in fusions='auto'" in info["provider_reasons"]["rope"] and "rope" not in info["auto_fusions"]
+    assert "gamma cast to x's dtype" in info["provider_reasons"]["rms_norm"]
+    assert info["providers"]["adaln_modulate"] == "native"
+    assert "mindiesd not installed" in info["provider_reasons"]["adaln_modulate"]
+    assert "one dtype only" in info["provider_reasons"]["mul_add"]
+
+
+# ----------------------------------------------------------------------------- supports_args limits (A2, op-plugin 26.0.0)
+def _rope_args(b, s, n, d, dtype=torch.bfloat16):
+    return torch.empty(b, s, n, d, dtype=dtype), torch.empty(1, s, 1, d), torch.empty(1, s, 1, d)
+
+
+def test_npu_rope_supports_args_limits(torch_npu):
+    ok = _rope_args(2, 13, 24, 128)
+    assert npu_kernels.rope_supports(*ok, "interleaved") and npu_kernels.rope_supports(*ok, "half")
+    # cos/sin given as (S, D) pad to 1S1D; BNSD with 11SD too.
+    assert npu_kernels.rope_supports(ok[0], torch.empty(13, 1, 128), torch.empty(13, 1, 128), "interleaved")
+    assert npu_kernels.rope_supports(torch.empty(2, 24, 13, 128), torch.empty(13, 128), torch.empty(13, 128), "interleaved")
+    assert not npu_kernels.rope_supports(*_rope_args(2, 13, 24, 77), "interleaved")  # odd D
+    assert not npu_kernels.rope_supports(*_rope_args(2, 13, 24, 896), "interleaved")  # D >= 896
+    assert not npu_kernels.rope_supports(*_rope_args(40, 13, 25, 64), "interleaved")  # B*N = 1000
+    assert npu_kernels.rope_supports(*_rope_args(40, 13, 25, 64), "half")  # half: B, N < 1000 each
+    assert not npu_kernels.rope_supports(*_rope_args(2, 13, 24, 64, torch.float64), "half")  # fp64
+    x3 = torch.empty(13, 24, 64)
+    assert not npu_kernels.rope_supports(x3, torch.empty(13, 1, 64), torch.empty(13, 1, 64), "half")  # 3-D x
+    # Per-batch cos (BS1D) only in half mode.
+    bs1d = (torch.empty(2, 13, 24, 64), torch.empty(2, 13, 1, 64), torch.empty(2, 13, 1, 64))
+    assert npu_kernels.rope_supports(*bs1d, "half") and not npu_kernels.rope_supports(*bs1d, "interleaved")
+
+
+def test_npu_rms_norm_and_gelu_supports_args_limits(torch_npu):
+    x = torch.empty(2, 13, 77, dtype=torch.bfloat16)
+    assert npu_kernels.rms_norm_supports(x, torch.empty(77), 1e-6, None)
+    assert npu_kernels.rms_norm_supports(x, None, 1e-6, torch.bfloat16)
+    assert not npu_kernels.rms_norm_supports(x, None, 1e-6, torch.float32)  # wider out_dtype
+    assert not npu_kernels.rms_norm_supports(torch.empty(77), None, 1e-6, None)  # 1-D: kernel needs 2-8 dims
+    assert not npu_kernels.rms_norm_supports(x.double(), None, 1e-6, None)
+    assert not npu_kernels.rms_norm_supports(x, torch.empty(2, 77), 1e-6, None)
+    assert npu_kernels.gelu_supports(x) and not npu_kernels.gelu_supports(x.double())
+    assert not npu_kernels.gelu_supports(torch.empty((1,) * 9))
+
+
+# ----------------------------------------------------------------------------- misc
 def test_use_providers_native_bypasses_npu(torch_npu):
     x = _randn(2, 13, 77)
-    with use_providers(rms_norm="native", gelu_tanh="native"):
+    with use_providers(rms_norm="native", gelu_tanh="native", mul_add="native"):
         ops.rms_norm(x, None, 1e-6)
         ops.gelu_tanh(x)
-    assert torch_npu.calls == []
+        with KernelCounter(torch_npu) as counter:
+            ops.mul_add(x, x, x)
+    assert torch_npu.calls == [] and "aten.addcmul" not in counter.ops
 
 
 def test_backward_uses_native_vjp(torch_npu):
@@ -201,3 +440,7 @@ def test_backward_uses_native_vjp(torch_npu):
     ref = x.detach().clone().requires_grad_()
     F.rms_norm(ref, (16,), None, 1e-6).sum().backward()
     assert_close(x.grad, ref.grad, msg="grad through the npu forward")
+
+
+def test_explain_names_the_native_reason_on_cpu():
+    assert explain("rope", "cpu") == ("native", "the PyTorch reference composite (no kernel provider runs on 'cpu')")

@@ -1,5 +1,6 @@
 """Provider selection: native on CPU, explicit choice via ``use_providers`` (context-local),
-errors that list the valid choices, ``supports_args`` limits of the npu kernels."""
+errors that list the valid choices. (The npu kernels' ``supports_args`` limits depend on the
+installed torch_npu: they are tested with the stand-in in ``test_npu_contract.py``.)"""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import torch
 
 import ascend_kernels
 from ascend_kernels import registry
-from ascend_kernels.npu import kernels as npu_kernels
 from ascend_kernels.registry import Provider, available_providers, select_provider, use_providers
 
 ops = torch.ops.ascend_kernels
@@ -92,37 +92,3 @@ def test_explicit_provider_that_cannot_run_raises():
     with use_providers(rope="npu"):
         with pytest.raises(RuntimeError, match=r"'npu' .* does not run on device type 'cpu'.*available: native"):
             ops.rope(x, x[:, :, :1], x[:, :, :1], "interleaved")
-
-
-def _rope_args(b, s, n, d, dtype=torch.bfloat16):
-    return torch.empty(b, s, n, d, dtype=dtype), torch.empty(1, s, 1, d), torch.empty(1, s, 1, d)
-
-
-def test_npu_rope_supports_args_limits():
-    ok = _rope_args(2, 13, 24, 128)
-    assert npu_kernels.rope_supports(*ok, "interleaved") and npu_kernels.rope_supports(*ok, "half")
-    # cos/sin given as (S, D) pad to 1S1D; BNSD with 11SD too.
-    assert npu_kernels.rope_supports(ok[0], torch.empty(13, 1, 128), torch.empty(13, 1, 128), "interleaved")
-    assert npu_kernels.rope_supports(torch.empty(2, 24, 13, 128), torch.empty(13, 128), torch.empty(13, 128), "interleaved")
-    assert not npu_kernels.rope_supports(*_rope_args(2, 13, 24, 77), "interleaved")  # odd D
-    assert not npu_kernels.rope_supports(*_rope_args(2, 13, 24, 896), "interleaved")  # D >= 896
-    assert not npu_kernels.rope_supports(*_rope_args(40, 13, 25, 64), "interleaved")  # B*N = 1000
-    assert npu_kernels.rope_supports(*_rope_args(40, 13, 25, 64), "half")  # half: B, N < 1000 each
-    assert not npu_kernels.rope_supports(*_rope_args(2, 13, 24, 64, torch.float64), "half")  # fp64
-    x3 = torch.empty(13, 24, 64)
-    assert not npu_kernels.rope_supports(x3, torch.empty(13, 1, 64), torch.empty(13, 1, 64), "half")  # 3-D x
-    # Per-batch cos (BS1D) only in half mode.
-    bs1d = (torch.empty(2, 13, 24, 64), torch.empty(2, 13, 1, 64), torch.empty(2, 13, 1, 64))
-    assert npu_kernels.rope_supports(*bs1d, "half") and not npu_kernels.rope_supports(*bs1d, "interleaved")
-
-
-def test_npu_rms_norm_and_gelu_supports_args_limits():
-    x = torch.empty(2, 13, 77, dtype=torch.bfloat16)
-    assert npu_kernels.rms_norm_supports(x, torch.empty(77), 1e-6, None)
-    assert npu_kernels.rms_norm_supports(x, None, 1e-6, torch.bfloat16)
-    assert not npu_kernels.rms_norm_supports(x, None, 1e-6, torch.float32)  # wider out_dtype
-    assert not npu_kernels.rms_norm_supports(torch.empty(77), None, 1e-6, None)  # 1-D: kernel needs 2-8 dims
-    assert not npu_kernels.rms_norm_supports(x.double(), None, 1e-6, None)
-    assert not npu_kernels.rms_norm_supports(x, torch.empty(2, 77), 1e-6, None)
-    assert npu_kernels.gelu_supports(x) and not npu_kernels.gelu_supports(x.double())
-    assert not npu_kernels.gelu_supports(torch.empty((1,) * 9))
