@@ -69,16 +69,24 @@ def low_limit():
 def test_failure_inside_the_layer_swaps(pipe, monkeypatch, low_limit):
     ref, before = _run(pipe), _torch_config()
 
-    def broken():
-        raise ImportError("diffusers moved FluxAttnProcessor")
+    seen = []
 
-    # The processor swap fails after the RMSNorm/GELU swaps of the same model were made.
+    def second_processor_fails(proc):
+        seen.append(proc)
+        if len(seen) == 2:
+            raise TypeError("__class__ assignment: object layout differs")
+        return True
+
+    # The single block's processor fails after the double block's RMSNorm, GELU and processor
+    # swaps were made.
     monkeypatch.setattr(layers, "SWAPS", tuple(
-        layers.Swap(s.fusion, s.source, broken, processors=True) if s.source == "FluxAttnProcessor" else s
+        layers.Swap(s.fusion, s.source, s.target, applies=second_processor_fails, processors=True)
+        if s.source == "FluxAttnProcessor" else s
         for s in layers.SWAPS
     ))
-    with pytest.raises(ImportError, match="moved FluxAttnProcessor"):
+    with pytest.raises(TypeError, match="layout differs"):
         pipe.enable_ascend_compile(**FAST)
+    assert len(seen) == 2
     _assert_untouched(pipe, ref, before)
     pipe.disable_ascend_compile()  # still a no-op
     _assert_untouched(pipe, ref, before)
