@@ -396,7 +396,7 @@ def _height(text: str) -> int:
 def _fusions(text: str):
     from .config import _normalize_fusions
 
-    value = text if text in ("auto", "all", "none") else [n.strip() for n in text.split(",") if n.strip()]
+    value = text.strip() if "," not in text else [n.strip() for n in text.split(",") if n.strip()]
     try:
         _normalize_fusions(value)
     except (TypeError, ValueError) as e:
