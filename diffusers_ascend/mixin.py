@@ -373,8 +373,9 @@ def _wrap_from_pretrained(cls, is_pipeline: bool) -> None:
             try:
                 ascend_config = _saved_config(obj)
             except ValueError as e:
+                sep = " " if str(e).endswith((".", "?")) else ". "
                 raise ValueError(
-                    f"{e}. Load without it with from_pretrained(..., ascend_config=False), or replace it with "
+                    f"{e}{sep}Load without it with from_pretrained(..., ascend_config=False), or replace it with "
                     "ascend_config=AscendConfig(...)."
                 ) from e
         if ascend_config is not None:

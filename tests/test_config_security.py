@@ -249,3 +249,23 @@ def test_wrong_typed_saved_ascend_config_is_a_clear_error(tmp_path, value):
     assert "dictionary update sequence" not in message
     loaded = FluxTransformer2DModel.from_pretrained(tmp_path / "m", ascend_config=False)  # the way out it names
     assert getattr(loaded, "_ascend_state", None) is None
+
+
+def test_wrong_typed_ascend_config_in_a_saved_pipeline(tmp_path):
+    from diffusers_ascend.tiny import tiny_flux_pipeline
+
+    pipe = tiny_flux_pipeline().enable_ascend_compile(fusions=["rms_norm"], compile="none")
+    saved = tmp_path / "saved"
+    pipe.save_pretrained(saved)
+    index = json.loads((saved / "model_index.json").read_text())
+    index["_ascend_config"] = "garbage"  # diffusers does not restore it: never read, never fatal
+    (saved / "model_index.json").write_text(json.dumps(index))
+    assert _load(saved).transformer._ascend_state.config.fusions == ("rms_norm",)
+    transformer = json.loads((saved / "transformer" / "config.json").read_text())
+    transformer["_ascend_config"] = {"fusions": ["rms_norm", "ropee"]}
+    (saved / "transformer" / "config.json").write_text(json.dumps(transformer))
+    with pytest.raises(ValueError) as info:
+        _load(saved)
+    message = str(info.value)
+    assert message.startswith("invalid ascend config in `_ascend_config` of the FluxTransformer2DModel (transformer)")
+    assert "unknown fusion(s) ['ropee']" in message and "Did you mean 'rope'? Load without it" in message
