@@ -39,8 +39,11 @@ def _local_warnings(record) -> list[str]:
 @pytest.fixture
 def dynamo_limit():
     """dynamo's recompile limit at 8 for the test, restored afterwards whatever happens."""
+    import gc
+
     import torch._dynamo.config as dc
 
+    gc.collect()  # models enabled by earlier tests and dropped in reference cycles hold the limit until collected
     with dc.patch(recompile_limit=8):
         yield dc
 
