@@ -1,7 +1,9 @@
 """The ``diffusers-ascend`` command: ``env``, ``demo``, ``bench`` and ``config``.
 
 Exit codes: 0 success, 1 the command ran and failed (invalid config, failed check), 2 usage
-errors (argparse). ``--json`` prints one JSON document on stdout instead of text.
+errors (argparse: unknown commands, bad choices, numbers that are not positive integers, unknown
+fusion names). ``--json`` prints one JSON document on stdout instead of text; errors go to stderr
+as one line, never a traceback.
 
 >>> from diffusers_ascend.cli import build_parser
 >>> build_parser().parse_args(["config", "validate", "ascend_config.json"]).file
@@ -11,6 +13,8 @@ errors (argparse). ``--json`` prints one JSON document on stdout instead of text
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import importlib.metadata
 import json
 import os
@@ -125,6 +129,34 @@ def _latency(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
+@contextlib.contextmanager
+def _quiet_libraries():
+    """diffusers/transformers warnings and progress bars off for the demo, restored afterwards.
+
+    save_pretrained of a pipeline without text encoders warns once per None component, loading
+    shows a progress bar and transformers notes a missing torchvision: none of it is the demo's.
+    """
+    from diffusers.utils import logging as dlog
+
+    restore = [functools.partial(dlog.set_verbosity, dlog.get_verbosity())]
+    if dlog.is_progress_bar_enabled():
+        restore.append(dlog.enable_progress_bar)
+    dlog.set_verbosity_error()
+    dlog.disable_progress_bar()
+    try:
+        from transformers.utils import logging as tlog
+    except ImportError:  # diffusers works without transformers (the tiny pipelines need none)
+        tlog = None
+    if tlog is not None:
+        restore.append(functools.partial(tlog.set_verbosity, tlog.get_verbosity()))
+        tlog.set_verbosity_error()
+    try:
+        yield
+    finally:
+        for undo in restore:
+            undo()
+
+
 def _tiny(model: str, height: int):
     from . import tiny
 
@@ -175,6 +207,20 @@ def run_demo(model: str = "flux", model_id: str | None = None, device: str = "cp
 
     >>> r = run_demo(executor="eager", repeats=1, progress=False)  # doctest: +SKIP
     """
+    from .config import AscendConfig
+
+    # Bad arguments fail here, before minutes of eager runs.
+    if model_id is None and model not in ("flux", "wan"):
+        raise ValueError(f"model={model!r} is not an embedded tiny pipeline; valid: 'flux', 'wan'")
+    AscendConfig(fusions=fusions, executor=executor)
+    for name, value in (("steps", steps), ("repeats", repeats), ("height", height)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    with _quiet_libraries():
+        return _run_demo(model, model_id, device, fusions, executor, height, steps, repeats, prompt, progress)
+
+
+def _run_demo(model, model_id, device, fusions, executor, height, steps, repeats, prompt, progress):
     import torch
     from tqdm.auto import tqdm
 
@@ -247,8 +293,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
 
 
 def _cmd_demo(args) -> int:
-    fusions = args.fusions if args.fusions in ("auto", "all", "none") else args.fusions.split(",")
-    result = run_demo(model=args.model, model_id=args.model_id, device=args.device, fusions=fusions,
+    result = run_demo(model=args.model, model_id=args.model_id, device=args.device, fusions=args.fusions,
                       executor=args.executor, height=args.height, steps=args.steps, repeats=args.repeats,
                       progress=not args.json)
     r = result
@@ -291,7 +336,7 @@ def _cmd_bench(args) -> int:
 
 # -- config --------------------------------------------------------------------------------------
 def _load_config(source: str | None):
-    from .config import CONFIG_NAME, AscendConfig
+    from .config import CONFIG_NAME, AscendConfig, read_json_object
 
     if source is None:
         return AscendConfig()
@@ -302,10 +347,9 @@ def _load_config(source: str | None):
         for sub in ("", "transformer"):
             path = os.path.join(source, sub, "config.json")
             if os.path.isfile(path):
-                with open(path, encoding="utf-8") as f:
-                    saved = json.load(f).get("_ascend_config")
-                if saved:
-                    return AscendConfig.from_dict(saved)
+                saved = read_json_object(path, "a diffusers config").get("_ascend_config")
+                if saved is not None and saved != {}:
+                    return AscendConfig.from_dict(saved, source=f"`_ascend_config` in {path}")
     return AscendConfig.from_pretrained(source)
 
 
@@ -325,7 +369,10 @@ def _cmd_config(args) -> int:
         try:
             cfg = AscendConfig.from_json_file(args.file)
         except Exception as e:  # every way a file can be wrong ends here with its message
-            _print({"valid": False, "error": f"{type(e).__name__}: {e}"}, args.json, f"invalid: {args.file}: {e}")
+            if args.json:  # the one JSON document, on stdout as always
+                _print({"valid": False, "error": f"{type(e).__name__}: {e}"}, True, "")
+            else:
+                print(f"invalid: {args.file}: {e}", file=sys.stderr)
             return 1
         _print({"valid": True, "config": cfg.to_dict()}, args.json, f"valid: {args.file}")
         return 0
@@ -343,6 +390,34 @@ def _cmd_config(args) -> int:
 
 
 # -- parser --------------------------------------------------------------------------------------
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive integer")
+    return value
+
+
+def _height(text: str) -> int:
+    value = _positive_int(text)
+    if value % 16:  # Flux and Wan pipelines need sizes divisible by 16 (VAE scale x patch size)
+        raise argparse.ArgumentTypeError(f"{text!r} must be a multiple of 16 (e.g. 32, 64, 512)")
+    return value
+
+
+def _fusions(text: str):
+    from .config import _normalize_fusions
+
+    value = text.strip() if "," not in text else [n.strip() for n in text.split(",") if n.strip()]
+    try:
+        _normalize_fusions(value)
+    except (TypeError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``diffusers-ascend`` (exposed for tests and docs)."""
     parser = argparse.ArgumentParser(prog="diffusers-ascend", description="Run diffusers pipelines fast on Ascend NPUs.")
@@ -361,12 +436,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--model", choices=("flux", "wan"), default="flux", help="embedded tiny pipeline (default flux)")
     demo.add_argument("--model-id", help="Hub id or folder with real weights instead of the tiny pipeline")
     demo.add_argument("--device", choices=("npu", "cuda", "cpu"), default="cpu", help="device for --model-id")
-    demo.add_argument("--fusions", default="all", help="auto | all | none | comma-separated names (default all)")
+    demo.add_argument("--fusions", type=_fusions, default="all",
+                      help="auto | all | none | comma-separated names (default all)")
     demo.add_argument("--executor", choices=("auto", "eager", "inductor"), default="eager",
                       help="eager: rewritten graph op by op (fast to compile; NPU default); auto: per platform")
-    demo.add_argument("--height", type=int, help="image height and width in pixels (default 32 tiny, 512 with --model-id)")
-    demo.add_argument("--steps", type=int, default=2, help="denoising steps per call (default 2)")
-    demo.add_argument("--repeats", type=int, default=3, help="timed calls per variant, median reported (default 3)")
+    demo.add_argument("--height", type=_height,
+                      help="image height and width in pixels, a multiple of 16 (default 32 tiny, 512 with --model-id)")
+    demo.add_argument("--steps", type=_positive_int, default=2, help="denoising steps per call (default 2)")
+    demo.add_argument("--repeats", type=_positive_int, default=3, help="timed calls per variant, median reported (default 3)")
 
     bench = add("bench", "run the benchmarks; write results.json, results.md and results.png", _cmd_bench)
     bench.add_argument("--only", nargs="+", metavar="NAME", help="benchmarks to run (default: all)")

@@ -3,6 +3,11 @@
 A config is data: it is saved as JSON (``ascend_config.json``), loaded through an allowlist of
 known fields (never pickle, never code), shared on the Hub, and compared by value. Nothing in
 it is process-global: two configs in one process never affect each other.
+
+A loaded config (a file, a saved model's ``_ascend_config``, a Hub repo, any dict) never writes
+files and never changes the process beyond what docs/configuration.md lists: the fields in
+`LOCAL_FIELDS` (``graph_log_dir``) are set only by code and are never saved, and a loaded
+``recompile_limit`` is capped at `MAX_LOADED_RECOMPILE_LIMIT`.
 """
 
 from __future__ import annotations
@@ -24,6 +29,10 @@ __all__ = [
     "FUSIONS",
     "FUSION_TO_OP",
     "CACHE_KEY_EXCLUDED",
+    "LOCAL_FIELDS",
+    "MAX_CONFIG_BYTES",
+    "MAX_LOADED_RECOMPILE_LIMIT",
+    "read_json_object",
 ]
 
 logger = logging.getLogger(__name__)
@@ -51,8 +60,22 @@ _EXECUTORS = ("auto", "eager", "inductor")
 _MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 _GRAPH_CAPTURE = (None, "graph_only", "graph_with_compile")
 _ON_ERROR = ("fallback", "raise")
+# Fields that name a local resource: set only by code (constructor, `replace`, keyword
+# overrides); `to_dict` writes them as null, so they never reach a saved or pushed config, and
+# `from_dict` drops them, with one warning, when loaded data carries them (a tampered
+# config.json must not make the backend create directories and write files where it says).
+LOCAL_FIELDS = ("graph_log_dir",)
 # Fields that do not change the compiled code; left out of `cache_key()` (still part of ==).
 CACHE_KEY_EXCLUDED = ("graph_log_dir",)
+# Dynamo keeps its recompile limit process-wide; a loaded config may raise it at most this far
+# (8 per block class for up to 8 block classes). Code may pass any value.
+MAX_LOADED_RECOMPILE_LIMIT = 64
+# An ascend_config.json is about 500 bytes; anything larger than this is not one.
+MAX_CONFIG_BYTES = 1 << 20
+# An ascend config is an object of scalars and one list (depth 2).
+_MAX_DEPTH = 8
+_JSON_TYPE = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean",
+              type(None): "null"}
 
 
 def _closest(name: str, choices) -> str:
@@ -64,7 +87,7 @@ def _choice(name: str, value: Any, choices: tuple) -> Any:
     # `value in choices` would accept True for 1 etc.; compare type-strictly.
     if not any(value is c or (type(value) is type(c) and value == c) for c in choices):
         hint = _closest(value, [c for c in choices if c is not None]) if isinstance(value, str) else ""
-        raise ValueError(f"{name}={value!r} is invalid; valid: {', '.join(map(repr, choices))}.{hint}")
+        raise ValueError(f"{name}={_short(value)} is invalid; valid: {', '.join(map(repr, choices))}.{hint}")
     return value
 
 
@@ -131,7 +154,9 @@ class AscendConfig:
         fullgraph: passed to ``torch.compile``.
         recompile_limit: an int >= 1, or None: under ``compile="blocks"`` dynamo's default (8) per
             compiled block class, since all blocks compiled in place share one dynamo cache. Dynamo
-            keeps this limit process-wide, so it is only ever raised, never lowered.
+            keeps this limit process-wide: it is raised while an enabled model needs it (never
+            lowered below its current value) and restored when the last such model is disabled or
+            its enable fails. A loaded config sets at most `MAX_LOADED_RECOMPILE_LIMIT` (64).
         graph_capture: None, ``"graph_only"`` or ``"graph_with_compile"``.
         safe_output: clone outputs of captured graphs.
         freezing: fold parameters into the compiled graph as constants (inference only; on a
@@ -139,6 +164,7 @@ class AscendConfig:
             ``load_state_dict``, offloading) are not seen until compiled again.
         max_captured_graphs: int >= 1, FIFO cap on captured graphs.
         graph_log_dir: directory (stored as a string) to write graphs before/after each pass.
+            Local only: set by code, never saved (`to_dict` writes null) and never loaded.
         on_error: ``"fallback"`` (a block that fails to compile runs eager, with a warning) or ``"raise"``.
 
     Contradictions rejected (each would silently do nothing otherwise):
@@ -205,7 +231,7 @@ class AscendConfig:
             if v is None and optional:
                 continue
             if isinstance(v, bool) or not isinstance(v, int):
-                raise TypeError(f"{name} must be an int >= {minimum}{' or None' if optional else ''}, got {v!r}")
+                raise TypeError(f"{name} must be an int >= {minimum}{' or None' if optional else ''}, got {_short(v)}")
             if v < minimum:
                 raise ValueError(f"{name}={v!r} is invalid; it must be >= {minimum}{' or None' if optional else ''}")
         _choice("graph_capture", self.graph_capture, _GRAPH_CAPTURE)
@@ -294,9 +320,11 @@ class AscendConfig:
         """Turns what users pass as ``config=`` into an `AscendConfig`, then applies ``overrides``.
 
         Args:
-            obj: an `AscendConfig`, a dict of fields (as `to_dict` writes), a local directory or
-                path of an ``ascend_config.json``, a Hub repo id, or None (the defaults).
-            **overrides: fields replacing those of ``obj``.
+            obj: an `AscendConfig`, a dict of fields (as `to_dict` writes; loaded as data by
+                `from_dict`), a local directory or path of an ``ascend_config.json``, a Hub repo
+                id, or None (the defaults).
+            **overrides: fields replacing those of ``obj`` (code: local fields such as
+                ``graph_log_dir`` are set here).
 
         Raises:
             TypeError: ``obj`` of another type, or an unknown override name.
@@ -325,6 +353,9 @@ class AscendConfig:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict of every field plus ``"version"`` and ``"diffusers_ascend_version"``.
 
+        The local fields (`LOCAL_FIELDS`: ``graph_log_dir``) are written as null: they name this
+        machine's resources, so they never travel with a saved or pushed config.
+
         >>> from diffusers_ascend.config import AscendConfig
         >>> AscendConfig().to_dict()["version"]
         1
@@ -335,36 +366,80 @@ class AscendConfig:
         for f in fields(self):
             v = getattr(self, f.name)
             d[f.name] = list(v) if isinstance(v, tuple) else v
+        for k in LOCAL_FIELDS:  # never saved, pushed or registered in a model config
+            d[k] = None
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "AscendConfig":
-        """Builds a validated config from a dict (e.g. `to_dict` output), never mutating ``d``.
+    def from_dict(cls, d: Mapping[str, Any], *, source: str | None = None) -> "AscendConfig":
+        """Builds a validated config from loaded data (e.g. `to_dict` output), never mutating ``d``.
 
         Unknown keys are dropped with a warning. A ``version`` newer than `CONFIG_VERSION` warns
-        and loads the known keys best-effort (each still validated); invalid values raise.
+        and loads the known keys best-effort (each still validated); invalid values raise. Data
+        never sets a local field (`LOCAL_FIELDS`: ``graph_log_dir``): a non-null one is dropped
+        with one warning (pass it as a keyword instead). A ``recompile_limit`` above
+        `MAX_LOADED_RECOMPILE_LIMIT` is lowered to it, with a warning.
+
+        Args:
+            d: the fields, as `to_dict` writes them.
+            source: what ``d`` was read from (a file path, a model's config), named in warnings and
+                errors. With a source every problem is one ``ValueError`` naming it.
 
         >>> from diffusers_ascend.config import AscendConfig
         >>> AscendConfig.from_dict({"version": 1, "fusions": ["rope"]}).fusions
         ('rope',)
         """
+        try:
+            kwargs = cls._fields_from_data(d, source)
+            return cls(**kwargs)
+        except (TypeError, ValueError) as e:
+            if source is None:
+                raise
+            raise ValueError(f"invalid ascend config in {source}: {e}") from e
+
+    @classmethod
+    def _fields_from_data(cls, d: Any, source: str | None) -> dict[str, Any]:
+        where = f" from {source}" if source else ""
         if not isinstance(d, Mapping):
-            raise TypeError(f"from_dict expects a dict, got {type(d).__name__}")
+            if source is None:
+                raise TypeError(f"from_dict expects a dict, got {type(d).__name__}")
+            raise ValueError(f"it holds a JSON {_JSON_TYPE.get(type(d), type(d).__name__)}, expected an object of AscendConfig fields")
+        _check_depth(d)
         version = d.get("version", CONFIG_VERSION)
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-            raise ValueError(f"config 'version' must be an int >= 1, got {version!r}")
+            raise ValueError(f"config 'version' must be an int >= 1, got {_short(version)}")
         if version > CONFIG_VERSION:
             warnings.warn(
-                f"ascend config version {version} is newer than this diffusers-ascend supports "
+                f"ascend config version {version}{where} is newer than this diffusers-ascend supports "
                 f"({CONFIG_VERSION}); loading the fields it knows. Upgrade diffusers-ascend to use all of it.",
                 UserWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known - {"version", "diffusers_ascend_version"})
+        unknown = sorted(str(k) for k in set(d) - known - {"version", "diffusers_ascend_version"})
         if unknown:
-            warnings.warn(f"ignoring unknown ascend config keys {unknown}; valid: {sorted(known)}", UserWarning, stacklevel=2)
-        return cls(**{k: v for k, v in d.items() if k in known})
+            warnings.warn(f"ignoring unknown ascend config keys {unknown}{where}; valid: {sorted(known)}", UserWarning, stacklevel=3)
+        kwargs = {k: v for k, v in d.items() if k in known}
+        local = {k: kwargs.pop(k) for k in LOCAL_FIELDS if kwargs.get(k) is not None}
+        if local:
+            warnings.warn(
+                f"ignoring {', '.join(f'{k}={_short(v)}' for k, v in local.items())}{where}: "
+                "local settings are never loaded from a config (they name this machine's paths); "
+                f"set them in code, e.g. enable_ascend_compile(..., {next(iter(local))}=...).",
+                UserWarning,
+                stacklevel=3,
+            )
+        limit = kwargs.get("recompile_limit")
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit > MAX_LOADED_RECOMPILE_LIMIT:
+            warnings.warn(
+                f"recompile_limit={_short(limit)}{where} is above the {MAX_LOADED_RECOMPILE_LIMIT} a loaded config may "
+                f"set (dynamo keeps the limit process-wide); using {MAX_LOADED_RECOMPILE_LIMIT}. Pass a higher "
+                "value in code if you need it.",
+                UserWarning,
+                stacklevel=3,
+            )
+            kwargs["recompile_limit"] = MAX_LOADED_RECOMPILE_LIMIT
+        return kwargs
 
     def to_json_string(self) -> str:
         """Canonical JSON (sorted keys, indented).
@@ -377,17 +452,22 @@ class AscendConfig:
 
     @classmethod
     def from_json_file(cls, path: str | os.PathLike) -> "AscendConfig":
-        """Reads an ``ascend_config.json``; malformed JSON raises ``ValueError`` naming the file."""
+        """Reads an ``ascend_config.json``.
+
+        Raises:
+            OSError: the file cannot be opened.
+            ValueError: anything wrong with its content (see `read_json_object`, `from_dict`),
+                in one message naming the file.
+
+        >>> import os, tempfile
+        >>> from diffusers_ascend.config import AscendConfig
+        >>> path = os.path.join(tempfile.mkdtemp(), "ascend_config.json")
+        >>> _ = open(path, "w").write('{"fusions": ["rope"]}')
+        >>> AscendConfig.from_json_file(path).fusions
+        ('rope',)
+        """
         path = os.fspath(path)
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path} is not valid JSON ({e}); expected an ascend config written by save_pretrained") from e
-        if not isinstance(data, dict):
-            raise ValueError(f"{path} holds a JSON {type(data).__name__}, expected an object of AscendConfig fields")
-        return cls.from_dict(data)
+        return cls.from_dict(read_json_object(path, "an ascend config written by save_pretrained"), source=path)
 
     # ----------------------------------------------------------------------------- files / Hub
     def save_pretrained(self, save_directory: str | os.PathLike, push_to_hub: bool = False, **kwargs: Any) -> str:
@@ -435,7 +515,8 @@ class AscendConfig:
             diffusers_ascend.hub.AscendConfigNotFoundError (an ``OSError``): nothing found locally
                 and the Hub download failed (offline, missing repo/file, invalid id); the message
                 names what was tried.
-            ValueError: malformed JSON or invalid values.
+            ValueError: any problem with the file's content (not UTF-8, invalid JSON, too large or
+                too deeply nested, not an object, invalid values), naming the file.
 
         >>> import tempfile
         >>> from diffusers_ascend.config import AscendConfig
@@ -519,6 +600,71 @@ def _has_fast_kernel(op: str, platform: str) -> bool:
     from ascend_kernels.registry import auto_provider
 
     return auto_provider(op, platform) is not None
+
+
+def read_json_object(path: str, what: str = "a JSON object") -> dict[str, Any]:
+    """Reads a JSON object from ``path``; every decode problem is one ``ValueError`` naming the file.
+
+    Refused: files larger than `MAX_CONFIG_BYTES`, bytes that are not UTF-8, invalid JSON, ``NaN``
+    and ``Infinity``, integers too long for Python's int conversion, nesting too deep to parse,
+    and a top level that is not an object.
+
+    Args:
+        path: the file.
+        what: what the file should hold, for the messages.
+
+    Raises:
+        OSError: the file cannot be opened.
+        ValueError: its content is not a JSON object.
+
+    >>> import os, tempfile
+    >>> from diffusers_ascend.config import read_json_object
+    >>> path = os.path.join(tempfile.mkdtemp(), "c.json")
+    >>> _ = open(path, "w").write("[1]")
+    >>> read_json_object(path)
+    Traceback (most recent call last):
+    ...
+    ValueError: ... holds a JSON array, expected a JSON object
+    """
+    with open(path, "rb") as fh:
+        raw = fh.read(MAX_CONFIG_BYTES + 1)  # read() itself is bounded: the file may be a device or grow
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ValueError(f"{path} is larger than {MAX_CONFIG_BYTES} bytes; expected {what} (about 500 bytes)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text (byte {raw[e.start]:#04x} at offset {e.start}); expected {what}") from None
+
+    def no_constant(name):
+        raise ValueError(f"{name} is not a JSON number")
+
+    try:
+        data = json.loads(text, parse_constant=no_constant)
+    except RecursionError:
+        raise ValueError(f"{path} is nested too deeply to be {what}") from None
+    except ValueError as e:  # JSONDecodeError, too many digits, NaN/Infinity
+        raise ValueError(f"{path} is not valid JSON ({e}); expected {what}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} holds a JSON {_JSON_TYPE.get(type(data), type(data).__name__)}, expected {what}")
+    return data
+
+
+def _check_depth(data: Any) -> None:
+    stack = [(data, 1)]
+    while stack:
+        obj, depth = stack.pop()
+        if depth > _MAX_DEPTH:
+            raise ValueError(f"values are nested more than {_MAX_DEPTH} levels deep; an ascend config is flat")
+        children = obj.values() if isinstance(obj, Mapping) else obj if isinstance(obj, (list, tuple)) else ()
+        stack.extend((c, depth + 1) for c in children)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    # Loaded values can be huge (a 1 MB string, a 4000-digit int): messages show a bounded repr.
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"<int of {value.bit_length()} bits>"
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "... (truncated)"
 
 
 def _check_names(overrides: Mapping[str, Any], what: str) -> None:

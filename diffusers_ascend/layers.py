@@ -12,6 +12,10 @@ that fusion, and `FusionReport.swaps` records the modules instead).
 
 Which class is swapped for what lives in one table, `SWAPS`, keyed by class name (the model
 adapters name nothing here: every Flux/Wan module of a swappable class is swapped).
+
+Every fused class is a module attribute (``diffusers_ascend.layers.FusedRopeFluxAttnProcessor``),
+so an enabled model pickles and ``torch.save``s. Those subclassing diffusers classes are built on
+first access (module ``__getattr__``): importing this module does not import diffusers models.
 """
 
 from __future__ import annotations
@@ -22,7 +26,19 @@ from typing import Callable, Iterable
 import torch
 import torch.nn.functional as F
 
-__all__ = ["FusedRMSNorm", "FusedTorchGELU", "SWAPS", "Swap", "apply_swaps", "restore_swaps"]
+__all__ = [
+    "FastGELU",
+    "FastTorchGELU",
+    "FusedGELU",
+    "FusedRMSNorm",
+    "FusedRopeFluxAttnProcessor",
+    "FusedRopeWanAttnProcessor",
+    "FusedTorchGELU",
+    "SWAPS",
+    "Swap",
+    "apply_swaps",
+    "restore_swaps",
+]
 
 
 def _ops():
@@ -65,7 +81,7 @@ class FastTorchGELU(FusedTorchGELU):
     _ascend_op = "fast_gelu"
 
 
-def _diffusers_gelu_classes():
+def _fused_gelu_class():
     from diffusers.models.activations import GELU
 
     class FusedGELU(GELU):
@@ -76,12 +92,16 @@ def _diffusers_gelu_classes():
         def gelu(self, gate: torch.Tensor) -> torch.Tensor:
             return getattr(_ops(), self._ascend_op)(gate)
 
-    class FastGELU(FusedGELU):
+    return FusedGELU
+
+
+def _fast_gelu_class():
+    class FastGELU(_cached(_fused_gelu_class)):
         """`FusedGELU` with ``ascend_kernels.fast_gelu`` (changes numerics)."""
 
         _ascend_op = "fast_gelu"
 
-    return FusedGELU, FastGELU
+    return FastGELU
 
 
 # -- attention processors with fused RoPE --------------------------------------------------------
@@ -213,21 +233,40 @@ SWAPS: tuple[Swap, ...] = (
     Swap("rms_norm", "RMSNorm", lambda: FusedRMSNorm, applies=lambda m: isinstance(m, torch.nn.RMSNorm)),
     Swap("gelu_tanh", "GELU", lambda: FusedTorchGELU, applies=lambda m: isinstance(m, torch.nn.GELU) and _is_tanh(m),
          fast_target=lambda: FastTorchGELU),
-    Swap("gelu_tanh", "GELU", lambda: _diffusers_gelu_classes()[0],
+    Swap("gelu_tanh", "GELU", _fused_gelu_class,
          applies=lambda m: type(m).__module__ == "diffusers.models.activations" and _is_tanh(m),
-         fast_target=lambda: _diffusers_gelu_classes()[1]),
+         fast_target=_fast_gelu_class),
     Swap("rope", "FluxAttnProcessor", _flux_processor_class, processors=True),
     Swap("rope", "WanAttnProcessor", _wan_processor_class, processors=True),
 )
 
 _CLASS_CACHE: dict[Callable, type] = {}
+# The fused classes that subclass diffusers classes, by module attribute name.
+_LAZY_CLASSES: dict[str, Callable[[], type]] = {
+    "FusedGELU": _fused_gelu_class,
+    "FastGELU": _fast_gelu_class,
+    "FusedRopeFluxAttnProcessor": _flux_processor_class,
+    "FusedRopeWanAttnProcessor": _wan_processor_class,
+}
 
 
 def _cached(factory: Callable[[], type]) -> type:
-    # The diffusers-based classes are built once per process so Dynamo sees one class per swap.
+    # The diffusers-based classes are built once per process so Dynamo sees one class per swap,
+    # and published as module attributes so pickle finds them by name (`module.qualname`).
     if factory not in _CLASS_CACHE:
-        _CLASS_CACHE[factory] = factory()
+        cls = _CLASS_CACHE[factory] = factory()
+        if _LAZY_CLASSES.get(cls.__name__) is factory:
+            cls.__qualname__ = cls.__name__
+            globals()[cls.__name__] = cls
     return _CLASS_CACHE[factory]
+
+
+def __getattr__(name: str) -> type:
+    # PEP 562: builds a diffusers-based fused class on first access (unpickling an enabled model
+    # in a fresh process lands here).
+    if name in _LAZY_CLASSES:
+        return _cached(_LAZY_CLASSES[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _targets(model: torch.nn.Module) -> Iterable[object]:
@@ -247,7 +286,8 @@ def apply_swaps(model: torch.nn.Module, fusions: Iterable[str]) -> tuple[list[tu
 
     Returns:
         ``(undo, counts)``: the list of ``(object, original class)`` that `restore_swaps` takes, and
-        swaps per fusion for `FusionReport.record_swaps`.
+        swaps per fusion for `FusionReport.record_swaps`. On any exception every swap made so
+        far is undone before it propagates.
 
     >>> from diffusers_ascend.tiny import tiny_flux_transformer
     >>> undo, counts = apply_swaps(tiny_flux_transformer(), ["rms_norm", "rope", "gelu_tanh"])
@@ -261,20 +301,26 @@ def apply_swaps(model: torch.nn.Module, fusions: Iterable[str]) -> tuple[list[tu
     undo: list[tuple[object, type]] = []
     counts: dict[str, int] = {}
     seen: set[int] = set()
-    for obj in _targets(model):
-        if id(obj) in seen:  # processors can be shared between attention modules
-            continue
-        seen.add(id(obj))
-        for swap in SWAPS:
-            if swap.fusion not in enabled or type(obj).__name__ != swap.source or not swap.applies(obj):
+    try:
+        for obj in _targets(model):
+            if id(obj) in seen:  # processors can be shared between attention modules
                 continue
-            factory = swap.fast_target if fast and swap.fast_target is not None else swap.target
-            target = _cached(factory)
-            undo.append((obj, type(obj)))
-            obj.__class__ = target
-            name = "fast_gelu" if fast and swap.fusion == "gelu_tanh" else swap.fusion
-            counts[name] = counts.get(name, 0) + 1
-            break
+            seen.add(id(obj))
+            for swap in SWAPS:
+                if swap.fusion not in enabled or type(obj).__name__ != swap.source or not swap.applies(obj):
+                    continue
+                factory = swap.fast_target if fast and swap.fast_target is not None else swap.target
+                target = _cached(factory)
+                original = type(obj)
+                obj.__class__ = target
+                undo.append((obj, original))
+                name = "fast_gelu" if fast and swap.fusion == "gelu_tanh" else swap.fusion
+                counts[name] = counts.get(name, 0) + 1
+                break
+    except BaseException:
+        # All or nothing: the caller never sees a half-swapped model it has no undo list for.
+        restore_swaps(undo)
+        raise
     return undo, counts
 
 

@@ -1,8 +1,11 @@
 """`enable_ascend_compile` / `disable_ascend_compile` / `ascend_report` for diffusers pipelines and models.
 
 Per-object state lives on the object (`_ascend_state`); nothing here is process-global except
-`torch._dynamo.config.recompile_limit`, which dynamo itself keeps process-wide: it is only ever
-raised (to `config.recompile_limit`), never lowered.
+`torch._dynamo.config.recompile_limit`, which dynamo itself keeps process-wide: it is raised
+while an enabled model needs it and restored when the last one is disabled (see `_hold_recompile_limit`).
+
+Enable is all-or-nothing: a failure at any step (layer swaps, attention backend, compile setup,
+config registration) leaves the object and the process-wide dynamo settings as they were.
 """
 
 from __future__ import annotations
@@ -10,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import threading
 import warnings
+import weakref
 from typing import Any
 
 import torch
@@ -31,6 +36,17 @@ class _State:
         self.attention: dict[Any, Any] | None = None  # processor -> its previous _attention_backend
         self.swapped: list[tuple[object, type]] = []  # (object, original class), see layers.apply_swaps
         self.swaps: dict[str, int] = {}
+
+    def __getstate__(self):
+        # Pickling an enabled model (pickle, torch.save) keeps the config, the layer swaps (the
+        # fused classes are importable by name) and the attention backends, so the loaded model
+        # computes the same and `disable_ascend_compile` restores it. Like torch's own in-place
+        # `Module.compile()` (whose __getstate__ drops `_compiled_call_impl`), compilation does
+        # not travel: the loaded model runs its blocks uncompiled until enabled again.
+        state = dict(self.__dict__)
+        state["backend"] = None
+        state["compiled"] = []
+        return state
 
 
 def _is_pipeline(obj) -> bool:
@@ -63,13 +79,50 @@ def _set_config_key(obj, value) -> None:
     obj._internal_dict = FrozenDict(d)
 
 
-def _raise_recompile_limit(limit) -> None:
+# -- dynamo's process-wide recompile limit -----------------------------------------------------------
+# Each enabled model that needs a higher limit holds one (keyed weakly by its `_State`, so a model
+# dropped without disable lets go too). The limit is the largest of the holds and the value found
+# before the first one; when a hold is released it goes back down to that, and to the original
+# value when the last is released. A value someone else set meanwhile is theirs: it becomes the
+# new baseline and is never overwritten on release.
+_LIMIT_LOCK = threading.Lock()
+_LIMIT_HOLDS: "weakref.WeakKeyDictionary[_State, int]" = weakref.WeakKeyDictionary()
+_LIMIT = {"baseline": None, "applied": None}
+
+
+def _apply_limit(current: int) -> None:
+    from .compilation._compat import set_dynamo_recompile_limit
+
+    target = max([_LIMIT["baseline"], *_LIMIT_HOLDS.values()])
+    if target != current:
+        set_dynamo_recompile_limit(target)
+    _LIMIT["applied"] = target
+
+
+def _hold_recompile_limit(state: _State, limit: int | None) -> None:
+    """Raises dynamo's recompile limit to at least ``limit`` for as long as ``state`` is enabled."""
+    from .compilation._compat import dynamo_recompile_limit
+
     if limit is None:
         return
-    from .compilation._compat import dynamo_recompile_limit, set_dynamo_recompile_limit
+    with _LIMIT_LOCK:
+        current = dynamo_recompile_limit()
+        if _LIMIT["applied"] is None or current != _LIMIT["applied"]:
+            _LIMIT["baseline"] = current  # never touched by us, or changed by someone else since
+        _LIMIT_HOLDS[state] = limit
+        _apply_limit(current)
 
-    if dynamo_recompile_limit() < limit:  # process-global in dynamo: only ever raised
-        set_dynamo_recompile_limit(limit)
+
+def _release_recompile_limit(state: _State) -> None:
+    from .compilation._compat import dynamo_recompile_limit
+
+    with _LIMIT_LOCK:
+        if _LIMIT_HOLDS.pop(state, None) is None:
+            return
+        current = dynamo_recompile_limit()
+        if current != _LIMIT["applied"]:  # set by someone else after us: leave it
+            return
+        _apply_limit(current)
 
 
 def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg) -> None:
@@ -146,7 +199,7 @@ def _enable_model(model, cfg, name: str = "") -> None:
     # entries after one resolution change (FINDINGS section 3), and past the limit dynamo silently
     # runs eager. So under compile="blocks" each block class gets the default budget.
     per_blocks = _DYNAMO_DEFAULT_RECOMPILE_LIMIT * len(adapter.blocks) if cfg.compile == "blocks" else None
-    _raise_recompile_limit(cfg.recompile_limit or per_blocks)
+    _hold_recompile_limit(state, cfg.recompile_limit or per_blocks)
     if cfg.compile == "blocks":
         for sub_name, sub in model.named_modules():
             if type(sub).__name__ in adapter.blocks:
@@ -170,6 +223,7 @@ def _disable_model(model) -> None:
             proc._attention_backend = prev
     del model._ascend_state
     _set_config_key(model, None)
+    _release_recompile_limit(state)
 
 
 def enable_ascend_compile(pipe_or_model, config=None, **overrides):
@@ -219,15 +273,16 @@ def enable_ascend_compile(pipe_or_model, config=None, **overrides):
     try:
         for name, model in models:
             _enable_model(model, cfg, name)
+        if _is_pipeline(pipe_or_model):
+            pipe_or_model._ascend_config_obj = cfg
+            pipe_or_model.register_to_config(**{ASCEND_CONFIG_KEY: cfg.to_dict()})
     except BaseException:
-        # Leave the object as it was: undo every model touched, then re-apply the previous setup.
+        # Leave the object and the process as they were: undo every model touched (swaps,
+        # attention, compiled blocks, the recompile limit), then re-apply the previous setup.
         disable_ascend_compile(pipe_or_model)
         if previous is not None:
             enable_ascend_compile(pipe_or_model, previous)
         raise
-    if _is_pipeline(pipe_or_model):
-        pipe_or_model._ascend_config_obj = cfg
-        pipe_or_model.register_to_config(**{ASCEND_CONFIG_KEY: cfg.to_dict()})
     return pipe_or_model
 
 
@@ -318,7 +373,14 @@ def _wrap_from_pretrained(cls, is_pipeline: bool) -> None:
         if ascend_config is False:  # the saved key stays in the configs (a re-save keeps it); nothing is applied
             return obj
         if ascend_config is None:
-            ascend_config = _saved_config(obj)
+            try:
+                ascend_config = _saved_config(obj)
+            except ValueError as e:
+                sep = " " if str(e).endswith((".", "?")) else ". "
+                raise ValueError(
+                    f"{e}{sep}Load without it with from_pretrained(..., ascend_config=False), or replace it with "
+                    "ascend_config=AscendConfig(...)."
+                ) from e
         if ascend_config is not None:
             enable_ascend_compile(obj, ascend_config)
         return obj
@@ -328,10 +390,20 @@ def _wrap_from_pretrained(cls, is_pipeline: bool) -> None:
 
 
 def _saved_config(obj):
-    for _, model in _models(obj):
+    """The `AscendConfig` saved in the first adapted model's config, loaded as data (None if absent).
+
+    Raises:
+        ValueError: the saved value is not an object of valid fields; names the model.
+    """
+    from .config import AscendConfig
+
+    for name, model in _models(obj):
         saved = model.config.get(ASCEND_CONFIG_KEY) if hasattr(model, "config") else None
-        if saved:
-            return dict(saved)
+        if saved is None or (isinstance(saved, dict) and not saved):
+            continue
+        origin = model.config.get("_name_or_path") or getattr(obj, "name_or_path", None)
+        where = f"{type(model).__name__}{f' ({name})' if name else ''}" + (f" loaded from {origin!r}" if origin else "")
+        return AscendConfig.from_dict(saved, source=f"`{ASCEND_CONFIG_KEY}` of the {where}")
     return None
 
 

@@ -79,8 +79,10 @@ def test_config_validate(capsys, tmp_path, content, code, needle):
     path = tmp_path / CONFIG_NAME
     path.write_text(content)
     assert main(["config", "validate", str(path)]) == code
-    out = capsys.readouterr().out
-    assert needle in out and str(path) in out
+    captured = capsys.readouterr()
+    reported = captured.err if code else captured.out  # failures on stderr (docs/hub.md), nothing on stdout
+    assert needle in reported and str(path) in reported
+    assert (captured.out if code else captured.err) == ""
 
 
 def test_config_validate_json(capsys, tmp_path):
@@ -125,6 +127,79 @@ def test_usage_errors_exit_2(argv, capsys):
         main(argv)
     assert e.value.code == 2
     assert "usage: diffusers-ascend" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [(["--height", "-5"], "'-5' must be a positive integer"),
+     (["--height", "0"], "'0' must be a positive integer"),
+     (["--height", "20"], "'20' must be a multiple of 16"),
+     (["--steps", "-1"], "'-1' must be a positive integer"),
+     (["--repeats", "0"], "'0' must be a positive integer"),
+     (["--repeats", "1.5"], "'1.5' is not an integer"),
+     (["--fusions", "bogus"], "fusions='bogus' is invalid; valid: 'auto', 'all', 'none'"),
+     (["--fusions", "rms_norm,ropee"], "unknown fusion(s) ['ropee']"),
+     (["--fusions", "gelu_tanh,fast_gelu"], "pick one")],
+)
+def test_demo_bad_arguments_fail_before_any_work(argv, needle, capsys, monkeypatch):
+    from diffusers_ascend import cli
+
+    monkeypatch.setattr(cli, "_run_demo", lambda *a, **k: pytest.fail("the demo started"))
+    with pytest.raises(SystemExit) as e:
+        main(["demo", *argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and needle in err and "Traceback" not in err
+
+
+def test_run_demo_checks_its_arguments_first(monkeypatch):
+    from diffusers_ascend import cli
+
+    monkeypatch.setattr(cli, "_run_demo", lambda *a, **k: pytest.fail("the demo started"))
+    for kwargs, needle in ((dict(repeats=0), "repeats must be a positive integer"),
+                           (dict(steps=-1), "steps must be a positive integer"),
+                           (dict(fusions=["bogus"]), "bogus"), (dict(model="sd3"), "'flux', 'wan'")):
+        with pytest.raises(ValueError, match=needle):
+            cli.run_demo(**kwargs)
+
+
+def test_demo_prints_only_its_own_output(tmp_path):
+    # A subprocess: library loggers write to the stderr they found at import, which capsys cannot see.
+    r = subprocess.run([sys.executable, "-m", "diffusers_ascend.cli", "demo", "--repeats", "1"],
+                       capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "config round-tripped OK" in r.stdout
+    # The library noise the demo used to show: save_pretrained's four "None ... cannot be saved",
+    # transformers' torchvision notice, diffusers' loading progress bar.
+    noise = ("cannot be saved", "torchvision", "Loading pipeline components", "Traceback")
+    assert not [n for n in noise if n in r.stdout + r.stderr], r.stderr[-3000:]
+    assert os.listdir(tmp_path) == []  # the demo saves into a temporary directory it removes
+
+
+@pytest.mark.parametrize(
+    "content,needle",
+    [(b"[" * 100_000, "nested too deeply"), (b'{"fusions": "\xff"}', "not UTF-8"), (b"[]", "holds a JSON array")],
+    ids=["deep", "encoding", "array"],
+)
+def test_config_show_and_validate_bad_files_exit_1_without_traceback(capsys, tmp_path, content, needle):
+    path = tmp_path / CONFIG_NAME
+    path.write_bytes(content.replace(b"\\xff", b"\xff"))
+    for argv in (["config", "show", str(path)], ["config", "validate", str(path)], ["config", "show", str(tmp_path)]):
+        assert main(argv) == 1, argv
+        captured = capsys.readouterr()
+        assert needle in captured.err and str(path) in captured.err and captured.out == "", argv
+
+
+@pytest.mark.parametrize("saved", [["rms_norm"], "all", {"compile": "everything"}])
+def test_config_show_saved_folder_with_a_bad_ascend_config(capsys, tmp_path, saved):
+    (tmp_path / "transformer").mkdir()
+    (tmp_path / "transformer" / "config.json").write_text(json.dumps({"_class_name": "FluxTransformer2DModel",
+                                                                      "_ascend_config": saved}))
+    assert main(["config", "show", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "invalid ascend config in `_ascend_config` in" in err and str(tmp_path / "transformer" / "config.json") in err
+    (tmp_path / "transformer" / "config.json").write_text("[]")
+    assert main(["config", "show", str(tmp_path)]) == 1
+    assert "holds a JSON array, expected a diffusers config" in capsys.readouterr().err
 
 
 def test_bench_writes_json_table_and_plot(capsys, tmp_path):

@@ -158,15 +158,41 @@ def test_load_lora_after_enable(tmp_path):
 
 
 def test_recompile_limit_raised_per_block_class():
+    import gc
+
     import torch._dynamo.config as dc
 
+    gc.collect()  # models enabled by earlier tests and dropped in reference cycles hold the limit until collected
     with dc.patch(recompile_limit=8):  # restores dynamo's value afterwards (monkeypatch cannot)
-        tiny_flux_pipeline().enable_ascend_compile(**FAST)
+        a = tiny_flux_pipeline().enable_ascend_compile(**FAST)
         assert dc.recompile_limit == 16  # Flux: double + single block classes, 8 each
-        tiny_flux_pipeline().enable_ascend_compile(recompile_limit=40, **FAST)
+        b = tiny_flux_pipeline().enable_ascend_compile(recompile_limit=40, **FAST)
         assert dc.recompile_limit == 40
-        tiny_flux_pipeline().enable_ascend_compile(recompile_limit=10, **FAST)
-        assert dc.recompile_limit == 40  # process-wide in dynamo: only ever raised, never lowered
+        c = tiny_flux_pipeline().enable_ascend_compile(recompile_limit=10, **FAST)
+        assert dc.recompile_limit == 40  # never lowered below what an enabled model holds
+        b.disable_ascend_compile()
+        assert dc.recompile_limit == 16  # the largest remaining hold (a)
+        a.disable_ascend_compile()
+        c.disable_ascend_compile()
+        assert dc.recompile_limit == 8  # the value before the first enable
+
+
+def test_recompile_limit_set_by_the_user_meanwhile_is_kept():
+    import gc
+
+    import torch._dynamo.config as dc
+
+    gc.collect()
+    with dc.patch(recompile_limit=8):
+        pipe = tiny_flux_pipeline().enable_ascend_compile(**FAST)
+        assert dc.recompile_limit == 16
+        dc.recompile_limit = 100  # the user's own setting: never overwritten on disable
+        pipe.disable_ascend_compile()
+        assert dc.recompile_limit == 100
+        pipe.enable_ascend_compile(**FAST)
+        assert dc.recompile_limit == 100  # already high enough: left alone
+        pipe.disable_ascend_compile()
+        assert dc.recompile_limit == 100
 
 
 def test_config_only_hub_repo_accelerates_a_pipeline_offline(monkeypatch, tmp_path):
