@@ -197,14 +197,19 @@ def _enable_model(model, cfg, name: str = "") -> None:
     # Every block compiled in place shares the code object `Module._call_impl`, hence one dynamo
     # cache and one recompile budget for all block classes: a Flux model spends 6 of the default 8
     # entries after one resolution change (FINDINGS section 3), and past the limit dynamo silently
-    # runs eager. So under compile="blocks" each block class gets the default budget.
-    per_blocks = _DYNAMO_DEFAULT_RECOMPILE_LIMIT * len(adapter.blocks) if cfg.compile == "blocks" else None
-    _hold_recompile_limit(state, cfg.recompile_limit or per_blocks)
+    # runs eager. So under compile="blocks" each block class gets the default budget, plus one
+    # entry per block where dynamo compiles every block instance on its own (torch 2.6).
+    blocks = [(n, m) for n, m in model.named_modules() if type(m).__name__ in adapter.blocks] if cfg.compile == "blocks" else []
+    per_blocks = None
     if cfg.compile == "blocks":
-        for sub_name, sub in model.named_modules():
-            if type(sub).__name__ in adapter.blocks:
-                _compile_in_place(sub, f"{name + '.' if name else ''}{sub_name}", state, cfg)
-    elif cfg.compile == "model":
+        from .compilation._compat import compiled_blocks_share_graphs
+
+        per_blocks = _DYNAMO_DEFAULT_RECOMPILE_LIMIT * len(adapter.blocks)
+        per_blocks += 0 if compiled_blocks_share_graphs() else len(blocks)
+    _hold_recompile_limit(state, cfg.recompile_limit or per_blocks)
+    for sub_name, sub in blocks:
+        _compile_in_place(sub, f"{name + '.' if name else ''}{sub_name}", state, cfg)
+    if cfg.compile == "model":
         _compile_in_place(model, name, state, cfg)
     model.register_to_config(**{ASCEND_CONFIG_KEY: cfg.to_dict()})
 

@@ -32,6 +32,7 @@ __all__ = [
     "aot_autograd",
     "check_engine",
     "compile_fx",
+    "compiled_blocks_share_graphs",
     "current_compile_id",
     "custom_graph_pass_base",
     "detect_fake_mode",
@@ -314,6 +315,18 @@ def _recompile_limit_name() -> str:
         f"diffusers-ascend: torch {torch.__version__}'s torch._dynamo.config has neither recompile_limit nor "
         f"cache_size_limit; supported: {_range()}."
     )
+
+
+def compiled_blocks_share_graphs() -> bool:
+    """Whether the blocks of one class, compiled in place with one backend, share one dynamo graph.
+
+    2.6's dynamo guards on the identity of plain objects hanging off a module it inlines (each
+    block's diffusers attention processor: ``___check_obj_id(L['self']._modules['attn1'].processor,
+    ...)``), so every block instance compiles its own graph there (same fusions per graph, N times
+    the cold compile); 2.7+ compile one graph per block class (seen on 2.7.1, 2.8, 2.11, 2.13, 2.14).
+    A behaviour of the guard system, not an API, so it is known by release.
+    """
+    return torch_version() >= (2, 7)
 
 
 def dynamo_recompile_limit() -> int:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from diffusers_ascend.compilation._compat import compiled_blocks_share_graphs
+
 from diffusers_ascend.compilation import AscendBackend
 from diffusers_ascend.tiny import flux_block_inputs, tiny_flux_blocks, tiny_flux_transformer, tiny_wan_transformer
 
@@ -17,8 +19,9 @@ def test_shared_backend_compiles_once_per_block_class_wan():
     model.compile_repeated_blocks(backend=backend, fullgraph=True)
     with torch.no_grad():
         out = model(**_wan_inputs(2, 4, 4))[0]
-    assert backend.report.graphs_compiled == 1  # 4 blocks, one graph
-    assert backend.report.matches == EXPECTED_BLOCK_COUNTS["wan"]
+    graphs = 1 if compiled_blocks_share_graphs() else 4  # 4 blocks, one graph (torch 2.6: one each)
+    assert backend.report.graphs_compiled == graphs
+    assert backend.report.matches == {f: graphs * n for f, n in EXPECTED_BLOCK_COUNTS["wan"].items()}
     model.compile_repeated_blocks  # noqa: B018 - compiled in place: state dict keys unchanged
     assert not any("_orig_mod" in k for k in model.state_dict())
     assert torch.isfinite(out).all()
@@ -32,10 +35,12 @@ def test_shared_backend_flux_double_and_single_blocks():
         model(**_flux_inputs(4, 4))
     # 1 graph for the 3 double blocks; 2 for the single blocks: the first one gets a contiguous
     # input, the others a strided slice (one stride-guard recompile, independent of depth).
+    # torch 2.6 compiles each block instance on its own: 3 + 3.
+    n_double, n_single = (1, 2) if compiled_blocks_share_graphs() else (3, 3)
     report = backend.report
-    assert report.graphs_compiled == 3
+    assert report.graphs_compiled == n_double + n_single
     double, single = EXPECTED_BLOCK_COUNTS["flux_double"], EXPECTED_BLOCK_COUNTS["flux_single"]
-    assert report.matches == {f: double[f] + 2 * single[f] for f in double}
+    assert report.matches == {f: n_double * double[f] + n_single * single[f] for f in double}
 
 
 def test_a_backend_per_block_recompiles_per_block():
