@@ -41,7 +41,7 @@ from .. import registry
 from ..registry import Provider, register_provider
 from . import limits, measurements
 
-__all__ = ["DEVICE_TYPES", "KERNELS", "triton_ascend_available", "triton_available"]
+__all__ = ["DEVICE_TYPES", "KERNELS", "kernel", "triton_ascend_available", "triton_available"]
 
 # Device types the kernels can take tensors of. The interpreter tests (tests/triton) widen it to
 # "cpu" under TRITON_INTERPRET=1, as the npu contract tests widen the npu providers' list; nothing
@@ -104,14 +104,30 @@ def _runs_on(op: str) -> Callable[[str], bool]:
 
 
 @functools.lru_cache(maxsize=None)
-def _launcher(op: str) -> Callable[..., torch.Tensor]:
+def kernel(op: str) -> Callable[..., torch.Tensor]:
+    """The Triton launcher of ``op``, with the op's signature (imports triton and the kernel module).
+
+    Calls it directly, bypassing the registry (benchmarks, tests); it accepts only the arguments
+    its provider's ``supports_args`` accepts.
+
+    Args:
+        op: one of `KERNELS`.
+
+    Raises:
+        KeyError: an op without a Triton kernel (the message lists those with one).
+
+    >>> rope = kernel("rope")  # doctest: +SKIP
+    >>> out = rope(x, cos, sin, "interleaved")  # doctest: +SKIP
+    """
+    if op not in KERNELS:
+        raise KeyError(f"no Triton kernel for op {op!r}; ops with one: {', '.join(KERNELS)}")
     module, name, _ = KERNELS[op]
     return getattr(importlib.import_module(f"{__name__}.{module}"), name)
 
 
 def _provider(op: str) -> Provider:
     def impl(*args):
-        return _launcher(op)(*args)
+        return kernel(op)(*args)
 
     impl.__name__ = impl.__qualname__ = f"triton_{op}"
     # Module globals looked up at call time (tests monkeypatch them), never bound here.
