@@ -17,17 +17,34 @@ blocks ``pid, pid + num_programs, ...`` (a persistent loop), so the grid can be 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 import triton
+import triton.language as tl
 
-__all__ = ["TILE_ELEMENTS", "grid", "lead3", "num_warps", "rows_per_tile", "strides_as"]
+__all__ = ["Launch", "TILE_ELEMENTS", "block", "grid", "lead3", "num_warps", "row_coords", "row_offsets", "rows_per_tile", "strides_as"]
 
 # Elements per tile (rows x block columns), per device type.
 TILE_ELEMENTS = {"cuda": 4096, "npu": 4096}
 _MAX_GRID = 65535
+
+
+@dataclasses.dataclass
+class Launch:
+    """One kernel launch, planned from tensor metadata only (``plan_*`` of each kernel module accept
+    meta tensors too, so tests can compile the exact launch for a GPU target without a GPU)."""
+
+    kernel: Any
+    grid: tuple[int]
+    args: tuple
+    constexprs: dict[str, Any]
+    num_warps: int
+
+    def __call__(self) -> None:
+        self.kernel[self.grid](*self.args, **self.constexprs, num_warps=self.num_warps)
 
 
 def lead3(shape: Sequence[int], strides: Sequence[int]) -> tuple[list[int], list[int]]:
@@ -75,3 +92,19 @@ def grid(n_blocks: int, device: torch.device) -> tuple[int]:
 def block(n: int) -> int:
     """The power-of-two tile width covering ``n`` elements."""
     return triton.next_power_of_2(max(int(n), 1))
+
+
+# -- device helpers (inlined into the kernels) ---------------------------------------------------
+
+
+@triton.jit
+def row_coords(blk, n_rows, n1, n2, BLOCK_R: tl.constexpr):
+    """Rows of row block ``blk``: (in-range mask, i0, i1, i2), int64 so offsets never overflow."""
+    rows = (blk * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
+    return rows < n_rows, rows // (n2 * n1), (rows // n2) % n1, rows % n2
+
+
+@triton.jit
+def row_offsets(i0, i1, i2, s0, s1, s2):
+    """Element offsets of the rows' starts for leading strides (s0, s1, s2), as a column (BLOCK_R, 1)."""
+    return (i0 * s0 + i1 * s1 + i2 * s2)[:, None]

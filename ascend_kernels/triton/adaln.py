@@ -26,8 +26,9 @@ import triton.language as tl
 
 from ..ops.adaln import _as_modulation  # (B, D) against x (B, S, D) is read as (B, 1, D)
 from . import _common
+from ._common import row_coords, row_offsets
 
-__all__ = ["adaln_modulate"]
+__all__ = ["adaln_modulate", "plan_adaln_modulate"]
 
 
 @triton.jit
@@ -50,13 +51,9 @@ def _adaln_kernel(
         b = tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
     n_blocks = tl.cdiv(n_rows, BLOCK_R)
     for blk in range(pid, n_blocks, tl.num_programs(0)):
-        rows = (blk * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
-        rmask = rows < n_rows
-        i2 = rows % n2
-        i1 = (rows // n2) % n1
-        i0 = rows // (n2 * n1)
+        rmask, i0, i1, i2 = row_coords(blk, n_rows, n1, n2, BLOCK_R)
         mask = rmask[:, None] & cmask[None, :]
-        x_off = (i0 * xs0 + i1 * xs1 + i2 * xs2)[:, None] + cols[None, :] * xsd
+        x_off = row_offsets(i0, i1, i2, xs0, xs1, xs2) + cols[None, :] * xsd
         x = tl.load(x_ptr + x_off, mask=mask, other=0.0).to(tl.float32)
         mean = tl.sum(x, axis=1) / d
         xc = tl.where(mask, x - mean[:, None], 0.0)
@@ -66,12 +63,12 @@ def _adaln_kernel(
             y = y * w[None, :]
         if HAS_BIAS:
             y = y + b[None, :]
-        c_off = (i0 * cs0 + i1 * cs1 + i2 * cs2)[:, None] + cols[None, :] * csd
-        h_off = (i0 * hs0 + i1 * hs1 + i2 * hs2)[:, None] + cols[None, :] * hsd
+        c_off = row_offsets(i0, i1, i2, cs0, cs1, cs2) + cols[None, :] * csd
+        h_off = row_offsets(i0, i1, i2, hs0, hs1, hs2) + cols[None, :] * hsd
         scale = tl.load(scale_ptr + c_off, mask=mask, other=0.0).to(tl.float32)
         shift = tl.load(shift_ptr + h_off, mask=mask, other=0.0).to(tl.float32)
         y = y * (1.0 + scale) + shift
-        o_off = (i0 * os0 + i1 * os1 + i2 * os2)[:, None] + cols[None, :]
+        o_off = row_offsets(i0, i1, i2, os0, os1, os2) + cols[None, :]
         tl.store(out_ptr + o_off, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -85,6 +82,21 @@ def adaln_modulate(
     out_dtype: Optional[torch.dtype] = None,
 ) -> torch.Tensor:
     """``ascend_kernels::adaln_modulate`` (same signature and semantics) as one Triton kernel."""
+    out, launch = plan_adaln_modulate(x, scale, shift, eps, weight, bias, out_dtype)
+    launch()
+    return out
+
+
+def plan_adaln_modulate(
+    x: torch.Tensor,
+    scale: torch.Tensor,
+    shift: torch.Tensor,
+    eps: float,
+    weight: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    out_dtype: Optional[torch.dtype] = None,
+) -> tuple[torch.Tensor, _common.Launch]:
+    """The output (allocated, not written) and the launch that fills it."""
     out = torch.empty(x.shape, dtype=out_dtype or x.dtype, device=x.device)
     d = x.shape[-1]
     (_, n1, n2), xs = _common.lead3(x.shape, x.stride())
@@ -94,15 +106,10 @@ def adaln_modulate(
     n_rows = x.numel() // d
     block_d = _common.block(d)
     block_r = _common.rows_per_tile(block_d, x.device.type)
-    _adaln_kernel[_common.grid(triton.cdiv(n_rows, block_r), x.device)](
-        x, scale, shift, weight if weight is not None else x, bias if bias is not None else x, out,
-        n_rows, n1, n2, d,
-        *xs, x.stride(-1),
-        *cs, csd,
-        *hs, hsd,
-        *os,
-        float(eps),
-        HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK_R=block_r, BLOCK_D=block_d,
-        num_warps=_common.num_warps(block_r * block_d),
+    w, b = (weight if weight is not None else x), (bias if bias is not None else x)
+    return out, _common.Launch(
+        _adaln_kernel, _common.grid(triton.cdiv(n_rows, block_r), x.device),
+        (x, scale, shift, w, b, out, n_rows, n1, n2, d, *xs, x.stride(-1), *cs, csd, *hs, hsd, *os, float(eps)),
+        dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK_R=block_r, BLOCK_D=block_d),
+        _common.num_warps(block_r * block_d),
     )
-    return out

@@ -21,8 +21,9 @@ import triton.language as tl
 
 from ..ops.mul_add import result_dtype
 from . import _common
+from ._common import row_coords, row_offsets
 
-__all__ = ["mul_add"]
+__all__ = ["mul_add", "plan_mul_add"]
 
 _MAX_BLOCK_C = 1024
 
@@ -43,21 +44,25 @@ def _mul_add_kernel(
     for tile in range(pid, n_tiles, tl.num_programs(0)):
         rblk = tile // n_cblocks
         cols = (tile % n_cblocks) * BLOCK_C + tl.arange(0, BLOCK_C)
-        rows = (rblk * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
-        i2 = rows % n2
-        i1 = (rows // n2) % n1
-        i0 = rows // (n2 * n1)
-        mask = (rows < n_rows)[:, None] & (cols < d)[None, :]
-        x = tl.load(x_ptr + (i0 * xs0 + i1 * xs1 + i2 * xs2)[:, None] + cols[None, :] * xsd, mask=mask, other=0.0)
-        y = tl.load(y_ptr + (i0 * ys0 + i1 * ys1 + i2 * ys2)[:, None] + cols[None, :] * ysd, mask=mask, other=0.0)
-        z = tl.load(z_ptr + (i0 * zs0 + i1 * zs1 + i2 * zs2)[:, None] + cols[None, :] * zsd, mask=mask, other=0.0)
+        rmask, i0, i1, i2 = row_coords(rblk, n_rows, n1, n2, BLOCK_R)
+        mask = rmask[:, None] & (cols < d)[None, :]
+        x = tl.load(x_ptr + row_offsets(i0, i1, i2, xs0, xs1, xs2) + cols[None, :] * xsd, mask=mask, other=0.0)
+        y = tl.load(y_ptr + row_offsets(i0, i1, i2, ys0, ys1, ys2) + cols[None, :] * ysd, mask=mask, other=0.0)
+        z = tl.load(z_ptr + row_offsets(i0, i1, i2, zs0, zs1, zs2) + cols[None, :] * zsd, mask=mask, other=0.0)
         out = x.to(tl.float32) * y.to(tl.float32) + z.to(tl.float32)
-        o_off = (i0 * os0 + i1 * os1 + i2 * os2)[:, None] + cols[None, :]
+        o_off = row_offsets(i0, i1, i2, os0, os1, os2) + cols[None, :]
         tl.store(out_ptr + o_off, out.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 def mul_add(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     """``ascend_kernels::mul_add`` (same signature and semantics) as one Triton kernel."""
+    out, launch = plan_mul_add(x, y, z)
+    launch()
+    return out
+
+
+def plan_mul_add(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, _common.Launch]:
+    """The output (allocated, not written) and the launch that fills it."""
     shape = torch.broadcast_shapes(x.shape, y.shape, z.shape)
     out = torch.empty(shape, dtype=result_dtype(x, y, z), device=x.device)
     d = shape[-1]
@@ -67,15 +72,12 @@ def mul_add(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     block_c = min(_common.block(d), _MAX_BLOCK_C)
     block_r = _common.rows_per_tile(block_c, x.device.type)
     n_tiles = triton.cdiv(n_rows, block_r) * triton.cdiv(d, block_c)
-    _mul_add_kernel[_common.grid(n_tiles, x.device)](
-        x, y, z, out,
-        n_rows, n1, n2, d,
-        *strides,
-        *os,
-        BLOCK_R=block_r, BLOCK_C=block_c,
-        num_warps=_common.num_warps(block_r * block_c),
+    return out, _common.Launch(
+        _mul_add_kernel, _common.grid(n_tiles, x.device),
+        (x, y, z, out, n_rows, n1, n2, d, *strides, *os),
+        dict(BLOCK_R=block_r, BLOCK_C=block_c),
+        _common.num_warps(block_r * block_c),
     )
-    return out
 
 
 def _flat(strides: tuple[list[int], int]) -> list[int]:

@@ -21,8 +21,9 @@ import triton
 import triton.language as tl
 
 from . import _common
+from ._common import row_coords, row_offsets
 
-__all__ = ["rms_norm"]
+__all__ = ["plan_rms_norm", "rms_norm"]
 
 
 @triton.jit
@@ -41,19 +42,15 @@ def _rms_norm_kernel(
         w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
     n_blocks = tl.cdiv(n_rows, BLOCK_R)
     for blk in range(pid, n_blocks, tl.num_programs(0)):
-        rows = (blk * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
-        rmask = rows < n_rows
-        i2 = rows % n2
-        i1 = (rows // n2) % n1
-        i0 = rows // (n2 * n1)
+        rmask, i0, i1, i2 = row_coords(blk, n_rows, n1, n2, BLOCK_R)
         mask = rmask[:, None] & cmask[None, :]
-        x_off = (i0 * xs0 + i1 * xs1 + i2 * xs2)[:, None] + cols[None, :] * xsd
+        x_off = row_offsets(i0, i1, i2, xs0, xs1, xs2) + cols[None, :] * xsd
         x = tl.load(x_ptr + x_off, mask=mask, other=0.0).to(tl.float32)
         ms = tl.sum(x * x, axis=1) / d
         y = x * (1.0 / tl.sqrt(ms + eps))[:, None]
         if HAS_WEIGHT:
             y = y * w[None, :]
-        o_off = (i0 * os0 + i1 * os1 + i2 * os2)[:, None] + cols[None, :]
+        o_off = row_offsets(i0, i1, i2, os0, os1, os2) + cols[None, :]
         tl.store(out_ptr + o_off, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -61,6 +58,15 @@ def rms_norm(
     x: torch.Tensor, weight: Optional[torch.Tensor], eps: float, out_dtype: Optional[torch.dtype] = None
 ) -> torch.Tensor:
     """``ascend_kernels::rms_norm`` (same signature and semantics) as one Triton kernel."""
+    out, launch = plan_rms_norm(x, weight, eps, out_dtype)
+    launch()
+    return out
+
+
+def plan_rms_norm(
+    x: torch.Tensor, weight: Optional[torch.Tensor], eps: float, out_dtype: Optional[torch.dtype] = None
+) -> tuple[torch.Tensor, _common.Launch]:
+    """The output (allocated, not written) and the launch that fills it."""
     out = torch.empty(x.shape, dtype=out_dtype or x.dtype, device=x.device)
     d = x.shape[-1]
     (_, n1, n2), xs = _common.lead3(x.shape, x.stride())
@@ -68,13 +74,9 @@ def rms_norm(
     n_rows = x.numel() // d
     block_d = _common.block(d)
     block_r = _common.rows_per_tile(block_d, x.device.type)
-    _rms_norm_kernel[_common.grid(triton.cdiv(n_rows, block_r), x.device)](
-        x, weight if weight is not None else x, out,
-        n_rows, n1, n2, d,
-        *xs, x.stride(-1),
-        *os,
-        float(eps),
-        HAS_WEIGHT=weight is not None, BLOCK_R=block_r, BLOCK_D=block_d,
-        num_warps=_common.num_warps(block_r * block_d),
+    return out, _common.Launch(
+        _rms_norm_kernel, _common.grid(triton.cdiv(n_rows, block_r), x.device),
+        (x, weight if weight is not None else x, out, n_rows, n1, n2, d, *xs, x.stride(-1), *os, float(eps)),
+        dict(HAS_WEIGHT=weight is not None, BLOCK_R=block_r, BLOCK_D=block_d),
+        _common.num_warps(block_r * block_d),
     )
-    return out

@@ -24,8 +24,9 @@ import triton
 import triton.language as tl
 
 from . import _common
+from ._common import row_coords, row_offsets
 
-__all__ = ["rope"]
+__all__ = ["plan_rope", "rope"]
 
 
 @triton.jit
@@ -45,16 +46,12 @@ def _rope_kernel(
     width = d if INTERLEAVED else d // 2
     cmask = cols < width
     for blk in range(pid, n_blocks, tl.num_programs(0)):
-        rows = (blk * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
-        rmask = rows < n_rows
-        i2 = rows % n2
-        i1 = (rows // n2) % n1
-        i0 = rows // (n2 * n1)
+        rmask, i0, i1, i2 = row_coords(blk, n_rows, n1, n2, BLOCK_R)
         mask = rmask[:, None] & cmask[None, :]
-        x_row = (i0 * xs0 + i1 * xs1 + i2 * xs2)[:, None]
-        c_row = (i0 * cs0 + i1 * cs1 + i2 * cs2)[:, None]
-        s_row = (i0 * ss0 + i1 * ss1 + i2 * ss2)[:, None]
-        o_row = (i0 * os0 + i1 * os1 + i2 * os2)[:, None]
+        x_row = row_offsets(i0, i1, i2, xs0, xs1, xs2)
+        c_row = row_offsets(i0, i1, i2, cs0, cs1, cs2)
+        s_row = row_offsets(i0, i1, i2, ss0, ss1, ss2)
+        o_row = row_offsets(i0, i1, i2, os0, os1, os2)
         if INTERLEAVED:
             x = tl.load(x_ptr + x_row + cols[None, :] * xsd, mask=mask, other=0.0).to(tl.float32)
             c = tl.load(cos_ptr + c_row + cols[None, :] * csd, mask=mask, other=0.0).to(tl.float32)
@@ -77,6 +74,13 @@ def _rope_kernel(
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
     """``ascend_kernels::rope`` (same signature and semantics) as one Triton kernel."""
+    out, launch = plan_rope(x, cos, sin, layout)
+    launch()
+    return out
+
+
+def plan_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> tuple[torch.Tensor, _common.Launch]:
+    """The output (allocated, not written) and the launch that fills it."""
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     d = x.shape[-1]
     interleaved = layout == "interleaved"
@@ -87,14 +91,9 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> 
     n_rows = x.numel() // d
     block_d = _common.block(d if interleaved else d // 2)
     block_r = _common.rows_per_tile(block_d if interleaved else 2 * block_d, x.device.type)
-    _rope_kernel[_common.grid(triton.cdiv(n_rows, block_r), x.device)](
-        x, cos, sin, out,
-        n_rows, n1, n2, d,
-        *xs, x.stride(-1),
-        *cs, csd,
-        *ss, ssd,
-        *os,
-        INTERLEAVED=interleaved, BLOCK_R=block_r, BLOCK_D=block_d,
-        num_warps=_common.num_warps(block_r * block_d),
+    return out, _common.Launch(
+        _rope_kernel, _common.grid(triton.cdiv(n_rows, block_r), x.device),
+        (x, cos, sin, out, n_rows, n1, n2, d, *xs, x.stride(-1), *cs, csd, *ss, ssd, *os),
+        dict(INTERLEAVED=interleaved, BLOCK_R=block_r, BLOCK_D=block_d),
+        _common.num_warps(block_r * block_d),
     )
-    return out

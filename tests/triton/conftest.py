@@ -8,8 +8,10 @@ process-wide). Run them with::
 
     TRITON_INTERPRET=1 python -m pytest -q -p no:xdist tests/triton      # or: nox -s triton-interpret
 
-The provider-selection tests (no kernel launched) run in both. ``cuda``-marked tests run the
-compiled kernels on a real GPU (skipped without one, and under the interpreter).
+The provider-selection and benchmark-script tests (no kernel launched) run in both; the
+ahead-of-time compile tests (``test_compile.py``: each launch compiled for sm_90/sm_80, no GPU)
+run without the interpreter; ``cuda``-marked tests run the compiled kernels on a real GPU
+(skipped without one, and under the interpreter).
 """
 
 from __future__ import annotations
