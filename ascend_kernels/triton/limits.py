@@ -80,6 +80,7 @@ def _out_dtype_ok(out_dtype: Optional[torch.dtype]) -> bool:
 
 
 def rms_norm_supports(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float, out_dtype=None) -> bool:
+    """Common limits, D <= `max_row`, weight None or ``(D,)`` in any of `DTYPES`."""
     return (
         _main_ok(x)
         and x.shape[-1] <= max_row(x.device.type)
@@ -90,6 +91,7 @@ def rms_norm_supports(x: torch.Tensor, weight: Optional[torch.Tensor], eps: floa
 
 
 def rope_supports(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> bool:
+    """Common limits, even D <= `MAX_ROPE_HEAD_DIM`, cos/sin broadcast to x without enlarging it."""
     return (
         layout in _LAYOUTS
         and _main_ok(x)
@@ -109,6 +111,7 @@ def adaln_modulate_supports(
     bias: Optional[torch.Tensor] = None,
     out_dtype: Optional[torch.dtype] = None,
 ) -> bool:
+    """Common limits, D <= `max_row`, scale/shift (as the op reads them) broadcast to x, weight/bias ``(D,)``."""
     d = x.shape[-1] if x.dim() else 0
     return (
         _main_ok(x)
@@ -122,6 +125,7 @@ def adaln_modulate_supports(
 
 
 def mul_add_supports(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> bool:
+    """Operands in `DTYPES` on one device, row-major (stride-0 dims allowed), a 1-4 dim non-empty result."""
     operands = (x, y, z)
     if not all(t.dtype in DTYPES and t.dim() <= MAX_DIMS and row_major(t, broadcast_ok=True) for t in operands):
         return False
