@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["Launch", "TILE_ELEMENTS", "block", "grid", "lead3", "num_warps", "row_coords", "row_offsets", "rows_per_tile", "strides_as"]
+__all__ = ["Launch", "TILE_ELEMENTS", "block", "grid", "lead3", "num_warps", "options", "row_coords", "row_offsets", "rows_per_tile", "strides_as"]
 
 # Elements per tile (rows x block columns), per device type.
 TILE_ELEMENTS = {"cuda": 4096, "npu": 4096}
@@ -42,9 +42,17 @@ class Launch:
     args: tuple
     constexprs: dict[str, Any]
     num_warps: int
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __call__(self) -> None:
-        self.kernel[self.grid](*self.args, **self.constexprs, num_warps=self.num_warps)
+        self.kernel[self.grid](*self.args, **self.constexprs, num_warps=self.num_warps, **self.options)
+
+
+def options(device: torch.device) -> dict[str, Any]:
+    """Compiler options of a launch on ``device``. CUDA: FMA contraction on, stated explicitly
+    (Triton 3.9 warns that its default turns off in 3.10; torch's own CUDA kernels contract too).
+    Nothing elsewhere: triton-ascend rejects options its backend does not define."""
+    return {"enable_fp_fusion": True} if device.type == "cuda" else {}
 
 
 def lead3(shape: Sequence[int], strides: Sequence[int]) -> tuple[list[int], list[int]]:

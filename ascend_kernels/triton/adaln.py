@@ -111,5 +111,5 @@ def plan_adaln_modulate(
         _adaln_kernel, _common.grid(triton.cdiv(n_rows, block_r), x.device),
         (x, scale, shift, w, b, out, n_rows, n1, n2, d, *xs, x.stride(-1), *cs, csd, *hs, hsd, *os, float(eps)),
         dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK_R=block_r, BLOCK_D=block_d),
-        _common.num_warps(block_r * block_d),
+        _common.num_warps(block_r * block_d), _common.options(x.device),
     )

@@ -76,7 +76,7 @@ def plan_mul_add(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> tuple[tor
         _mul_add_kernel, _common.grid(n_tiles, x.device),
         (x, y, z, out, n_rows, n1, n2, d, *strides, *os),
         dict(BLOCK_R=block_r, BLOCK_C=block_c),
-        _common.num_warps(block_r * block_c),
+        _common.num_warps(block_r * block_c), _common.options(x.device),
     )
 
 

@@ -78,5 +78,5 @@ def plan_rms_norm(
         _rms_norm_kernel, _common.grid(triton.cdiv(n_rows, block_r), x.device),
         (x, weight if weight is not None else x, out, n_rows, n1, n2, d, *xs, x.stride(-1), *os, float(eps)),
         dict(HAS_WEIGHT=weight is not None, BLOCK_R=block_r, BLOCK_D=block_d),
-        _common.num_warps(block_r * block_d),
+        _common.num_warps(block_r * block_d), _common.options(x.device),
     )

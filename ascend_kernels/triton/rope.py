@@ -95,5 +95,5 @@ def plan_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str
         _rope_kernel, _common.grid(triton.cdiv(n_rows, block_r), x.device),
         (x, cos, sin, out, n_rows, n1, n2, d, *xs, x.stride(-1), *cs, csd, *ss, ssd, *os),
         dict(INTERLEAVED=interleaved, BLOCK_R=block_r, BLOCK_D=block_d),
-        _common.num_warps(block_r * block_d),
+        _common.num_warps(block_r * block_d), _common.options(x.device),
     )

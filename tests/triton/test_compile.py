@@ -75,7 +75,7 @@ def _compile(launch, arch: int, specialize: bool = False):
         const[(names.index(name),)] = value
     assert set(sig) == set(names), "a kernel argument was not planned"
     return triton.compile(ASTSource(fn=launch.kernel, signature=sig, constexprs=const, attrs=attrs),
-                          target=GPUTarget("cuda", arch, 32), options={"num_warps": launch.num_warps})
+                          target=GPUTarget("cuda", arch, 32), options={"num_warps": launch.num_warps, "enable_fp_fusion": True})
 
 
 @pytest.mark.parametrize("arch", [90, 80], ids=lambda a: f"sm_{a}")
