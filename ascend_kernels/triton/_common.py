@@ -74,8 +74,9 @@ def rows_per_tile(block_d: int, device_type: str) -> int:
 
 
 def num_warps(tile_elements: int) -> int:
-    """CUDA warps per program: about 16-32 fp32 values per thread (ignored by triton-ascend)."""
-    return 4 if tile_elements <= 2048 else 8 if tile_elements <= 8192 else 16
+    """CUDA warps per program: at most 16 fp32 values per thread and tensor (the adaLN kernel keeps
+    five row tensors live; more spills registers). Ignored by triton-ascend."""
+    return 4 if tile_elements <= 2048 else 8 if tile_elements <= 4096 else 16
 
 
 @functools.lru_cache(maxsize=None)
