@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.metadata
 import importlib.util
 from typing import Callable
 
@@ -78,6 +77,8 @@ def triton_ascend_available() -> bool:
     >>> isinstance(triton_ascend_available(), bool)
     True
     """
+    import importlib.metadata  # here, not at import: it pulls in email/zipfile/csv
+
     try:
         importlib.metadata.distribution("triton-ascend")
     except importlib.metadata.PackageNotFoundError:
