@@ -255,10 +255,16 @@ def test_light_import():
 
 def test_auto_picks_up_a_triton_kernel_where_it_runs(monkeypatch):
     import ascend_kernels.triton as tri
+    from ascend_kernels.triton import measurements
 
-    monkeypatch.setitem(tri.KERNELS, "adaln_modulate", lambda *a: None)
     monkeypatch.setattr(tri, "triton_available", lambda: True)
+    monkeypatch.setattr(tri, "triton_ascend_available", lambda: True)
     auto = AscendConfig()
     assert auto.resolved_fusions("npu") == ("rms_norm", "rope", "adaln", "mul_add")
+    # On CUDA only kernels measured faster than Inductor's code for their composite: none recorded.
+    assert auto.resolved_fusions("cuda") == ()
+    faster = measurements.Measurement("adaln_modulate", "cuda", "NVIDIA H100 80GB HBM3", "flux_img", "bf16",
+                                      kernel_ms=0.04, compiled_ms=0.069, versions="-", date="-")
+    monkeypatch.setattr(measurements, "MEASUREMENTS", (faster,))
     assert auto.resolved_fusions("cuda") == ("adaln",)
     assert auto.resolved_fusions("cpu") == ()

@@ -1,0 +1,119 @@
+"""Launch helpers shared by the kernels: row decomposition, tiles and grid per device type.
+
+Every kernel here works on rows: the output viewed as ``(n0, n1, n2, D)`` (leading dims padded to
+three), one row per ``(i0, i1, i2)``, each operand addressed through its own strides (broadcast
+dims have stride 0), so no operand is ever copied or expanded in memory. A program walks row
+blocks ``pid, pid + num_programs, ...`` (a persistent loop), so the grid can be capped:
+
+- CUDA: at most 65535 programs (far above the SM count; the cap only bounds the launch).
+- Ascend (triton-ascend): the grid is at most 65535 and should be the number of vector cores
+  (each program is bound to a physical core; programs beyond it run in later waves and only add
+  scheduling cost), so the grid is ``min(blocks, vector cores)``. The unified buffer (192 KB per
+  vector core on 910B) holds every live tile plus double buffering: tiles stay <= 4096 fp32
+  elements (16 KB each). DMA moves 32-byte aligned blocks: rows whose byte length is a multiple
+  of 32 (D a multiple of 16 in bf16/fp16, of 8 in fp32: every Flux/Wan width) are read without
+  partial bursts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Sequence
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["Launch", "TILE_ELEMENTS", "block", "grid", "lead3", "num_warps", "options", "row_coords", "row_offsets", "rows_per_tile", "strides_as"]
+
+# Elements per tile (rows x block columns), per device type.
+TILE_ELEMENTS = {"cuda": 4096, "npu": 4096}
+_MAX_GRID = 65535
+
+
+@dataclasses.dataclass
+class Launch:
+    """One kernel launch, planned from tensor metadata only (``plan_*`` of each kernel module accept
+    meta tensors too, so tests can compile the exact launch for a GPU target without a GPU)."""
+
+    kernel: Any
+    grid: tuple[int]
+    args: tuple
+    constexprs: dict[str, Any]
+    num_warps: int
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __call__(self) -> None:
+        self.kernel[self.grid](*self.args, **self.constexprs, num_warps=self.num_warps, **self.options)
+
+
+def options(device: torch.device) -> dict[str, Any]:
+    """Compiler options of a launch on ``device``. CUDA: FMA contraction on, stated explicitly
+    (Triton 3.9 warns that its default turns off in 3.10; torch's own CUDA kernels contract too).
+    Nothing elsewhere: triton-ascend rejects options its backend does not define."""
+    return {"enable_fp_fusion": True} if device.type == "cuda" else {}
+
+
+def lead3(shape: Sequence[int], strides: Sequence[int]) -> tuple[list[int], list[int]]:
+    """Sizes and strides of the leading dims (all but the last), padded in front to three."""
+    sizes, st = list(shape[:-1]), list(strides[:-1])
+    pad = 3 - len(sizes)
+    return [1] * pad + sizes, [0] * pad + st
+
+
+def strides_as(t: torch.Tensor, shape: Sequence[int]) -> tuple[list[int], int]:
+    """Strides of ``t`` broadcast to ``shape``: (three leading strides, last-dim stride)."""
+    st = t.expand(tuple(shape)).stride()
+    return lead3(shape, st)[1], st[-1]
+
+
+def rows_per_tile(block_d: int, device_type: str) -> int:
+    """Rows per tile so that a tile holds about `TILE_ELEMENTS` elements (at least one row)."""
+    return max(1, TILE_ELEMENTS.get(device_type, 4096) // block_d)
+
+
+def num_warps(tile_elements: int) -> int:
+    """CUDA warps per program: at most 16 fp32 values per thread and tensor (the adaLN kernel keeps
+    five row tensors live; more spills registers). Ignored by triton-ascend."""
+    return 4 if tile_elements <= 2048 else 8 if tile_elements <= 4096 else 16
+
+
+@functools.lru_cache(maxsize=None)
+def _npu_vector_cores(index: int) -> int:
+    try:  # triton-ascend's driver reports the cores of the device
+        from triton.runtime import driver
+
+        return int(driver.active.utils.get_device_properties(index)["num_vectorcore"])
+    except Exception:  # pragma: no cover  (no NPU here) 910B: 24 AI cores x 2 vector cores
+        return 48
+
+
+def grid(n_blocks: int, device: torch.device) -> tuple[int]:
+    """The 1-D grid of a persistent kernel over ``n_blocks`` row blocks on ``device``."""
+    if device.type == "npu":  # pragma: no cover  (no NPU here)
+        cap = _npu_vector_cores(device.index if device.index is not None else torch.npu.current_device())
+    else:
+        cap = _MAX_GRID
+    return (max(1, min(n_blocks, cap)),)
+
+
+def block(n: int) -> int:
+    """The power-of-two tile width covering ``n`` elements."""
+    return triton.next_power_of_2(max(int(n), 1))
+
+
+# -- device helpers (inlined into the kernels) ---------------------------------------------------
+
+
+@triton.jit
+def row_coords(blk, n_rows, n1, n2, BLOCK_R: tl.constexpr):
+    """Rows of row block ``blk``: (in-range mask, i0, i1, i2), int64 so offsets never overflow."""
+    rows = (blk * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
+    return rows < n_rows, rows // (n2 * n1), (rows // n2) % n1, rows % n2
+
+
+@triton.jit
+def row_offsets(i0, i1, i2, s0, s1, s2):
+    """Element offsets of the rows' starts for leading strides (s0, s1, s2), as a column (BLOCK_R, 1)."""
+    return (i0 * s0 + i1 * s1 + i2 * s2)[:, None]

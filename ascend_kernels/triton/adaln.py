@@ -1,0 +1,115 @@
+"""Triton kernel of ``ascend_kernels::adaln_modulate``: LayerNorm + ``* (1 + scale) + shift`` in one pass.
+
+Semantics of `ascend_kernels.ops.adaln.adaln_modulate_native`: fp32 statistics (mean, then the
+variance of the centred row, as LayerNorm), optional LayerNorm weight and bias, modulation with
+``scale``/``shift`` read through their broadcast strides (Flux's ``(B, D)`` chunks read as
+``(B, 1, D)``, Wan's ``(B, 1, D)`` sums; any broadcastable shape), the result in
+``out_dtype or x.dtype`` (Wan computes in fp32 and returns fp32 from bf16 input). One read of x,
+scale, shift and one write: the composite takes a LayerNorm kernel plus the pointwise tail.
+Limits: `ascend_kernels.triton.limits.adaln_modulate_supports`.
+
+Tuning: Flux/Wan rows are wide (3072; 5120 for Wan 14B) and there are few per batch, so a tile
+is one row (BLOCK_D = 4096 or 8192 lanes, 8-16 warps on CUDA); the scale/shift row of the
+program's batch is re-read per row, from L2. Ascend: the grid is the number of vector cores; the
+widest accepted row is 8192 elements (`limits.max_row`: x, the centred row, scale, shift and y
+in fp32 are 5 x 32 KB, within the 192 KB unified buffer); 3072-wide bf16 rows are 6 KB, 32-byte
+aligned.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ..ops.adaln import _as_modulation  # (B, D) against x (B, S, D) is read as (B, 1, D)
+from . import _common
+from ._common import row_coords, row_offsets
+
+__all__ = ["adaln_modulate", "plan_adaln_modulate"]
+
+
+@triton.jit
+def _adaln_kernel(
+    x_ptr, scale_ptr, shift_ptr, w_ptr, b_ptr, out_ptr,
+    n_rows, n1, n2, d,
+    xs0, xs1, xs2, xsd,
+    cs0, cs1, cs2, csd,
+    hs0, hs1, hs2, hsd,
+    os0, os1, os2,
+    eps,
+    HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_D)
+    cmask = cols < d
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        b = tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    n_blocks = tl.cdiv(n_rows, BLOCK_R)
+    for blk in range(pid, n_blocks, tl.num_programs(0)):
+        rmask, i0, i1, i2 = row_coords(blk, n_rows, n1, n2, BLOCK_R)
+        mask = rmask[:, None] & cmask[None, :]
+        x_off = row_offsets(i0, i1, i2, xs0, xs1, xs2) + cols[None, :] * xsd
+        x = tl.load(x_ptr + x_off, mask=mask, other=0.0).to(tl.float32)
+        mean = tl.sum(x, axis=1) / d
+        xc = tl.where(mask, x - mean[:, None], 0.0)
+        var = tl.sum(xc * xc, axis=1) / d
+        y = xc * (1.0 / tl.sqrt(var + eps))[:, None]
+        if HAS_WEIGHT:
+            y = y * w[None, :]
+        if HAS_BIAS:
+            y = y + b[None, :]
+        c_off = row_offsets(i0, i1, i2, cs0, cs1, cs2) + cols[None, :] * csd
+        h_off = row_offsets(i0, i1, i2, hs0, hs1, hs2) + cols[None, :] * hsd
+        scale = tl.load(scale_ptr + c_off, mask=mask, other=0.0).to(tl.float32)
+        shift = tl.load(shift_ptr + h_off, mask=mask, other=0.0).to(tl.float32)
+        y = y * (1.0 + scale) + shift
+        o_off = row_offsets(i0, i1, i2, os0, os1, os2) + cols[None, :]
+        tl.store(out_ptr + o_off, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def adaln_modulate(
+    x: torch.Tensor,
+    scale: torch.Tensor,
+    shift: torch.Tensor,
+    eps: float,
+    weight: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    out_dtype: Optional[torch.dtype] = None,
+) -> torch.Tensor:
+    """``ascend_kernels::adaln_modulate`` (same signature and semantics) as one Triton kernel."""
+    out, launch = plan_adaln_modulate(x, scale, shift, eps, weight, bias, out_dtype)
+    launch()
+    return out
+
+
+def plan_adaln_modulate(
+    x: torch.Tensor,
+    scale: torch.Tensor,
+    shift: torch.Tensor,
+    eps: float,
+    weight: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    out_dtype: Optional[torch.dtype] = None,
+) -> tuple[torch.Tensor, _common.Launch]:
+    """The output (allocated, not written) and the launch that fills it."""
+    out = torch.empty(x.shape, dtype=out_dtype or x.dtype, device=x.device)
+    d = x.shape[-1]
+    (_, n1, n2), xs = _common.lead3(x.shape, x.stride())
+    _, os = _common.lead3(out.shape, out.stride())
+    cs, csd = _common.strides_as(_as_modulation(scale, x), x.shape)
+    hs, hsd = _common.strides_as(_as_modulation(shift, x), x.shape)
+    n_rows = x.numel() // d
+    block_d = _common.block(d)
+    block_r = _common.rows_per_tile(block_d, x.device.type)
+    w, b = (weight if weight is not None else x), (bias if bias is not None else x)
+    return out, _common.Launch(
+        _adaln_kernel, _common.grid(triton.cdiv(n_rows, block_r), x.device),
+        (x, scale, shift, w, b, out, n_rows, n1, n2, d, *xs, x.stride(-1), *cs, csd, *hs, hsd, *os, float(eps)),
+        dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK_R=block_r, BLOCK_D=block_d),
+        _common.num_warps(block_r * block_d), _common.options(x.device),
+    )

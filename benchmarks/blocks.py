@@ -1,0 +1,203 @@
+"""Full-width Flux blocks: eager vs Inductor vs our fusions with the Triton kernels under the inductor executor.
+
+    python benchmarks/blocks.py --out benchmarks/results/     # CUDA, bf16, full width
+    python benchmarks/blocks.py --tiny                        # smoke run on CPU (tiny widths, fp32)
+
+One `FluxTransformerBlock` (double stream) and one `FluxSingleTransformerBlock` at Flux.1 width
+(3072, 24 heads of 128) with 4096 image + 512 text tokens (1024x1024), random weights, bf16.
+Variants: eager; ``torch.compile(block)`` (Inductor, default mode); ``AscendBackend(fusions="auto",
+executor="inductor")``; and each Triton-backed fusion alone, then all four, under the inductor
+executor with the ``triton`` provider chosen (``use_providers``). A fused op is opaque to
+Inductor, which then cannot fuse neighbouring pointwise ops into its own kernels: the kernel
+benchmark (``benchmarks/kernels.py``) can show a kernel faster than Inductor's code for its
+composite while the block gets slower. A fusion belongs in ``fusions="auto"`` on CUDA only if its
+row here is no slower than ``inductor`` (then record its kernel rows in
+`ascend_kernels.triton.measurements`).
+
+``--tiny`` runs the same variants on CPU at tiny widths to check the script; the Triton kernels do
+not run on CPU, so there every fused op runs its native provider (column ``providers``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Any, Callable, Sequence
+
+TRITON_FUSIONS = ("rms_norm", "rope", "adaln", "mul_add")
+FULL = dict(dim_head=128, heads=24, img=4096, txt=512, axes_dim=(16, 56, 56))
+
+
+def _variants(device_type: str) -> dict[str, tuple[Any, dict[str, str]]]:
+    """name -> (fusions for AscendBackend or None for plain eager/Inductor, provider choice)."""
+    from diffusers_ascend.config import FUSION_TO_OP
+
+    on_cuda = device_type == "cuda"
+
+    def choice(fusions):
+        return {FUSION_TO_OP[f]: "triton" for f in fusions} if on_cuda else {}
+
+    variants: dict[str, tuple[Any, dict[str, str]]] = {"eager": (None, {}), "inductor": ("inductor", {}),
+                                                        "ascend_auto": ("auto", {})}
+    for f in TRITON_FUSIONS:
+        variants[f"triton_{f}"] = ([f], choice([f]))
+    variants["triton_all4"] = (list(TRITON_FUSIONS), choice(TRITON_FUSIONS))
+    return variants
+
+
+def _inputs(img: int, txt: int, dim: int, axes_dim: Sequence[int], dtype, device) -> dict[str, Any]:
+    import torch
+    from diffusers.models.transformers.transformer_flux import FluxPosEmbed
+
+    side = int(img ** 0.5)
+    ids = torch.zeros(side, side, 3)
+    ids[..., 1] = torch.arange(side)[:, None]
+    ids[..., 2] = torch.arange(side)[None, :]
+    ids = torch.cat([torch.zeros(txt, 3), ids.reshape(-1, 3)])
+    cos, sin = FluxPosEmbed(theta=10000, axes_dim=list(axes_dim))(ids)
+    g = torch.Generator().manual_seed(0)
+    return dict(
+        hidden_states=torch.randn(1, img, dim, generator=g).to(device, dtype),
+        encoder_hidden_states=torch.randn(1, txt, dim, generator=g).to(device, dtype),
+        temb=torch.randn(1, dim, generator=g).to(device, dtype),
+        image_rotary_emb=(cos.to(device), sin.to(device)),
+    )
+
+
+def _as_tuple(out) -> tuple:
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def _timer(device_type: str) -> Callable[[Callable[[], Any], int, int], list[float]]:
+    import torch
+
+    def cuda(fn, warmup, runs):
+        for _ in range(warmup):
+            fn()
+        times = []
+        for _ in range(runs):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        return times
+
+    def cpu(fn, warmup, runs):
+        for _ in range(warmup):
+            fn()
+        times = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t) * 1e3)
+        return times
+
+    return cuda if device_type == "cuda" else cpu
+
+
+def run(tiny: bool = False, variants: Sequence[str] | None = None) -> dict[str, Any]:
+    import torch
+    from diffusers.models.transformers.transformer_flux import FluxSingleTransformerBlock, FluxTransformerBlock
+
+    from ascend_kernels.registry import use_providers
+    from diffusers_ascend.benchmarks._common import machine_info, register_ops
+    from diffusers_ascend.compilation import AscendBackend
+
+    register_ops()
+    device_type = "cpu" if tiny else "cuda"
+    dtype = torch.float32 if tiny else torch.bfloat16
+    cfg = dict(dim_head=16, heads=2, img=16, txt=8, axes_dim=(4, 4, 8)) if tiny else FULL
+    dim = cfg["dim_head"] * cfg["heads"]
+    warmup, runs = (3, 10) if tiny else (5, 30)
+    timer = _timer(device_type)
+    inputs = _inputs(cfg["img"], cfg["txt"], dim, cfg["axes_dim"], dtype, device_type)
+    chosen = _variants(device_type)
+    names = [n for n in chosen if not variants or n in variants or n == "eager"]
+    rows = []
+    for block_name, cls in (("flux_double", FluxTransformerBlock), ("flux_single", FluxSingleTransformerBlock)):
+        torch.manual_seed(0)
+        block = cls(dim=dim, num_attention_heads=cfg["heads"], attention_head_dim=cfg["dim_head"])
+        block = block.to(device_type, dtype).eval()
+        with torch.no_grad():
+            ref = block(**inputs)
+        eager_ms = None
+        for name in names:
+            fusions, providers = chosen[name]
+            torch._dynamo.reset()
+            backend = None
+            if fusions is None:
+                fn = block
+            elif fusions == "inductor":
+                fn = torch.compile(block)
+            else:
+                backend = AscendBackend(fusions=fusions, executor="inductor", on_error="raise")
+                fn = torch.compile(block, backend=backend)
+            with torch.no_grad(), use_providers(**providers):
+                t0 = time.perf_counter()
+                out = fn(**inputs)
+                first_s = time.perf_counter() - t0
+                times = timer(lambda: fn(**inputs), warmup, runs)
+            median = statistics.median(times)
+            eager_ms = median if name == "eager" else eager_ms
+            diff = max(float((o.float() - r.float()).abs().max()) for o, r in zip(_as_tuple(out), _as_tuple(ref)))
+            rows.append(dict(
+                block=block_name, variant=name, median_ms=median, min_ms=min(times),
+                vs_eager=median / eager_ms if eager_ms else None, first_call_s=first_s,
+                matches=dict(backend.report.matches) if backend else None,
+                providers=",".join(sorted(set(providers.values()))) or "-", max_abs_diff=diff,
+            ))
+        inductor = next((r["median_ms"] for r in rows if r["block"] == block_name and r["variant"] == "inductor"), None)
+        for r in rows:
+            if r["block"] == block_name:
+                r["vs_inductor"] = r["median_ms"] / inductor if inductor else None
+        del block
+        torch._dynamo.reset()
+    device = torch.cuda.get_device_name(0) if device_type == "cuda" else "cpu"
+    return dict(benchmark="blocks", size="tiny" if tiny else "full", dtype=str(dtype).replace("torch.", ""),
+                config=cfg, device=device, machine=machine_info(), rows=rows)
+
+
+COLUMNS = [
+    ("block", "block"), ("variant", "variant"), ("providers", "providers"), ("median_ms", "median ms"),
+    ("min_ms", "min ms"), ("vs_eager", "vs eager"), ("vs_inductor", "vs inductor"), ("first_call_s", "first call s"),
+    ("max_abs_diff", "max |diff| vs eager"),
+]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tiny", action="store_true", help="tiny widths on CPU, fp32: checks the script, measures nothing useful")
+    parser.add_argument("--variant", action="append", default=None, help="run only these variants (repeatable; eager always runs)")
+    parser.add_argument("--out", default=None, help="directory for blocks.json (default: print only)")
+    args = parser.parse_args(argv)
+    import torch
+
+    if not args.tiny and not torch.cuda.is_available():
+        print("benchmarks/blocks.py measures full-width Flux blocks on a CUDA GPU and none is available here "
+              "(torch.cuda.is_available() is False); use --tiny for a CPU smoke run.", file=sys.stderr)
+        return 2
+    from diffusers_ascend.benchmarks._common import text_table
+
+    result = run(tiny=args.tiny, variants=args.variant)
+    print(f"{result['device']}, {result['dtype']}, {result['config']}")
+    print(text_table(result["rows"], COLUMNS))
+    for r in result["rows"]:
+        if r["matches"]:
+            print(f"  {r['block']:<12} {r['variant']:<18} matches {r['matches']}")
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        path = os.path.join(args.out, f"blocks{'-tiny' if args.tiny else ''}.json")
+        with open(path, "w") as f:
+            json.dump(result, f, indent=2)
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""Triton kernels vs eager and torch.compile of the same composite, at Flux and Wan 14B sizes (bf16, CUDA).
+
+    python benchmarks/kernels.py --out benchmarks/results/     # needs a CUDA GPU
+
+Per case: the composite as diffusers writes it, run eager and compiled by Inductor (default mode),
+the Triton kernel called directly and through ``torch.ops.ascend_kernels`` (with the dispatcher),
+each timed with ``triton.testing.do_bench`` (median, L2 flushed between runs). Achieved bandwidth
+counts the bytes a fused kernel must move (each input read once at its real size, the output
+written once) and is compared with this device's measured device-to-device copy bandwidth. It
+prints a table, writes ``kernels.json`` (with the machine) and prints the
+`ascend_kernels.triton.measurements.Measurement` rows to record (only after the block check of
+``benchmarks/blocks.py``; see that module's docstring).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import sys
+from typing import Any, Callable, Sequence
+
+# Flux: 4096 image + 512 text tokens at 1024x1024, 24 heads of 128, width 3072. Wan 2.1 14B at
+# 1280x720, 81 frames: 21 x 45 x 80 = 75600 tokens, 40 heads of 128, width 5120.
+FLUX_TOKENS, FLUX_IMG, FLUX_DIM, FLUX_HEADS = 4608, 4096, 3072, 24
+WAN_TOKENS, WAN_DIM, WAN_HEADS = 75600, 5120, 40
+HEAD_DIM = 128
+
+
+@dataclasses.dataclass
+class Case:
+    name: str
+    op: str
+    shape: str
+    make: Callable[[], tuple]  # () -> op args (on CUDA)
+    composite: Callable[..., Any]  # the diffusers code, same args
+
+
+def _cases() -> list[Case]:
+    import torch
+    import torch.nn.functional as F
+
+    bf, f32 = torch.bfloat16, torch.float32
+
+    def rand(*shape, dtype=bf):
+        return torch.randn(*shape, device="cuda", dtype=dtype)
+
+    def rms(x, w, eps, out_dtype):  # torch.nn.RMSNorm (Flux/Wan norm_q, norm_k)
+        return F.rms_norm(x, (x.shape[-1],), w, eps)
+
+    def rope_flux(x, cos, sin, layout):  # diffusers apply_rotary_emb(use_real=True, unbind_dim=-1)
+        x_real, x_imag = x.reshape(*x.shape[:-1], -1, 2).unbind(-1)
+        x_rotated = torch.stack([-x_imag, x_real], dim=-1).flatten(3)
+        return (x.float() * cos + x_rotated.float() * sin).to(x.dtype)
+
+    def adaln_flux(x, scale, shift, eps, w, b, out_dtype):  # AdaLayerNormZero
+        return F.layer_norm(x, (x.shape[-1],), eps=eps) * (1 + scale[:, None]) + shift[:, None]
+
+    def adaln_wan(x, scale, shift, eps, w, b, out_dtype):  # WanTransformerBlock, fp32 modulation
+        return (F.layer_norm(x.float(), (x.shape[-1],), eps=eps) * (1 + scale) + shift).type_as(x)
+
+    def gate(x, y, z):  # residual + gate * y (Flux); Wan: h.float() + y * gate_f32
+        return z + x * y
+
+    def flux_tables():
+        return rand(1, FLUX_TOKENS, 1, HEAD_DIM, dtype=f32), rand(1, FLUX_TOKENS, 1, HEAD_DIM, dtype=f32)
+
+    def wan_tables():
+        return rand(1, WAN_TOKENS, 1, HEAD_DIM, dtype=f32), rand(1, WAN_TOKENS, 1, HEAD_DIM, dtype=f32)
+
+    return [
+        Case("flux_qk_norm", "rms_norm", f"1x{FLUX_TOKENS}x{FLUX_HEADS}x{HEAD_DIM}",
+             lambda: (rand(1, FLUX_TOKENS, FLUX_HEADS, HEAD_DIM), rand(HEAD_DIM), 1e-6, None), rms),
+        Case("wan_qk_norm", "rms_norm", f"1x{WAN_TOKENS}x{WAN_DIM}",
+             lambda: (rand(1, WAN_TOKENS, WAN_DIM), rand(WAN_DIM), 1e-6, None), rms),
+        Case("flux_rope", "rope", f"1x{FLUX_TOKENS}x{FLUX_HEADS}x{HEAD_DIM}",
+             lambda: (rand(1, FLUX_TOKENS, FLUX_HEADS, HEAD_DIM), *flux_tables(), "interleaved"), rope_flux),
+        Case("wan_rope", "rope", f"1x{WAN_TOKENS}x{WAN_HEADS}x{HEAD_DIM}",
+             lambda: (rand(1, WAN_TOKENS, WAN_HEADS, HEAD_DIM), *wan_tables(), "interleaved"), rope_flux),
+        Case("flux_adaln", "adaln_modulate", f"1x{FLUX_IMG}x{FLUX_DIM}",
+             lambda: (rand(1, FLUX_IMG, FLUX_DIM), rand(1, FLUX_DIM), rand(1, FLUX_DIM), 1e-6, None, None, None),
+             adaln_flux),
+        Case("wan_adaln", "adaln_modulate", f"1x{WAN_TOKENS}x{WAN_DIM}",
+             lambda: (rand(1, WAN_TOKENS, WAN_DIM), rand(1, 1, WAN_DIM, dtype=f32), rand(1, 1, WAN_DIM, dtype=f32),
+                      1e-6, None, None, bf), adaln_wan),
+        Case("flux_gate", "mul_add", f"1x{FLUX_IMG}x{FLUX_DIM}",
+             lambda: (rand(1, 1, FLUX_DIM), rand(1, FLUX_IMG, FLUX_DIM), rand(1, FLUX_IMG, FLUX_DIM)), gate),
+        Case("wan_gate", "mul_add", f"1x{WAN_TOKENS}x{WAN_DIM}",
+             lambda: (rand(1, WAN_TOKENS, WAN_DIM), rand(1, 1, WAN_DIM, dtype=f32), rand(1, WAN_TOKENS, WAN_DIM, dtype=f32)),
+             gate),
+    ]
+
+
+def _bytes(args: Sequence[Any], out) -> int:
+    import torch
+
+    return sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor)) + out.numel() * out.element_size()
+
+
+def copy_bandwidth_gbs() -> float:
+    """Device-to-device copy of 1 GiB: bytes read + written per second, in GB/s."""
+    import torch
+    from triton.testing import do_bench
+
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    ms = do_bench(lambda: dst.copy_(src), warmup=10, rep=100, return_mode="median")
+    return 2 * src.numel() / (ms * 1e-3) / 1e9
+
+
+def run(cases: Sequence[str] | None = None) -> dict[str, Any]:
+    import torch
+    import triton
+    from triton.testing import do_bench
+
+    import ascend_kernels  # noqa: F401  (registers torch.ops.ascend_kernels)
+    from ascend_kernels.registry import use_providers
+    from ascend_kernels.triton import kernel as triton_kernel
+    from diffusers_ascend.benchmarks._common import machine_info
+
+    torch.manual_seed(0)
+    peak = copy_bandwidth_gbs()
+    rows = []
+    for case in _cases():
+        if cases and case.name not in cases:
+            continue
+        args = case.make()
+        kernel = triton_kernel(case.op)
+        op = getattr(torch.ops.ascend_kernels, case.op)
+        torch._dynamo.reset()
+        compiled = torch.compile(case.composite)
+        ref = case.composite(*args)
+        out = kernel(*args)
+        compiled(*args)  # compile outside the timing
+
+        def bench(fn):
+            return do_bench(lambda: fn(*args), warmup=25, rep=200, return_mode="median")
+
+        with use_providers(**{case.op: "triton"}):
+            times = dict(eager_ms=bench(case.composite), compiled_ms=bench(compiled), kernel_ms=bench(kernel),
+                         op_ms=bench(op))
+        moved = _bytes(args, out)
+        row = dict(case=case.name, op=case.op, shape=case.shape, mb_moved=moved / 1e6, **times)
+        for key in ("eager", "compiled", "kernel", "op"):
+            gbs = moved / (times[f"{key}_ms"] * 1e-3) / 1e9
+            row[f"{key}_gbs"], row[f"{key}_pct_copy"] = gbs, 100 * gbs / peak
+        row["kernel_vs_eager"] = times["eager_ms"] / times["kernel_ms"]
+        row["kernel_vs_compiled"] = times["compiled_ms"] / times["kernel_ms"]
+        row["max_abs_diff_vs_eager"] = float((out.float() - ref.float()).abs().max())
+        rows.append(row)
+        del args, out, ref
+        torch.cuda.empty_cache()
+    torch._dynamo.reset()
+    return dict(benchmark="kernels", dtype="bf16", copy_gbs=peak, machine=machine_info(),
+                versions=f"torch {torch.__version__}, triton {triton.__version__}",
+                device=torch.cuda.get_device_name(0), rows=rows)
+
+
+COLUMNS = [
+    ("case", "case"), ("shape", "shape"), ("mb_moved", "MB"), ("eager_ms", "eager ms"),
+    ("compiled_ms", "compiled ms"), ("kernel_ms", "triton ms"), ("op_ms", "triton op ms"),
+    ("kernel_gbs", "triton GB/s"), ("kernel_pct_copy", "triton % copy"), ("compiled_pct_copy", "compiled % copy"),
+    ("kernel_vs_eager", "vs eager"), ("kernel_vs_compiled", "vs compiled"), ("max_abs_diff_vs_eager", "max |diff|"),
+]
+
+
+def measurement_rows(result: dict[str, Any]) -> list[str]:
+    """`Measurement(...)` source lines for `ascend_kernels.triton.measurements.MEASUREMENTS`."""
+    date = datetime.date.today().isoformat()
+    return [
+        f"Measurement({r['op']!r}, 'cuda', {result['device']!r}, {r['case']!r}, 'bf16', "
+        f"kernel_ms={r['kernel_ms']:.4f}, compiled_ms={r['compiled_ms']:.4f}, versions={result['versions']!r}, "
+        f"date={date!r}),"
+        for r in result["rows"]
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=None, help="directory for kernels.json (default: print only)")
+    parser.add_argument("--case", action="append", default=None, help="run only these cases (repeatable)")
+    args = parser.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("benchmarks/kernels.py measures Triton kernels on a CUDA GPU and none is available here "
+              "(torch.cuda.is_available() is False). Correctness without a GPU: "
+              "TRITON_INTERPRET=1 python -m pytest tests/triton", file=sys.stderr)
+        return 2
+    from diffusers_ascend.benchmarks._common import text_table
+
+    result = run(args.case)
+    print(f"{result['device']}: measured copy bandwidth {result['copy_gbs']:.0f} GB/s ({result['versions']})")
+    print(text_table(result["rows"], COLUMNS))
+    print("\nrows for ascend_kernels/triton/measurements.py (after the block check of benchmarks/blocks.py):")
+    print("\n".join(measurement_rows(result)))
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        path = os.path.join(args.out, "kernels.json")
+        with open(path, "w") as f:
+            json.dump(result, f, indent=2)
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

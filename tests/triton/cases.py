@@ -1,0 +1,102 @@
+"""Argument sets of the kernel tests: the model forms (Flux, Wan) and odd shapes (non-power-of-two D,
+one token, batch 3, slices), built for a dtype and a device. Shared by the interpreter tests and the
+``cuda`` tests. Shapes stay small: the interpreter runs every program in Python."""
+
+from __future__ import annotations
+
+import torch
+
+from .conftest import randn
+
+# name -> builder(dtype, device) -> op arguments
+
+
+def rms_norm_cases():
+    def make(shape, weight=None, out_dtype=None, sliced=False):
+        def build(dtype, device):
+            d = shape[-1]
+            x = randn(*shape[:-1], d + 8 if sliced else d, dtype=dtype, scale=3.0, device=device)
+            if sliced:  # a row-major, non-contiguous view (a slice of a fused projection)
+                x = x[..., :d]
+            w = None if weight is None else randn(d, dtype=weight if weight != "x" else dtype, seed=1, device=device)
+            return (x, w, 1e-6, out_dtype)
+
+        return build
+
+    return {
+        "flux_qk_fp32_weight": make((1, 13, 3, 16), weight=torch.float32),
+        "low_precision_weight": make((3, 5, 40), weight="x"),
+        "no_weight_one_token": make((3, 1, 40)),
+        "d77_out_fp32": make((2, 7, 77), weight=torch.float32, out_dtype=torch.float32),
+        "sliced_1d_rows": make((5, 24), weight=torch.float32, sliced=True),
+        "one_dim": make((100,), weight="x"),
+    }
+
+
+def rope_cases():
+    def make(x_shape, table_shape, table_dtype=torch.float32, sliced=False):
+        def build(dtype, device):
+            d = x_shape[-1]
+            x = randn(*x_shape[:-1], d + 6 if sliced else d, dtype=dtype, device=device)
+            if sliced:
+                x = x[..., :d]
+            cos = randn(*table_shape, dtype=table_dtype, seed=1, device=device)
+            sin = randn(*table_shape, dtype=table_dtype, seed=2, device=device)
+            return (x, cos, sin)
+
+        return build
+
+    return {
+        "flux_bshd_1s1d": make((1, 13, 3, 16), (1, 13, 1, 16)),
+        "bnsd_11sd_batch3": make((3, 2, 5, 24), (1, 1, 5, 24)),  # D=24: 12 pairs, halves of 12
+        "per_batch_tables": make((3, 5, 2, 24), (3, 5, 1, 24)),
+        "one_token": make((3, 1, 2, 40), (1, 1, 40)),
+        "three_dims_sd_tables": make((7, 2, 20), (7, 1, 20), table_dtype=torch.bfloat16),
+        "sliced_x": make((2, 5, 2, 16), (5, 1, 16), sliced=True),
+    }
+
+
+def adaln_cases():
+    def make(x_shape, mod_shapes, mod_dtype=None, affine=None, out_dtype=None):
+        def build(dtype, device):
+            x = randn(*x_shape, dtype=dtype, scale=2.0, device=device)
+            mdt = mod_dtype or dtype
+            scale = randn(*mod_shapes[0], dtype=mdt, seed=1, device=device)
+            shift = randn(*mod_shapes[1], dtype=mdt, seed=2, device=device)
+            d = x_shape[-1]
+            w = randn(d, dtype=affine, seed=3, device=device) if affine else None
+            b = randn(d, dtype=affine, seed=4, device=device) if affine else None
+            return (x, scale, shift, 1e-6, w, b, out_dtype)
+
+        return build
+
+    return {
+        "flux_bd_chunks_batch3": make((3, 5, 40), [(3, 40), (3, 40)]),
+        "wan_b1d_fp32_out": make((3, 5, 40), [(3, 1, 40), (3, 1, 40)], mod_dtype=torch.float32,
+                                 out_dtype=torch.float32),
+        "one_token_d77_affine": make((2, 1, 77), [(2, 77), (2, 1, 77)], affine=torch.float32),
+        "per_token_mod": make((2, 3, 24), [(2, 3, 24), (24,)]),
+        "two_dims": make((7, 100), [(100,), (1, 100)]),
+    }
+
+
+def mul_add_cases():
+    def make(shapes, dtypes=(None, None, None)):
+        def build(dtype, device):
+            return tuple(randn(*s, dtype=dt or dtype, seed=i, device=device) for i, (s, dt) in enumerate(zip(shapes, dtypes)))
+
+        return build
+
+    f32 = torch.float32
+    return {
+        "gate_b1d_batch3": make([(3, 1, 40), (3, 5, 40), (3, 5, 40)]),
+        "residual_first_gate_bd": make([(2, 5, 24), (2, 1, 24), (2, 5, 24)]),
+        "wan_mixed_promotes_to_fp32": make([(2, 1, 40), (2, 5, 40), (2, 5, 40)], dtypes=(f32, None, f32)),
+        "zero_dim_scalar": make([(), (3, 5, 7), (3, 5, 7)], dtypes=(f32, None, None)),
+        "last_dim_broadcast": make([(3, 5, 1), (3, 5, 24), (24,)]),
+        "long_rows_column_tiles": make([(1, 1, 1500), (1, 2, 1500), (1, 2, 1500)]),
+        "one_dim": make([(77,), (77,), (1,)]),
+    }
+
+
+CASES = {"rms_norm": rms_norm_cases(), "rope": rope_cases(), "adaln_modulate": adaln_cases(), "mul_add": mul_add_cases()}

@@ -1,0 +1,66 @@
+"""benchmarks/kernels.py and benchmarks/blocks.py without a GPU: they refuse clearly, the rows the
+kernel benchmark prints load as `Measurement` records, and the block benchmark's plumbing runs at
+tiny size on CPU (eager only: nothing is timed that matters)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+import pytest
+import torch
+
+from ascend_kernels.triton.measurements import Measurement
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks")
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", os.path.join(BENCH, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their module while the file executes
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    return module
+
+
+@pytest.mark.parametrize("name,argv", [("kernels", []), ("blocks", [])])
+def test_refuses_without_cuda(monkeypatch, capsys, name, argv):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert _load(name).main(argv) == 2
+    err = capsys.readouterr().err
+    assert "CUDA GPU" in err and "none is available" in err
+
+
+def test_measurement_rows_load_as_records():
+    kernels = _load("kernels")
+    result = dict(device="NVIDIA H100 80GB HBM3", versions="torch 2.13.0, triton 3.9.0", rows=[
+        dict(op="rope", case="flux_rope", kernel_ms=0.041234, compiled_ms=0.062),
+        dict(op="mul_add", case="wan_gate", kernel_ms=0.5, compiled_ms=0.4),
+    ])
+    rows = [eval(line.rstrip(","), {"Measurement": Measurement}) for line in kernels.measurement_rows(result)]
+    assert [(m.op, m.size, m.device_type, m.kernel_ms) for m in rows] == [
+        ("rope", "flux_rope", "cuda", 0.0412), ("mul_add", "wan_gate", "cuda", 0.5)]
+    assert rows[0].speedup > 1 > rows[1].speedup
+
+
+def test_kernel_cases_cover_every_kernel_at_flux_and_wan_sizes():
+    kernels = _load("kernels")
+    names = {c.name: c for c in kernels._cases()}
+    assert {c.op for c in names.values()} == {"rms_norm", "rope", "adaln_modulate", "mul_add"}
+    assert names["flux_rope"].shape == "1x4608x24x128" and names["flux_adaln"].shape == "1x4096x3072"
+    assert names["wan_adaln"].shape == "1x75600x5120"
+
+
+def test_blocks_tiny_plumbing():
+    blocks = _load("blocks")
+    result = blocks.run(tiny=True, variants=["eager"])
+    assert [(r["block"], r["variant"]) for r in result["rows"]] == [("flux_double", "eager"), ("flux_single", "eager")]
+    assert all(r["max_abs_diff"] == 0 and r["median_ms"] > 0 for r in result["rows"])
+    cuda = blocks._variants("cuda")
+    assert cuda["triton_all4"] == (["rms_norm", "rope", "adaln", "mul_add"],
+                                   dict(rms_norm="triton", rope="triton", adaln_modulate="triton", mul_add="triton"))
+    assert blocks._variants("cpu")["triton_rope"] == (["rope"], {})  # the kernels do not run on CPU

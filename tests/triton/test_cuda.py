@@ -1,0 +1,83 @@
+"""The compiled Triton kernels on a real CUDA GPU (``pytest -m cuda tests/triton``; skipped without
+one and under TRITON_INTERPRET=1): every case of `cases` plus model sizes against the native op on
+the same GPU, inside ``torch.compile`` (Inductor checks the output strides of custom ops) and
+under CUDA-graph capture. The provider is chosen explicitly: on CUDA it is otherwise used only for
+ops recorded faster than Inductor (`ascend_kernels.triton.measurements`)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ascend_kernels  # noqa: F401
+from ascend_kernels.registry import select_provider, use_providers
+from ascend_kernels.testing import assert_close
+
+from .cases import CASES
+from .conftest import randn
+
+pytestmark = pytest.mark.cuda
+
+ops = torch.ops.ascend_kernels
+ALL_TRITON = dict(rms_norm="triton", rope="triton", adaln_modulate="triton", mul_add="triton")
+
+
+def _check(op, args, msg):
+    with use_providers(**{op: "triton"}):
+        assert select_provider(op, *args).name == "triton"
+        out = getattr(ops, op)(*args)
+    with use_providers(**{op: "native"}):
+        expected = getattr(ops, op)(*args)
+    assert out.stride() == expected.stride(), msg
+    assert_close(out, expected, msg=msg)
+
+
+@pytest.mark.parametrize("op,case", [(op, c) for op in CASES for c in CASES[op]])
+def test_cases(op, case, dtype):
+    args = CASES[op][case](dtype, "cuda")
+    layouts = ("interleaved", "half") if op == "rope" else (None,)
+    for layout in layouts:
+        _check(op, args + ((layout,) if layout else ()), f"{op} {case} {layout or ''}")
+
+
+def test_model_sizes_bf16():
+    bf = torch.bfloat16
+    q = randn(1, 4608, 24, 128, dtype=bf, device="cuda")
+    cos, sin = randn(1, 4608, 1, 128, device="cuda", seed=1), randn(1, 4608, 1, 128, device="cuda", seed=2)
+    _check("rms_norm", (q, randn(128, dtype=bf, device="cuda"), 1e-6, None), "flux q norm")
+    _check("rope", (q, cos, sin, "interleaved"), "flux rope")
+    h = randn(1, 4096, 3072, dtype=bf, device="cuda")
+    mod = randn(1, 3072, dtype=bf, device="cuda", seed=3)
+    _check("adaln_modulate", (h, mod, mod, 1e-6), "flux adaln")
+    _check("mul_add", (mod[:, None], h, h), "flux gate")
+    w = randn(1, 75600 // 16, 5120, dtype=bf, device="cuda")  # a slab of Wan 14B's 75600 tokens
+    g = randn(1, 1, 5120, device="cuda", seed=4)
+    _check("adaln_modulate", (w, g, g, 1e-6, None, None, torch.float32), "wan adaln fp32 out")
+    _check("mul_add", (w, g, w.float()), "wan gate (fp32 out)")
+
+
+def test_under_torch_compile_and_cuda_graphs():
+    def f(x, w, cos, sin, scale, shift, gate):
+        q = ops.rope(ops.rms_norm(x, w, 1e-6), cos, sin, "interleaved")
+        h = ops.adaln_modulate(q.flatten(2), scale, shift, 1e-6)
+        return ops.mul_add(gate, h, h)
+
+    args = (randn(2, 33, 3, 64, dtype=torch.bfloat16, device="cuda"), randn(64, device="cuda"),
+            randn(1, 33, 1, 64, device="cuda"), randn(1, 33, 1, 64, device="cuda", seed=1),
+            randn(2, 192, device="cuda", seed=2), randn(2, 1, 192, device="cuda", seed=3),
+            randn(2, 1, 192, device="cuda", seed=4))
+    with use_providers(**{op: "native" for op in ALL_TRITON}):
+        expected = f(*args)
+    with use_providers(**ALL_TRITON):
+        torch._dynamo.reset()
+        compiled = torch.compile(f, fullgraph=True)(*args)
+        graph = torch.cuda.CUDAGraph()
+        f(*args)  # warm-up launches (compiles the kernels) outside capture
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph):
+            captured = f(*args)
+        graph.replay()
+        torch.cuda.synchronize()
+    torch._dynamo.reset()
+    assert_close(compiled, expected, torch.bfloat16)
+    assert_close(captured, expected, torch.bfloat16)
