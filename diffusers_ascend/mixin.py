@@ -198,7 +198,7 @@ def _enable_model(model, cfg, name: str = "") -> None:
     # cache and one recompile budget for all block classes: a Flux model spends 6 of the default 8
     # entries after one resolution change (FINDINGS section 3), and past the limit dynamo silently
     # runs eager. So under compile="blocks" each block class gets the default budget, plus one
-    # entry per block where dynamo compiles every block instance on its own (torch 2.6).
+    # entry per block where dynamo compiles every block instance on its own (torch < 2.8).
     blocks = [(n, m) for n, m in model.named_modules() if type(m).__name__ in adapter.blocks] if cfg.compile == "blocks" else []
     per_blocks = None
     if cfg.compile == "blocks":

@@ -58,9 +58,8 @@ __all__ = [
 ]
 
 # The supported range, stated once (pyproject's `torch>=` bound is tested to agree with the floor).
-# Floor: the oldest torch whose torch_npu is still deployed that serves every API below (2.6:
-# `torch.library.custom_op` + `register_fake` + `register_autograd`, `dispatch_functionalize`,
-# `CustomGraphPass`, and freezing's `replace_params_with_constants(gm, flat_params, fw_metadata)`).
+# Floor: the oldest torch with torch_npu pairs still deployed (2.6); every API below exists there,
+# with the differences each shim names. Older releases are not run in CI and are refused.
 TORCH_FLOOR: tuple[int, int] = (2, 6)
 # Newest release CI has run the engine tests on. Newer releases get one warning, not silence.
 TORCH_NEWEST_VERIFIED: tuple[int, int] = (2, 14)
@@ -320,13 +319,14 @@ def _recompile_limit_name() -> str:
 def compiled_blocks_share_graphs() -> bool:
     """Whether the blocks of one class, compiled in place with one backend, share one dynamo graph.
 
-    2.6's dynamo guards on the identity of plain objects hanging off a module it inlines (each
-    block's diffusers attention processor: ``___check_obj_id(L['self']._modules['attn1'].processor,
-    ...)``), so every block instance compiles its own graph there (same fusions per graph, N times
-    the cold compile); 2.7+ compile one graph per block class (seen on 2.7.1, 2.8, 2.11, 2.13, 2.14).
-    A behaviour of the guard system, not an API, so it is known by release.
+    2.6 and 2.7's dynamo guard on the identity of plain objects hanging off a module they inline
+    (each block's diffusers attention processor: ``___check_obj_id(L['self']._modules['attn1']
+    .processor, ...)``), so every block instance compiles its own graph there (same fusions per
+    graph, N times the cold compile; seen on 2.6.0 and 2.7.1); 2.8+ compile one graph per block
+    class (seen on 2.8, 2.11, 2.13, 2.14). A behaviour of the guard system, not an API, so it is
+    known by release.
     """
-    return torch_version() >= (2, 7)
+    return torch_version() >= (2, 8)
 
 
 def dynamo_recompile_limit() -> int:

@@ -19,7 +19,7 @@ def test_shared_backend_compiles_once_per_block_class_wan():
     model.compile_repeated_blocks(backend=backend, fullgraph=True)
     with torch.no_grad():
         out = model(**_wan_inputs(2, 4, 4))[0]
-    graphs = 1 if compiled_blocks_share_graphs() else 4  # 4 blocks, one graph (torch 2.6: one each)
+    graphs = 1 if compiled_blocks_share_graphs() else 4  # 4 blocks, one graph (torch < 2.8: one each)
     assert backend.report.graphs_compiled == graphs
     assert backend.report.matches == {f: graphs * n for f, n in EXPECTED_BLOCK_COUNTS["wan"].items()}
     model.compile_repeated_blocks  # noqa: B018 - compiled in place: state dict keys unchanged
@@ -35,7 +35,7 @@ def test_shared_backend_flux_double_and_single_blocks():
         model(**_flux_inputs(4, 4))
     # 1 graph for the 3 double blocks; 2 for the single blocks: the first one gets a contiguous
     # input, the others a strided slice (one stride-guard recompile, independent of depth).
-    # torch 2.6 compiles each block instance on its own: 3 + 3.
+    # torch < 2.8 compiles each block instance on its own: 3 + 3.
     n_double, n_single = (1, 2) if compiled_blocks_share_graphs() else (3, 3)
     report = backend.report
     assert report.graphs_compiled == n_double + n_single
