@@ -21,8 +21,6 @@ not run on CPU, so there every fused op runs its native provider (column ``provi
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import sys
 import time
@@ -182,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("benchmarks/blocks.py measures full-width Flux blocks on a CUDA GPU and none is available here "
               "(torch.cuda.is_available() is False); use --tiny for a CPU smoke run.", file=sys.stderr)
         return 2
-    from diffusers_ascend.benchmarks._common import text_table
+    from diffusers_ascend.benchmarks._common import text_table, write_json
 
     result = run(tiny=args.tiny, variants=args.variant)
     print(f"{result['device']}, {result['dtype']}, {result['config']}")
@@ -190,12 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for r in result["rows"]:
         if r["matches"]:
             print(f"  {r['block']:<12} {r['variant']:<18} matches {r['matches']}")
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        path = os.path.join(args.out, f"blocks{'-tiny' if args.tiny else ''}.json")
-        with open(path, "w") as f:
-            json.dump(result, f, indent=2)
-        print(f"wrote {path}")
+    write_json(result, args.out, f"blocks{'-tiny' if args.tiny else ''}.json")
     return 0
 
 

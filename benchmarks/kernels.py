@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import json
-import os
 import sys
 from typing import Any, Callable, Sequence
 
@@ -189,19 +187,14 @@ def main(argv: Sequence[str] | None = None) -> int:
               "(torch.cuda.is_available() is False). Correctness without a GPU: "
               "TRITON_INTERPRET=1 python -m pytest tests/triton", file=sys.stderr)
         return 2
-    from diffusers_ascend.benchmarks._common import text_table
+    from diffusers_ascend.benchmarks._common import text_table, write_json
 
     result = run(args.case)
     print(f"{result['device']}: measured copy bandwidth {result['copy_gbs']:.0f} GB/s ({result['versions']})")
     print(text_table(result["rows"], COLUMNS))
     print("\nrows for ascend_kernels/triton/measurements.py (after the block check of benchmarks/blocks.py):")
     print("\n".join(measurement_rows(result)))
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        path = os.path.join(args.out, "kernels.json")
-        with open(path, "w") as f:
-            json.dump(result, f, indent=2)
-        print(f"wrote {path}")
+    write_json(result, args.out, "kernels.json")
     return 0
 
 

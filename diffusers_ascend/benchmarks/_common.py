@@ -92,6 +92,21 @@ def cold_compile():
         torch.compiler.reset()
 
 
+def write_json(result: dict[str, Any], out_dir: str | None, name: str) -> str | None:
+    """Writes `result` to ``out_dir/name`` (creating the directory) and says so; None without `out_dir`."""
+    if not out_dir:
+        return None
+    import json
+    import os
+
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, name)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2)
+    print(f"wrote {path}")
+    return path
+
+
 def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     """`(fn(), seconds)`."""
     start = time.perf_counter()
