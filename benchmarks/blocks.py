@@ -158,7 +158,7 @@ def run(tiny: bool = False, variants: Sequence[str] | None = None) -> dict[str, 
         torch._dynamo.reset()
     device = torch.cuda.get_device_name(0) if device_type == "cuda" else "cpu"
     return dict(benchmark="blocks", size="tiny" if tiny else "full", dtype=str(dtype).replace("torch.", ""),
-                config=cfg, device=device, machine=machine_info(), rows=rows)
+                config=cfg, device=device, machine=machine_info(device_type), rows=rows)
 
 
 COLUMNS = [

@@ -127,7 +127,7 @@ def run(cases: Sequence[str] | None = None) -> dict[str, Any]:
         args = case.make()
         kernel = triton_kernel(case.op)
         op = getattr(torch.ops.ascend_kernels, case.op)
-        torch._dynamo.reset()
+        torch.compiler.reset()
         compiled = torch.compile(case.composite)
         ref = case.composite(*args)
         out = kernel(*args)
@@ -150,8 +150,8 @@ def run(cases: Sequence[str] | None = None) -> dict[str, Any]:
         rows.append(row)
         del args, out, ref
         torch.cuda.empty_cache()
-    torch._dynamo.reset()
-    return dict(benchmark="kernels", dtype="bf16", copy_gbs=peak, machine=machine_info(),
+    torch.compiler.reset()
+    return dict(benchmark="kernels", dtype="bf16", copy_gbs=peak, machine=machine_info("cuda"),
                 versions=f"torch {torch.__version__}, triton {triton.__version__}",
                 device=torch.cuda.get_device_name(0), rows=rows)
 

@@ -39,8 +39,12 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def machine_info() -> dict[str, Any]:
+def machine_info(device: str = "cpu") -> dict[str, Any]:
     """Where the numbers were measured: OS, CPU, cores and threads, library versions, device.
+
+    Args:
+        device: the device type the benchmark's tensors are on (the benchmarks of this package run
+            on the CPU wherever they are started, a GPU or NPU host included).
 
     >>> info = machine_info()
     >>> {"cpu", "torch", "diffusers", "device"} <= set(info)
@@ -48,13 +52,10 @@ def machine_info() -> dict[str, Any]:
     """
     import diffusers
 
-    from diffusers_ascend.platform import current_platform
-
     try:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         usable = os.cpu_count()
-    device = current_platform()
     if device == "cuda":
         device = f"cuda ({torch.cuda.get_device_name(0)})"
     elif device == "npu":
