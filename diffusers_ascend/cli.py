@@ -66,7 +66,7 @@ def env_info() -> dict[str, Any]:
     import ascend_kernels
     from ascend_kernels.registry import explain
 
-    from .compilation._compat import TORCH_FLOOR, TORCH_NEWEST_VERIFIED, support_status, torch_version
+    from .compilation._compat import support_status, supported_range, torch_version
     from .config import AscendConfig
     from .platform import platform_info
 
@@ -78,7 +78,7 @@ def env_info() -> dict[str, Any]:
     return {
         "diffusers_ascend": _version("diffusers-ascend"),
         "torch": torch.__version__,
-        "torch_supported_range": f"{TORCH_FLOOR[0]}.{TORCH_FLOOR[1]} to {TORCH_NEWEST_VERIFIED[0]}.{TORCH_NEWEST_VERIFIED[1]}.x",
+        "torch_supported_range": supported_range(),
         "torch_status": support_status()[0],
         "diffusers": _version("diffusers"),
         "torch_npu": (npu_version or "installed (version unknown)") if plat["torch_npu_installed"] else None,

@@ -52,6 +52,7 @@ __all__ = [
     "remove_noop_ops",
     "set_dynamo_recompile_limit",
     "support_status",
+    "supported_range",
     "torch_version",
     "tracing_context",
     "unset_fake_mode",
@@ -77,9 +78,17 @@ def torch_version(version: str | None = None) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
+def supported_range() -> str:
+    """The supported torch releases in words.
+
+    >>> supported_range()
+    '2.6 to 2.14.x'
+    """
+    return f"{TORCH_FLOOR[0]}.{TORCH_FLOOR[1]} to {TORCH_NEWEST_VERIFIED[0]}.{TORCH_NEWEST_VERIFIED[1]}.x"
+
+
 def _range() -> str:
-    return (f"torch {TORCH_FLOOR[0]}.{TORCH_FLOOR[1]} to {TORCH_NEWEST_VERIFIED[0]}."
-            f"{TORCH_NEWEST_VERIFIED[1]}.x")
+    return f"torch {supported_range()}"
 
 
 def support_status(version: str | None = None) -> tuple[str, str]:

@@ -279,11 +279,9 @@ def _registered(cls: type[FusionPass]) -> tuple:
 
 
 def _engine_error(cls, step: str, detail: str) -> _compat.TorchCompatError:
-    floor, newest = _compat.TORCH_FLOOR, _compat.TORCH_NEWEST_VERIFIED
     return _compat.TorchCompatError(
         f"diffusers-ascend: the {cls.fusion!r} fusion pass cannot work on torch {torch.__version__}: {step} "
-        f"{detail}. Supported torch: {floor[0]}.{floor[1]} to {newest[0]}.{newest[1]}.x; or leave this fusion "
-        "out of `fusions`."
+        f"{detail}. Supported torch: {_compat.supported_range()}; or leave this fusion out of `fusions`."
     )
 
 
