@@ -182,7 +182,8 @@ def test_tampered_saved_folder_writes_nothing(tmp_path, monkeypatch, dynamo_limi
     with pytest.warns(UserWarning) as record:
         pipe = _load(saved)
     (message,) = _local_warnings(record)  # one warning, naming the model it came from
-    assert f"graph_log_dir={log_dir!r}" in message and "FluxTransformer2DModel (transformer)" in message
+    # Values are echoed cut to 80 characters (a long tmp path is cut): compare the start.
+    assert f"graph_log_dir={log_dir!r}"[:60] in message and "FluxTransformer2DModel (transformer)" in message
     state = pipe.transformer._ascend_state
     assert state.config.graph_log_dir is None and state.config.recompile_limit == 64
     assert dynamo_limit.recompile_limit == 64  # bounded, not 10**9
