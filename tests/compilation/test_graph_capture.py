@@ -229,7 +229,7 @@ def test_timestep_is_an_input_not_a_baked_constant():
 def test_blocks_scope_pipeline_across_steps_matches_eager():
     from diffusers_ascend.tiny import flux_pipeline_inputs, tiny_flux_pipeline
 
-    pipe = tiny_flux_pipeline()
+    pipe = tiny_flux_pipeline(num_layers=2, num_single_layers=2)  # two instances per block class
     ref = pipe(**flux_pipeline_inputs(steps=3)).images
     pipe.enable_ascend_compile(fusions=["rms_norm", "mul_add"], attention=None, **CAPTURE)
     out = pipe(**flux_pipeline_inputs(steps=3)).images
