@@ -259,6 +259,13 @@ def test_graph_only_runs_no_fusion_pass_and_graph_with_compile_fuses():
     assert only.report.matches == {} and fused.report.matches == EXPECTED_BLOCK_COUNTS["flux_double"]
 
 
+def test_graph_only_swaps_no_layer():
+    model = tiny_flux_transformer()
+    diffusers_ascend.enable_ascend_compile(model, fusions="all", graph_capture="graph_only", executor="eager")
+    assert model._ascend_state.swapped == []  # fusions="all" would swap RMSNorm, GELU and processors
+    assert model._ascend_state.backend.fusions == ()
+
+
 def test_graph_only_with_explicit_fusions_is_refused():
     with pytest.raises(ValueError, match=r"graph_only.*without fusion passes.*\['rms_norm'\].*graph_with_compile"):
         AscendBackend(executor="eager", graph_capture="graph_only", fusions=["rms_norm"])
@@ -290,6 +297,10 @@ def test_npu_refuses_the_uncapturable_default_attention():
             with pytest.raises(ValueError, match=r"npu_fusion_attention.*aclgraph.*attention=None"):
                 check_capture_config(AscendConfig(graph_capture="graph_only", attention=attention), "npu")
     check_capture_config(AscendConfig(graph_capture="graph_only", attention=None), "npu")  # allowed
+    model = tiny_flux_transformer()
+    with P.override_platform("npu"), pytest.raises(ValueError, match="npu_fusion_attention"):
+        diffusers_ascend.enable_ascend_compile(model, graph_capture="graph_with_compile")
+    assert not hasattr(model, "_ascend_state")  # refused before anything changed
     check_capture_config(AscendConfig(graph_capture="graph_only"), "cuda")  # attention "auto" is unchanged there
 
 
