@@ -76,7 +76,9 @@ def test_config_object_dict_and_overrides():
 
 
 def test_graph_capture_on_cpu_is_a_clear_error():
-    with pytest.raises(ValueError, match=r"(?s)graph_capture.*'cpu'.*graph_capture=None"):
+    from diffusers_ascend.platform import override_platform
+
+    with override_platform("cpu"), pytest.raises(ValueError, match=r"(?s)graph_capture.*'cpu'.*graph_capture=None"):
         AscendBackend(graph_capture="graph_only")
 
 
