@@ -24,17 +24,9 @@ from diffusers_ascend.tiny import (
 
 from .conftest import assert_close
 
-pytestmark = pytest.mark.cuda
+pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("fresh_dynamo_no_grad")]
 MODES = ["graph_only", "graph_with_compile"]
 EXECUTORS = ["eager", "inductor"]
-
-
-@pytest.fixture(autouse=True)
-def _fresh():
-    torch._dynamo.reset()
-    with torch.no_grad():
-        yield
-    torch._dynamo.reset()
 
 
 def _cuda(inputs: dict) -> dict:

@@ -14,15 +14,7 @@ from diffusers_ascend.tiny import flux_block_inputs, tiny_flux_blocks
 
 from .conftest import assert_close
 
-pytestmark = pytest.mark.npu
-
-
-@pytest.fixture(autouse=True)
-def _fresh():
-    torch._dynamo.reset()
-    with torch.no_grad():
-        yield
-    torch._dynamo.reset()
+pytestmark = [pytest.mark.npu, pytest.mark.usefixtures("fresh_dynamo_no_grad")]
 
 
 def test_platform_supplies_npugraph():
