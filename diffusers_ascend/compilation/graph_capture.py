@@ -18,7 +18,9 @@ How a compiled graph runs under capture (`CapturedCallable`):
 - Activation inputs are copied into static buffers the graph was captured on (one set per
   signature, shared by the block instances, which run one after another). An input that *is* the
   buffer is not copied. The denoising loop's timestep is such an input: it is a tensor, copied on
-  every call, never a constant in the graph.
+  every call, never a constant in the graph. An input the graph writes in place (aot may keep an
+  inference graph's input mutations in it) is written in its buffer and copied back to the
+  caller's tensor after the replay.
 - A new signature is run ``WARMUP_CALLS`` times on a side stream (lazy initialisation, autotuning
   and allocator warm-up must not happen during capture), captured, then replayed.
 - All graphs of one backend share one memory pool (``graph_pool_handle()``), nothing is
@@ -58,6 +60,9 @@ __all__ = [
     "GraphCaptureManager",
     "TokenBuckets",
     "check_capture_config",
+    "mutated_inputs",
+    "static_input_indices",
+    "uncapturable_ops",
 ]
 
 MODES = ("graph_only", "graph_with_compile")
@@ -126,6 +131,22 @@ def uncapturable_ops(gm: torch.fx.GraphModule) -> dict[str, str]:
         reason = UNCAPTURABLE_OPS.get(name.split(".")[0])
         if reason is not None:
             found[node.name] = reason
+    return found
+
+
+def mutated_inputs(gm: torch.fx.GraphModule) -> set[int]:
+    """Indices of the inputs `gm` writes in place (aot can keep an inference graph's input mutations
+    in the graph): under capture the write lands in the static buffer and is copied back."""
+    placeholders = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+    found = set()
+    for node in gm.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload) or not target._schema.is_mutable:
+            continue
+        for i, arg in enumerate(target._schema.arguments):
+            value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+            if arg.alias_info is not None and arg.alias_info.is_write and value in placeholders:
+                found.add(placeholders[value])
     return found
 
 
@@ -259,7 +280,8 @@ class GraphCaptureManager:
                 node, reason = next(iter(bad.items()))
                 self._fallback(name, f"node {node}: {reason}")
                 return fn
-        return CapturedCallable(self, fn, name, static_indices, unused, next(self._uids))
+        mutated = mutated_inputs(gm) if gm is not None else set()
+        return CapturedCallable(self, fn, name, static_indices, unused, next(self._uids), mutated)
 
 
 class CapturedCallable:
@@ -268,8 +290,9 @@ class CapturedCallable:
 
     _boxed_call = True
 
-    def __init__(self, manager: GraphCaptureManager, fn: Callable, name: str, static_indices, unused, uid: int) -> None:
-        self.manager, self.fn, self.name, self.uid = manager, fn, name, uid
+    def __init__(self, manager: GraphCaptureManager, fn: Callable, name: str, static_indices, unused, uid: int,
+                 mutated: set[int] = frozenset()) -> None:
+        self.manager, self.fn, self.name, self.uid, self.mutated = manager, fn, name, uid, set(mutated)
         self._boxed = getattr(fn, "_boxed_call", False)
         self._static = set(static_indices)
         self._unused = set(unused)
@@ -331,8 +354,15 @@ class CapturedCallable:
                     del mgr._entries[key]
                 return self._run(args)
             entry.graphs[params] = graph
+            for i in self.mutated & entry.buffers.keys():  # warm-up wrote these buffers: reload them
+                if args[i].data_ptr() != entry.buffers[i].data_ptr():
+                    entry.buffers[i].copy_(args[i])
         graph.graph.replay()
         mgr.stats["replays"] += 1
+        for i in self.mutated:  # an in-graph write to an activation landed in its buffer
+            buf = entry.buffers.get(i)
+            if buf is not None and args[i].data_ptr() != buf.data_ptr():
+                args[i].copy_(buf)
         return _outputs(graph.outputs, mgr.safe_output)
 
     def _capture(self, static_args: list) -> _Graph | None:

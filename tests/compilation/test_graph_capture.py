@@ -193,6 +193,32 @@ def test_static_buffers_are_reused_and_the_buffer_itself_is_not_copied():
     torch.testing.assert_close(out, 2.0 * w.expand(2, 3))
 
 
+def test_input_mutations_reach_the_callers_tensor():
+    # Through the backend (aot returns the new value and writes it back) ...
+    backend = AscendBackend(fusions="none", executor="eager", graph_capture="graph_only")
+
+    def f(x, y):
+        x.add_(1)
+        return x * y
+
+    compiled = torch.compile(f, backend=backend)
+    for step in range(3):
+        x = torch.full((3,), float(step))
+        out = compiled(x, torch.full((3,), 2.0))
+        assert torch.equal(x, torch.full((3,), step + 1.0)) and torch.equal(out, 2 * x)
+    # ... and a graph that writes its input itself (aot may keep inference mutations in the graph).
+    g = torch.fx.Graph()
+    x, y = g.placeholder("x"), g.placeholder("y")
+    g.output((g.call_function(torch.ops.aten.mul.Tensor, (g.call_function(torch.ops.aten.add_.Tensor, (x, y)), 2)),))
+    gm = torch.fx.GraphModule({}, g)
+    call = _manager().wrap(lambda *a: gm(*a), gm)
+    assert call.mutated == {0}
+    for step in range(3):
+        x = torch.full((2,), float(step))
+        (out,) = call([x, torch.ones(2)])
+        assert torch.equal(x, torch.full((2,), step + 1.0)) and torch.equal(out, 2 * x)
+
+
 # ---------------------------------------------------------------------------------- outputs
 @pytest.mark.parametrize("safe_output", [True, False])
 def test_safe_output_aliasing(safe_output):
