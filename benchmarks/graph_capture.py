@@ -6,8 +6,9 @@ A full-width Flux transformer (dim 3072, 24 heads of 128; 2 double + 4 single bl
 random bf16 weights) at two sizes: a launch-bound one (128x128 image: 64 image + 64 text tokens)
 and Flux 1024x1024 (4096 + 512 tokens). Each configuration is `enable_ascend_compile` on the same
 model (compile="blocks": one captured graph per block instance), timed with CUDA events over a
-changing timestep (median of --iters calls after warm-up). Prints and writes JSON with the GPU's
-name, the latencies and the ratios the issue asks for:
+changing timestep (median of --iters calls after warm-up), and its output compared with the
+uncompiled model's. Prints and writes JSON with the GPU's name, the latencies, the differences and
+the ratios the issue asks for:
 
 - ``eager_capture / eager``: capture over the eager executor (target <= 0.8 at the launch-bound size);
 - ``inductor_capture / inductor_default``: fusions + capture against Inductor's default
@@ -107,6 +108,8 @@ def run(layers: int = 2, single_layers: int = 4, iters: int = 20, warmup: int = 
         for size in sizes:
             common, timesteps = _inputs(size, steps=max(iters, warmup))
             ms = {"uncompiled": _time(model, common, timesteps, warmup, iters)}
+            ref = model(timestep=timesteps[0], **common)[0].float()
+            diff = {}
             for name, overrides in CONFIGS.items():
                 torch._dynamo.reset()
                 if overrides is None:
@@ -114,6 +117,8 @@ def run(layers: int = 2, single_layers: int = 4, iters: int = 20, warmup: int = 
                 else:
                     diffusers_ascend.enable_ascend_compile(model, attention=None, **overrides)
                 ms[name] = _time(model, common, timesteps, warmup, iters)
+                # A fast wrong path is no result: record how far each configuration is from eager.
+                diff[name] = (model(timestep=timesteps[0], **common)[0].float() - ref).abs().max().item()
                 if overrides is None:
                     for block in list(model.transformer_blocks) + list(model.single_transformer_blocks):
                         block._compiled_call_impl = None  # undo compile_repeated_blocks
@@ -126,6 +131,7 @@ def run(layers: int = 2, single_layers: int = 4, iters: int = 20, warmup: int = 
             result["sizes"][size] = {
                 "resolution": f"{h}x{w}", "tokens": {"image": (h // 16) * (w // 16), "text": TXT_TOKENS[size]},
                 "ms": ms,
+                "max_abs_diff_vs_uncompiled": diff,
                 "ratios": {
                     "eager_capture/eager": ms["eager_capture"] / ms["eager"],
                     "inductor_capture/inductor": ms["inductor_capture"] / ms["inductor"],

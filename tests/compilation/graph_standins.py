@@ -1,6 +1,8 @@
 """A stand-in device-graph API, for CONTRACT tests of graph capture (no GPU or NPU exists here).
 
-It is not hardware and proves nothing about speed, streams or the real allocator. It reproduces
+It is not hardware and proves nothing about speed, streams or the real allocator. It records the
+aten ops dispatched through Python, so Inductor's compiled CPU kernels are invisible to it: the
+suite captures the eager executor (Inductor under capture is in the ``cuda`` suite). It reproduces
 the semantics a capture wrapper relies on, so that a wrapper breaking them fails here:
 
 - capture records the aten ops run inside ``capture(graph, pool, stream)`` (a ``TorchDispatchMode``)
