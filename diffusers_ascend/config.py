@@ -271,7 +271,8 @@ class AscendConfig:
         aclnn kernels), plus ``adaln`` when MindIE SD is installed; not ``gelu_tanh`` (the
         unfused tanh GELU is already one kernel there). On CUDA the Triton-backed ones, none on
         CPU (the reference composites are slower than Inductor there: substituting them would
-        slow the model down). An explicit list always applies.
+        slow the model down). An explicit list always applies. ``graph_capture="graph_only"``
+        resolves to none (it captures the graph without fusion passes).
 
         >>> from diffusers_ascend.config import AscendConfig
         >>> AscendConfig(fusions="all").resolved_fusions("cpu")
@@ -279,6 +280,8 @@ class AscendConfig:
         >>> AscendConfig().resolved_fusions("cpu")
         ()
         """
+        if self.graph_capture == "graph_only":  # captures the graph without fusion passes
+            return ()
         if isinstance(self.fusions, tuple):
             return self.fusions
         if self.fusions == "none":

@@ -12,11 +12,14 @@ import contextlib
 import contextvars
 import functools
 import importlib.util
-from typing import Any, Iterator
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager, Iterator
 
 __all__ = [
     "PLATFORMS",
+    "GraphAPI",
     "current_platform",
+    "graph_api",
     "graph_capture_supported",
     "graph_class",
     "override_platform",
@@ -136,4 +139,68 @@ def graph_class(platform: str | None = None):
         return getattr(getattr(torch, "npu", None), "NPUGraph", None)
     if platform == "cuda":
         return torch.cuda.CUDAGraph
+    return None
+
+
+@dataclass(frozen=True)
+class GraphAPI:
+    """What graph capture needs from a platform's device-graph API; `graph_api` builds it.
+
+    Attributes:
+        device_type: ``"cuda"`` or ``"npu"``: every tensor a captured graph reads must be there.
+        graph_class: ``torch.cuda.CUDAGraph`` / ``torch.npu.NPUGraph`` (``replay()``, ``reset()``).
+        capture: ``(graph, pool, stream) -> context manager`` capturing the work run inside it:
+            ``torch.cuda.graph(cuda_graph, pool=, stream=)`` / ``torch.npu.graph(npu_graph, pool=, stream=)``.
+        pool_handle: a new memory-pool token (``graph_pool_handle``), shared by one backend's graphs.
+        new_stream: a side stream for warm-up and capture.
+        use_stream: ``stream -> context manager`` making it current.
+        current_stream: the current stream (``wait_stream`` joins the side stream to it).
+    """
+
+    device_type: str
+    graph_class: type
+    capture: Callable[[Any, Any, Any], ContextManager]
+    pool_handle: Callable[[], Any]
+    new_stream: Callable[[], Any]
+    use_stream: Callable[[Any], ContextManager]
+    current_stream: Callable[[], Any]
+
+
+def graph_api(platform: str | None = None) -> GraphAPI | None:
+    """The device-graph API of ``platform`` (default: current), or None where there is none (CPU).
+
+    NPU: ``torch.npu.graph(npu_graph, pool=None, stream=None, auto_dispatch_capture=False,
+    capture_error_mode="global")`` in torch_npu's ``torch_npu/npu/graphs.py`` (the keyword is
+    ``npu_graph``, not ``cuda_graph``). Nothing is imported or initialised until a capture starts.
+
+    >>> from diffusers_ascend.platform import graph_api
+    >>> graph_api("cpu") is None
+    True
+    """
+    import torch
+
+    platform = _check(platform or current_platform())
+    if platform == "cuda":
+        return GraphAPI(
+            device_type="cuda",
+            graph_class=torch.cuda.CUDAGraph,
+            capture=lambda g, pool, stream: torch.cuda.graph(g, pool=pool, stream=stream),
+            pool_handle=torch.cuda.graph_pool_handle,
+            new_stream=torch.cuda.Stream,
+            use_stream=torch.cuda.stream,
+            current_stream=torch.cuda.current_stream,
+        )
+    if platform == "npu":
+        npu = getattr(torch, "npu", None)
+        if npu is None or not hasattr(npu, "NPUGraph"):
+            return None  # torch_npu older than its NPUGraph (2025-03)
+        return GraphAPI(
+            device_type="npu",
+            graph_class=npu.NPUGraph,
+            capture=lambda g, pool, stream: npu.graph(npu_graph=g, pool=pool, stream=stream),
+            pool_handle=npu.graph_pool_handle,
+            new_stream=npu.Stream,
+            use_stream=npu.stream,
+            current_stream=npu.current_stream,
+        )
     return None

@@ -118,7 +118,10 @@ class AscendBackend:
             ``compile="blocks"``: every block of a class shares one graph that takes the block's
             weights as inputs.
         graph_log_dir: write each graph's code before and after every pass there.
-        graph_capture: not available on CPU (a clear error at construction).
+        graph_capture: ``"graph_only"`` (no fusion passes) or ``"graph_with_compile"``: each compiled
+            graph replays as a device graph (CUDAGraph / NPUGraph), see `graph_capture.py` and
+            docs/graph-capture.md; with ``safe_output`` and ``max_captured_graphs``. Inference only;
+            not available on CPU (a clear error at construction).
         on_error: ``"fallback"`` (a graph whose rewrite fails runs unfused, with a warning and a
             `report.fallbacks` entry) or ``"raise"``.
 
@@ -126,6 +129,7 @@ class AscendBackend:
         report: the `FusionReport` of every graph this backend compiled.
         fusions: the fusions it applies, in pass order.
         executor: the resolved executor.
+        graph_capture: the `GraphCaptureManager` holding this backend's device graphs, or None.
 
     >>> import torch
     >>> from diffusers_ascend.compilation import AscendBackend
@@ -148,14 +152,17 @@ class AscendBackend:
         if self.executor not in ("eager", "inductor"):
             raise ValueError(f"executor resolved to {self.executor!r}; valid: 'eager', 'inductor'")
         capture = getattr(self.config, "graph_capture", None)
-        if capture is not None:
-            if not graph_capture_supported(self.platform):
-                raise ValueError(
-                    f"graph_capture={capture!r} needs device graphs (NPUGraph on 'npu', CUDAGraph on 'cuda'); "
-                    f"the current platform {self.platform!r} has none. Valid here: graph_capture=None."
-                )
-            raise NotImplementedError(f"graph_capture={capture!r} is not implemented yet; use graph_capture=None.")
+        if capture is not None and not graph_capture_supported(self.platform):
+            raise ValueError(
+                f"graph_capture={capture!r} needs device graphs (NPUGraph on 'npu', CUDAGraph on 'cuda'); "
+                f"the current platform {self.platform!r} has none. Valid here: graph_capture=None."
+            )
         self.report = FusionReport(matches={f: 0 for f in self.fusions})
+        self.graph_capture = None  # the GraphCaptureManager of this backend's graphs (graph_capture.py)
+        if capture is not None:
+            from .graph_capture import GraphCaptureManager
+
+            self.graph_capture = GraphCaptureManager.from_config(self.config, self.platform, report=self.report)
         self._graph_index = 0
         # A torch whose private APIs moved is a broken engine: say so now, before any model is
         # touched, rather than compile every graph unfused. Registration is once per process.
@@ -176,6 +183,12 @@ class AscendBackend:
         if self.config.freezing:
             self._check_freezing(example_inputs)
         elif _needs_grad(example_inputs):
+            if self.graph_capture is not None:
+                raise RuntimeError(
+                    f"AscendBackend(graph_capture={self.config.graph_capture!r}) is inference-only, but this graph "
+                    "needs gradients: call the compiled module under torch.no_grad() / torch.inference_mode(), "
+                    "or use graph_capture=None."
+                )
             return self._compile_training(gm, example_inputs, name)
 
         def fw_compiler(aot_gm: torch.fx.GraphModule, aot_inputs):
@@ -195,7 +208,10 @@ class AscendBackend:
         return (f"{label}:" if label else "") + f"g{index:03d}" + (f"[{compile_id}]" if compile_id is not None else "")
 
     def _inductor_patches(self, training: bool) -> dict:
-        return dict(_compat.list_mode_options(self.config.mode)) if self.config.mode else {}
+        patches = dict(_compat.list_mode_options(self.config.mode)) if self.config.mode else {}
+        if self.graph_capture is not None:  # our capture wraps Inductor's code: no CUDA graphs inside it
+            patches["triton.cudagraphs"] = False
+        return patches
 
     def _rewrite(self, gm: torch.fx.GraphModule, name: str, training: bool, dynamic: bool) -> None:
         from .passes.manager import count_ops
@@ -221,7 +237,19 @@ class AscendBackend:
                               training=training, dynamic=dynamic)
 
     def _execute(self, gm: torch.fx.GraphModule, example_inputs, keep: list[int] | None = None) -> Callable:
-        """Runs the rewritten `gm` with the executor; `keep`: the inputs a frozen graph still takes."""
+        """Runs the rewritten `gm` with the executor (under graph capture when configured); `keep`: the
+        inputs a frozen graph still takes."""
+        fn = self._executor_callable(gm, example_inputs, keep)
+        if self.graph_capture is None:
+            return fn
+        from .graph_capture import static_input_indices
+
+        unused = [] if keep is None else sorted(set(range(len(example_inputs))) - set(keep))
+        self.report.graphs[-1]["graph_capture"] = self.config.graph_capture
+        return self.graph_capture.wrap(fn, gm, name=self.report.graphs[-1]["name"],
+                                       static_indices=static_input_indices(), unused=unused)
+
+    def _executor_callable(self, gm: torch.fx.GraphModule, example_inputs, keep: list[int] | None = None) -> Callable:
         pick = (lambda args: args) if keep is None else (lambda args: [args[i] for i in keep])
         if self.executor == "eager":
             self.report.graphs[-1]["bound_providers"] = bind_providers(gm)

@@ -104,3 +104,12 @@ def _fresh_dynamo():
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+
+
+@pytest.fixture
+def fresh_dynamo_no_grad():
+    """A fresh dynamo cache before and after the test, which runs under ``torch.no_grad()``."""
+    torch._dynamo.reset()
+    with torch.no_grad():
+        yield
+    torch._dynamo.reset()

@@ -1,0 +1,459 @@
+"""Graph capture: the compiled graphs of an `AscendBackend` replayed as device graphs.
+
+`AscendConfig.graph_capture` selects it: ``"graph_only"`` captures the graph dynamo hands over
+without fusion passes, ``"graph_with_compile"`` captures it after the fusion passes (and, with
+``executor="inductor"``, after Inductor). The device graph is ``torch.cuda.CUDAGraph`` on CUDA and
+``torch.npu.NPUGraph`` on Ascend, supplied by `diffusers_ascend.platform.graph_api`; the CPU has
+none (a clear error when the backend is built).
+
+How a compiled graph runs under capture (`CapturedCallable`):
+
+- The key of a call is its *signature*: for each input its shape, stride, dtype and device (and
+  the value of non-tensor inputs, which a device graph bakes in), plus the address (``data_ptr``)
+  of every *parameter* input (weights and buffers, from aot's ``static_input_indices`` and
+  ``nn.Parameter`` inputs). Under ``compile="blocks"`` every block of a class runs one compiled
+  graph; the addresses make each block instance replay its own device graph, which reads that
+  block's weights where they are: weights are never copied. (MindIE SD keys by shapes only, so
+  all blocks of a class replay one graph and copy their weights into it on every call.)
+- Activation inputs are copied into static buffers the graph was captured on (one set per
+  signature, shared by the block instances, which run one after another). An input that *is* the
+  buffer is not copied. The denoising loop's timestep is such an input: it is a tensor, copied on
+  every call, never a constant in the graph. An input the graph writes in place (aot may keep an
+  inference graph's input mutations in it) is written in its buffer and copied back to the
+  caller's tensor after the replay.
+- A new signature is run ``WARMUP_CALLS`` times on a side stream (lazy initialisation, autotuning
+  and allocator warm-up must not happen during capture), captured, then replayed.
+- All graphs of one backend share one memory pool (``graph_pool_handle()``), nothing is
+  process-global: two backends never share graphs, pools or counters.
+- ``max_captured_graphs`` bounds the signatures kept per backend, counted without the parameter
+  addresses (each holds one graph per block instance: a Flux transformer has 57 blocks, and
+  counting instances would evict on every call); the oldest signature is evicted first (FIFO).
+- Outputs are the graph's static output tensors, overwritten by the next replay of any graph of
+  the backend (they share the pool): ``safe_output=True`` (default) returns clones,
+  ``safe_output=False`` returns the static tensors themselves (no copy; the caller must be done
+  with them before the next call).
+
+Not captured (the graph runs as compiled, with a warning and a ``report.fallbacks`` entry, or an
+error with ``on_error="raise"``): graphs that need gradients, graphs with an input off the
+device, graphs whose capture fails, and graphs calling an op that cannot be captured
+(`UNCAPTURABLE_OPS`: torch_npu documents that ``npu_fusion_attention``, the op of diffusers'
+``"_native_npu"`` attention backend, does not support aclgraph).
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+from . import _compat
+
+__all__ = [
+    "MODES",
+    "UNCAPTURABLE_OPS",
+    "WARMUP_CALLS",
+    "CapturedCallable",
+    "GraphCaptureManager",
+    "TokenBuckets",
+    "check_capture_config",
+    "mutated_inputs",
+    "static_input_indices",
+    "uncapturable_ops",
+]
+
+MODES = ("graph_only", "graph_with_compile")
+WARMUP_CALLS = 3  # as torch.cuda/npu.make_graphed_callables
+# namespace::op -> why it cannot be captured (an aten-level graph node calling it is refused).
+UNCAPTURABLE_OPS = {
+    "npu::npu_fusion_attention": "torch_npu documents npu_fusion_attention as not supporting aclgraph",
+    "npu::npu_fusion_attention_v2": "torch_npu documents npu_fusion_attention as not supporting aclgraph",
+}
+_NPU_ATTENTION_DEFAULT = "_native_npu"  # what attention="auto" picks on NPU (calls npu_fusion_attention)
+
+
+def check_capture_config(config, platform: str) -> None:
+    """Rejects settings that contradict ``config.graph_capture`` (called when a backend is built).
+
+    - ``graph_capture="graph_only"`` with an explicit ``fusions`` list: graph_only runs no fusion
+      pass (``"auto"`` resolves to none under it); use ``"graph_with_compile"`` to fuse.
+    - ``mode="reduce-overhead"``: Inductor would capture its own CUDA graphs inside ours. Other
+      modes keep their Inductor options with Inductor's own CUDA graphs switched off.
+    - on NPU, attention ``"auto"``/``"_native_npu"``: diffusers' NPU backend calls
+      ``npu_fusion_attention``, which cannot be captured.
+
+    Raises:
+        ValueError: naming the contradiction and the valid choices.
+    """
+    mode = config.graph_capture
+    if mode is None:
+        return
+    if mode not in MODES:
+        raise ValueError(f"graph_capture={mode!r} is invalid; valid: None, {', '.join(map(repr, MODES))}.")
+    if mode == "graph_only" and isinstance(config.fusions, tuple) and config.fusions:
+        raise ValueError(
+            f"graph_capture='graph_only' captures the graph without fusion passes, but fusions={list(config.fusions)} "
+            "were asked for; use graph_capture='graph_with_compile' to fuse and capture, or fusions='auto'/'none'."
+        )
+    if config.mode == "reduce-overhead":
+        raise ValueError(
+            f"graph_capture={mode!r} and mode='reduce-overhead' both capture device graphs (Inductor's CUDA graphs "
+            "would be captured inside ours); use graph_capture with mode=None, 'default', 'max-autotune' or "
+            "'max-autotune-no-cudagraphs', or mode='reduce-overhead' with graph_capture=None."
+        )
+    if platform == "npu" and config.attention in ("auto", _NPU_ATTENTION_DEFAULT):
+        raise ValueError(
+            f"graph_capture={mode!r} on NPU with attention={config.attention!r}: diffusers' '_native_npu' attention "
+            "calls npu_fusion_attention, which torch_npu documents as not supporting aclgraph capture. Use "
+            "attention=None (keep the model's backend) or another diffusers backend name with graph_capture, "
+            "or graph_capture=None. See docs/graph-capture.md."
+        )
+
+
+def static_input_indices() -> tuple[int, ...]:
+    """Indices of the parameter/buffer inputs of the graph aot is compiling now (from its metadata), or ()."""
+    ctx = _compat.tracing_context()
+    meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+    return tuple(getattr(meta, "static_input_indices", None) or ())
+
+
+def uncapturable_ops(gm: torch.fx.GraphModule) -> dict[str, str]:
+    """``{node name: reason}`` for the nodes of `gm` that call an op in `UNCAPTURABLE_OPS`."""
+    found = {}
+    for node in gm.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+            continue
+        name = target.name() if isinstance(target, torch._ops.OpOverload) else target._qualified_op_name
+        reason = UNCAPTURABLE_OPS.get(name.split(".")[0])
+        if reason is not None:
+            found[node.name] = reason
+    return found
+
+
+def mutated_inputs(gm: torch.fx.GraphModule) -> set[int]:
+    """Indices of the inputs `gm` writes in place (aot can keep an inference graph's input mutations
+    in the graph): under capture the write lands in the static buffer and is copied back."""
+    placeholders = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+    found = set()
+    for node in gm.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload) or not target._schema.is_mutable:
+            continue
+        for i, arg in enumerate(target._schema.arguments):
+            value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+            if arg.alias_info is not None and arg.alias_info.is_write and value in placeholders:
+                found.add(placeholders[value])
+    return found
+
+
+@dataclass
+class _Graph:
+    graph: Any
+    outputs: Any  # the static outputs, as the compiled function returned them
+
+
+@dataclass
+class _Entry:
+    """One signature (without parameter addresses): its activation buffers and a graph per instance."""
+
+    buffers: dict[int, torch.Tensor]
+    graphs: dict[tuple, _Graph] = field(default_factory=dict)
+
+
+class GraphCaptureManager:
+    """The graphs of one backend: memory pool, side stream, FIFO of signatures, counters.
+
+    Args:
+        mode: ``"graph_only"`` or ``"graph_with_compile"`` (recorded in the report; the backend
+            decides which passes run).
+        api: the platform's `diffusers_ascend.platform.GraphAPI` (tests pass a stand-in).
+        safe_output: return clones of the static outputs.
+        max_captured_graphs: signatures kept (each with one graph per parameter set), FIFO.
+        warmup: eager calls on the side stream before a capture.
+        on_error: ``"fallback"`` (a graph that cannot be captured runs uncaptured, with a warning
+            and a `report` fallback) or ``"raise"``.
+        report: the backend's `FusionReport`.
+
+    Attributes:
+        stats: ``captures``, ``replays``, ``evictions``, ``input_copies``, ``input_copies_skipped``.
+
+    >>> from diffusers_ascend.compilation.graph_capture import GraphCaptureManager
+    >>> GraphCaptureManager("graph_only", api=None).num_graphs
+    0
+    """
+
+    def __init__(self, mode: str, api, safe_output: bool = True, max_captured_graphs: int = 8,
+                 warmup: int = WARMUP_CALLS, on_error: str = "fallback", report=None) -> None:
+        if mode not in MODES:
+            raise ValueError(f"graph_capture mode {mode!r} is invalid; valid: {', '.join(map(repr, MODES))}")
+        self.mode, self.api, self.safe_output = mode, api, safe_output
+        self.max_captured_graphs, self.warmup, self.on_error, self.report = max_captured_graphs, warmup, on_error, report
+        self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
+        self._pool = None
+        self._stream = None
+        self._uids = itertools.count()
+        self.stats = dict(captures=0, replays=0, evictions=0, input_copies=0, input_copies_skipped=0)
+
+    @classmethod
+    def from_config(cls, config, platform: str, report=None) -> "GraphCaptureManager":
+        from diffusers_ascend.platform import graph_api
+
+        check_capture_config(config, platform)
+        api = graph_api(platform)
+        if api is None:
+            raise ValueError(
+                f"graph_capture={config.graph_capture!r}: the platform {platform!r} offers no device graphs "
+                "(torch.cuda.CUDAGraph on 'cuda'; torch.npu.NPUGraph needs torch_npu 2.5.1 or newer on 'npu'). "
+                "Valid here: graph_capture=None."
+            )
+        return cls(config.graph_capture, api, safe_output=config.safe_output,
+                   max_captured_graphs=config.max_captured_graphs, on_error=config.on_error, report=report)
+
+    @property
+    def num_graphs(self) -> int:
+        """Device graphs held now (all signatures, all instances)."""
+        return sum(len(e.graphs) for e in self._entries.values())
+
+    @property
+    def num_signatures(self) -> int:
+        """Signatures held now (what `max_captured_graphs` bounds)."""
+        return len(self._entries)
+
+    def pool(self):
+        if self._pool is None:
+            self._pool = self.api.pool_handle()
+        return self._pool
+
+    def stream(self):
+        if self._stream is None:
+            self._stream = self.api.new_stream()
+        return self._stream
+
+    def clear(self) -> None:
+        """Drops every captured graph (their memory returns to the pool)."""
+        while self._entries:
+            self._evict()
+
+    def _evict(self) -> None:
+        _, entry = self._entries.popitem(last=False)
+        for g in entry.graphs.values():
+            reset = getattr(g.graph, "reset", None)
+            if reset is not None:
+                reset()
+        self.stats["evictions"] += 1
+
+    def _entry(self, key: tuple, args: Sequence[Any], activations: Sequence[int]) -> _Entry:
+        entry = self._entries.get(key)
+        if entry is None:
+            while len(self._entries) >= self.max_captured_graphs:
+                self._evict()
+            buffers = {i: torch.empty_strided(args[i].shape, args[i].stride(), dtype=args[i].dtype, device=args[i].device)
+                       for i in activations}
+            entry = self._entries[key] = _Entry(buffers)
+        return entry
+
+    def _fallback(self, name: str, reason: str) -> None:
+        if self.on_error == "raise":
+            raise RuntimeError(f"graph capture of {name} failed: {reason}")
+        warnings.warn(f"AscendBackend: graph {name} runs without graph capture: {reason}")
+        if self.report is not None:
+            self.report.add_fallback(name, f"not captured: {reason}")
+
+    def wrap(self, fn: Callable, gm: torch.fx.GraphModule | None = None, name: str = "graph",
+             static_indices: Sequence[int] = (), unused: Sequence[int] = ()) -> Callable:
+        """`fn` (a compiled graph, boxed or not) under capture; `fn` itself when `gm` cannot be captured.
+
+        Args:
+            fn: the executor's callable for `gm`.
+            gm: the graph `fn` runs (checked against `UNCAPTURABLE_OPS`).
+            name: for warnings and report entries.
+            static_indices: parameter/buffer inputs (besides ``nn.Parameter`` inputs).
+            unused: inputs `fn` ignores (parameters folded by freezing): neither keyed nor copied.
+        """
+        if gm is not None:
+            bad = uncapturable_ops(gm)
+            if bad:
+                node, reason = next(iter(bad.items()))
+                self._fallback(name, f"node {node}: {reason}")
+                return fn
+        mutated = mutated_inputs(gm) if gm is not None else set()
+        return CapturedCallable(self, fn, name, static_indices, unused, next(self._uids), mutated)
+
+
+class CapturedCallable:
+    """A compiled graph under capture (built by `GraphCaptureManager.wrap`); called like aot's compiled
+    forward, with the flat list of inputs (boxed)."""
+
+    _boxed_call = True
+
+    def __init__(self, manager: GraphCaptureManager, fn: Callable, name: str, static_indices, unused, uid: int,
+                 mutated: set[int] = frozenset()) -> None:
+        self.manager, self.fn, self.name, self.uid, self.mutated = manager, fn, name, uid, set(mutated)
+        self._boxed = getattr(fn, "_boxed_call", False)
+        self._static = set(static_indices)
+        self._unused = set(unused)
+        self._classified = False
+        self.disabled: str | None = None  # why this graph runs uncaptured
+
+    def _run(self, args: list):
+        return self.fn(list(args)) if self._boxed else self.fn(*args)
+
+    def _classify(self, args) -> None:
+        # Parameters are passed as themselves at run time; aot's static indices also cover buffers.
+        self._static |= {i for i, a in enumerate(args) if isinstance(a, torch.nn.Parameter)}
+        self._static -= self._unused
+        self._classified = True
+
+    def signature(self, args: Sequence[Any]) -> tuple[tuple, tuple, list[int]]:
+        """``(shape key, parameter key, activation indices)`` of a call."""
+        shape, params, activations = [], [], []
+        for i, a in enumerate(args):
+            if i in self._unused:
+                continue
+            if isinstance(a, torch.Tensor):
+                shape.append((i, tuple(a.shape), a.stride(), a.dtype, a.device))
+                if i in self._static:
+                    params.append((i, a.data_ptr()))
+                else:
+                    activations.append(i)
+            else:  # a size or scalar: baked into the device graph, so part of the key
+                shape.append((i, type(a).__name__, a))
+        return tuple(shape), tuple(params), activations
+
+    def __call__(self, args: list):
+        if self.disabled is not None:
+            return self._run(args)
+        mgr = self.manager
+        if not self._classified:
+            self._classify(args)
+        shape, params, activations = self.signature(args)
+        off_device = [i for i in activations + [i for i, _ in params] if args[i].device.type != mgr.api.device_type]
+        if off_device:
+            self.disabled = f"input {off_device[0]} is on {args[off_device[0]].device}, not {mgr.api.device_type}"
+            mgr._fallback(self.name, self.disabled)
+            return self._run(args)
+        key = (self.uid, shape)
+        entry = mgr._entry(key, args, activations)
+        for i, buf in entry.buffers.items():
+            a = args[i]
+            if a is buf or a.data_ptr() == buf.data_ptr():  # same shape and strides (keyed): the buffer itself
+                mgr.stats["input_copies_skipped"] += 1
+            else:
+                buf.copy_(a)
+                mgr.stats["input_copies"] += 1
+        static_args = [entry.buffers.get(i, a) for i, a in enumerate(args)]
+        graph = entry.graphs.get(params)
+        if graph is None:
+            graph = self._capture(static_args)
+            if graph is None:
+                if not entry.graphs:
+                    del mgr._entries[key]
+                return self._run(args)
+            entry.graphs[params] = graph
+            for i in self.mutated & entry.buffers.keys():  # warm-up wrote these buffers: reload them
+                if args[i].data_ptr() != entry.buffers[i].data_ptr():
+                    entry.buffers[i].copy_(args[i])
+        graph.graph.replay()
+        mgr.stats["replays"] += 1
+        for i in self.mutated:  # an in-graph write to an activation landed in its buffer
+            buf = entry.buffers.get(i)
+            if buf is not None and args[i].data_ptr() != buf.data_ptr():
+                args[i].copy_(buf)
+        return _outputs(graph.outputs, mgr.safe_output)
+
+    def _capture(self, static_args: list) -> _Graph | None:
+        mgr, api = self.manager, self.manager.api
+        try:
+            stream = mgr.stream()
+            stream.wait_stream(api.current_stream())
+            with api.use_stream(stream):  # warm-up off the capturing path, as the CUDA/NPU graph docs ask
+                for _ in range(mgr.warmup):
+                    self._run(static_args)
+            api.current_stream().wait_stream(stream)
+            g = api.graph_class()
+            with api.capture(g, mgr.pool(), stream):
+                outputs = self._run(static_args)
+        except Exception as e:  # a graph that cannot be captured still runs, uncaptured
+            self.disabled = f"capture failed ({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''})"
+            mgr._fallback(self.name, self.disabled)
+            return None
+        mgr.stats["captures"] += 1
+        return _Graph(g, outputs)
+
+
+def _outputs(outputs, clone: bool):
+    if isinstance(outputs, torch.Tensor):
+        return outputs.clone() if clone else outputs
+    if isinstance(outputs, (list, tuple)):
+        return type(outputs)(o.clone() if clone and isinstance(o, torch.Tensor) else o for o in outputs)
+    return outputs
+
+
+class TokenBuckets:
+    """Pads a token sequence to the next of a few lengths, so a multi-resolution service captures a
+    bounded set of graphs (one per bucket) instead of one per resolution.
+
+    Padded tokens must not change the real ones: per-token ops (norms, MLPs) are unaffected, and
+    attention must ignore the padded keys, which `attention_mask` gives (pass it to diffusers
+    attention, e.g. ``joint_attention_kwargs={"attention_mask": mask}`` for Flux). Outputs of the
+    padded positions are garbage: `unpad` slices them off.
+
+    Args:
+        buckets: the sequence lengths to pad to (positive ints; sorted and deduplicated).
+
+    >>> import torch
+    >>> from diffusers_ascend.compilation.graph_capture import TokenBuckets
+    >>> buckets = TokenBuckets([256, 1024, 4096])
+    >>> x, n = buckets.pad(torch.randn(1, 900, 8))
+    >>> x.shape, n
+    (torch.Size([1, 1024, 8]), 900)
+    >>> buckets.unpad(x, n).shape
+    torch.Size([1, 900, 8])
+    """
+
+    def __init__(self, buckets: Sequence[int]) -> None:
+        if isinstance(buckets, int) or not buckets or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets):
+            raise ValueError(f"buckets must be a non-empty sequence of ints >= 1, got {buckets!r}")
+        self.buckets = tuple(sorted(set(buckets)))
+
+    def bucket_for(self, length: int) -> int:
+        """The smallest bucket >= `length`.
+
+        Raises:
+            ValueError: `length` exceeds the largest bucket.
+        """
+        for b in self.buckets:
+            if length <= b:
+                return b
+        raise ValueError(f"sequence length {length} exceeds the largest bucket; buckets: {list(self.buckets)} (add a larger one)")
+
+    def pad(self, x: torch.Tensor, dim: int = 1, value: float = 0.0) -> tuple[torch.Tensor, int]:
+        """`x` padded with `value` along `dim` to its bucket; returns ``(padded, original length)``."""
+        n = x.shape[dim]
+        extra = self.bucket_for(n) - n
+        if extra == 0:
+            return x, n
+        shape = list(x.shape)
+        shape[dim] = extra
+        return torch.cat([x, x.new_full(shape, value)], dim=dim), n
+
+    @staticmethod
+    def unpad(y: torch.Tensor, length: int, dim: int = 1) -> torch.Tensor:
+        """The first `length` positions of `y` along `dim`."""
+        return y.narrow(dim, 0, length)
+
+    def attention_mask(self, length: int, batch: int = 1, prefix: int = 0, device=None) -> torch.Tensor:
+        """Boolean key mask ``(batch, 1, 1, prefix + bucket)``, True where a key is real (SDPA convention).
+
+        Args:
+            length: real tokens of the padded sequence.
+            prefix: tokens before the padded sequence in the joint attention (Flux: the text tokens).
+        """
+        bucket = self.bucket_for(length)
+        mask = torch.zeros(batch, 1, 1, prefix + bucket, dtype=torch.bool, device=device)
+        mask[..., : prefix + length] = True
+        return mask
