@@ -32,6 +32,7 @@ __all__ = [
     "aot_autograd",
     "cache_artifacts_api",
     "check_engine",
+    "compile_cache_counters",
     "compiled_cpp_libraries",
     "compile_fx",
     "compiled_blocks_share_graphs",
@@ -376,6 +377,19 @@ def cache_artifacts_api() -> tuple[Callable, Callable] | None:
     save = getattr(torch.compiler, "save_cache_artifacts", None)
     load = getattr(torch.compiler, "load_cache_artifacts", None)
     return (save, load) if save is not None and load is not None else None
+
+
+def compile_cache_counters() -> dict[str, int]:
+    """Hits and misses of Inductor's FX graph cache and the AOTAutograd cache in this process
+    (``torch._dynamo.utils.counters``; the names are those of 2.6-2.14, absent ones read 0)."""
+    from torch._dynamo.utils import counters
+
+    return {
+        "fxgraph_cache_hit": counters["inductor"]["fxgraph_cache_hit"],
+        "fxgraph_cache_miss": counters["inductor"]["fxgraph_cache_miss"],
+        "autograd_cache_hit": counters["aot_autograd"]["autograd_cache_hit"],
+        "autograd_cache_miss": counters["aot_autograd"]["autograd_cache_miss"],
+    }
 
 
 def inductor_cache_dir() -> str:
