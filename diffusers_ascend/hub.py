@@ -92,17 +92,11 @@ def _offline(local_files_only: bool | None) -> bool:
     return bool(local_files_only) or bool(constants.HF_HUB_OFFLINE)
 
 
-def upload_config(
-    json_text: str,
-    repo_id: str,
-    filename: str,
-    token: str | bool | None = None,
-    private: bool | None = None,
-    revision: str | None = None,
-    commit_message: str | None = None,
-    create_pr: bool = False,
-) -> Any:
+def upload_config(json_text: str, repo_id: str, filename: str, **kwargs: Any) -> Any:
     """Creates the model repo if missing (``exist_ok=True``) and uploads ``json_text`` as ``filename``.
+
+    Args:
+        kwargs: ``token``, ``private``, ``revision``, ``commit_message``, ``create_pr`` (see `upload_files`).
 
     Returns:
         The ``CommitInfo`` of ``HfApi.upload_file``.
@@ -110,8 +104,7 @@ def upload_config(
     >>> from diffusers_ascend.hub import upload_config
     >>> upload_config("{}", "me/repo", "ascend_config.json")  # doctest: +SKIP
     """
-    return upload_files({filename: json_text.encode("utf-8")}, repo_id, token=token, private=private,
-                        revision=revision, commit_message=commit_message, create_pr=create_pr)
+    return upload_files({filename: json_text.encode("utf-8")}, repo_id, **kwargs)
 
 
 def upload_files(
