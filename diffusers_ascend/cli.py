@@ -424,6 +424,7 @@ def _cmd_cache(args) -> int:
     from .mixin import enable_ascend_compile, save_ascend_cache
 
     pipe, inputs = _cache_pipeline(args)
+    pipe.set_progress_bar_config(disable=True)
     source = args.source if args.action == "load" else None
     start = time.perf_counter()
     enable_ascend_compile(pipe, fusions=args.fusions, executor="inductor", cache=source,
