@@ -15,6 +15,7 @@ _LAZY = {
     "enable_ascend_compile": ("diffusers_ascend.mixin", "enable_ascend_compile"),
     "disable_ascend_compile": ("diffusers_ascend.mixin", "disable_ascend_compile"),
     "ascend_report": ("diffusers_ascend.mixin", "ascend_report"),
+    "save_ascend_cache": ("diffusers_ascend.mixin", "save_ascend_cache"),
 }
 __all__ = list(_LAZY)
 

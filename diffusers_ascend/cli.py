@@ -389,6 +389,60 @@ def _cmd_config(args) -> int:
     raise AssertionError(args.action)
 
 
+# -- cache ---------------------------------------------------------------------------------------
+def _cache_pipeline(args):
+    height = args.height or (32 if args.model_id is None else 512)
+    if args.model_id is None:
+        pipe, inputs, _, _ = _tiny(args.model, height)
+    else:
+        pipe, inputs, _, _ = _real(args.model_id, args.device, height, args.steps, "a photo of an astronaut")
+    return pipe, lambda: {**inputs(), "num_inference_steps": args.steps}
+
+
+def _cmd_cache(args) -> int:
+    import time
+
+    from . import cache
+
+    if args.action == "info":
+        info = cache.cache_info(args.source, revision=args.revision, token=args.token)
+        text = "\n".join(f"{k}: {v}" for k, v in info.items())
+        _print(info, args.json, text)
+        return 0
+    if args.action == "push":
+        url = cache.push_ascend_cache(args.dir, args.repo_id, private=args.private, token=args.token)
+        _print({"repo_id": args.repo_id, "url": str(url)}, args.json, f"pushed {args.dir} to {args.repo_id}: {url}")
+        return 0
+    if args.action == "pull":
+        manifest = cache.pull_ascend_cache(args.repo_id, args.dir, trust_remote_artifacts=args.trust_remote_artifacts,
+                                           revision=args.revision, token=args.token)
+        _print({"path": args.dir, "manifest": manifest}, args.json, f"saved {args.repo_id}'s compile artifacts to {args.dir}")
+        return 0
+    import torch
+
+    from .compilation._compat import compile_cache_counters
+    from .mixin import enable_ascend_compile, save_ascend_cache
+
+    pipe, inputs = _cache_pipeline(args)
+    pipe.set_progress_bar_config(disable=True)
+    source = args.source if args.action == "load" else None
+    start = time.perf_counter()
+    enable_ascend_compile(pipe, fusions=args.fusions, executor="inductor", cache=source,
+                          trust_remote_artifacts=getattr(args, "trust_remote_artifacts", False))
+    with _quiet_libraries(), torch.no_grad():
+        pipe(**inputs())
+    info = {"first_call_s": round(time.perf_counter() - start, 3), **compile_cache_counters()}
+    if args.action == "save":
+        info["manifest"] = save_ascend_cache(pipe, args.dir)
+        text = f"compiled in {info['first_call_s']} s; saved the artifacts to {args.dir}"
+    else:
+        text = (f"first call {info['first_call_s']} s; AOTAutograd cache {info['autograd_cache_hit']} hits / "
+                f"{info['autograd_cache_miss']} misses, FX graph cache {info['fxgraph_cache_hit']} hits / "
+                f"{info['fxgraph_cache_miss']} misses")
+    _print(info, args.json, text)
+    return 0
+
+
 # -- parser --------------------------------------------------------------------------------------
 def _positive_int(text: str) -> int:
     try:
@@ -421,7 +475,7 @@ def _fusions(text: str):
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``diffusers-ascend`` (exposed for tests and docs)."""
     parser = argparse.ArgumentParser(prog="diffusers-ascend", description="Run diffusers pipelines fast on Ascend NPUs.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{env,demo,bench,config}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{env,demo,bench,config,cache}")
 
     def add(name, help_, func, json_flag=True):
         p = sub.add_parser(name, help=help_, description=help_)
@@ -468,7 +522,44 @@ def build_parser() -> argparse.ArgumentParser:
     pull.add_argument("--token")
     for p in (show, validate, push, pull):
         p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    _add_cache_parser(add)
     return parser
+
+
+def _add_cache_parser(add) -> None:
+    cache = add("cache", "save, load, push, pull or inspect compile artifacts (warm start, docs/warm-start.md)",
+                _cmd_cache, json_flag=False)
+    actions = cache.add_subparsers(dest="action", required=True, metavar="{save,load,push,pull,info}")
+    save = actions.add_parser("save", help="compile a pipeline (tiny, or --model-id) once with executor=inductor and save its artifacts to DIR")
+    save.add_argument("dir")
+    load = actions.add_parser("load", help="run a pipeline once with the artifacts of SOURCE (folder or Hub repo) and report the cache hits")
+    load.add_argument("source")
+    load.add_argument("--trust-remote-artifacts", action="store_true",
+                      help="allow a Hub repo: its artifacts contain compiled code that runs in this process")
+    for p in (save, load):
+        p.add_argument("--model", choices=("flux", "wan"), default="flux", help="embedded tiny pipeline (default flux)")
+        p.add_argument("--model-id", help="Hub id or folder with real weights instead of the tiny pipeline")
+        p.add_argument("--device", choices=("npu", "cuda", "cpu"), default="cpu", help="device for --model-id")
+        p.add_argument("--fusions", type=_fusions, default="all", help="auto | all | none | comma-separated names")
+        p.add_argument("--height", type=_height, help="a multiple of 16 (default 32 tiny, 512 with --model-id)")
+        p.add_argument("--steps", type=_positive_int, default=1, help="denoising steps of the call (default 1)")
+    push = actions.add_parser("push", help="upload the artifacts of DIR to a Hub repo (next to ascend_config.json)")
+    push.add_argument("dir")
+    push.add_argument("repo_id")
+    push.add_argument("--private", action="store_true")
+    pull = actions.add_parser("pull", help="download a Hub repo's artifacts into DIR (needs --trust-remote-artifacts)")
+    pull.add_argument("repo_id")
+    pull.add_argument("dir")
+    pull.add_argument("--trust-remote-artifacts", action="store_true",
+                      help="required: the artifacts contain compiled code")
+    info = actions.add_parser("info", help="print the manifest of a folder or Hub repo and whether it fits this machine")
+    info.add_argument("source")
+    for p in (pull, info):
+        p.add_argument("--revision")
+    for p in (save, load, push, pull, info):
+        p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+        if p in (push, pull, info):
+            p.add_argument("--token")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["AscendConfigNotFoundError", "resolve_config_file", "upload_config"]
+__all__ = ["AscendConfigNotFoundError", "resolve_config_file", "upload_config", "upload_files"]
 
 
 class AscendConfigNotFoundError(OSError):
@@ -92,17 +92,11 @@ def _offline(local_files_only: bool | None) -> bool:
     return bool(local_files_only) or bool(constants.HF_HUB_OFFLINE)
 
 
-def upload_config(
-    json_text: str,
-    repo_id: str,
-    filename: str,
-    token: str | bool | None = None,
-    private: bool | None = None,
-    revision: str | None = None,
-    commit_message: str | None = None,
-    create_pr: bool = False,
-) -> Any:
+def upload_config(json_text: str, repo_id: str, filename: str, **kwargs: Any) -> Any:
     """Creates the model repo if missing (``exist_ok=True``) and uploads ``json_text`` as ``filename``.
+
+    Args:
+        kwargs: ``token``, ``private``, ``revision``, ``commit_message``, ``create_pr`` (see `upload_files`).
 
     Returns:
         The ``CommitInfo`` of ``HfApi.upload_file``.
@@ -110,16 +104,42 @@ def upload_config(
     >>> from diffusers_ascend.hub import upload_config
     >>> upload_config("{}", "me/repo", "ascend_config.json")  # doctest: +SKIP
     """
-    from huggingface_hub import HfApi
+    return upload_files({filename: json_text.encode("utf-8")}, repo_id, **kwargs)
+
+
+def upload_files(
+    files: dict[str, str | bytes],
+    repo_id: str,
+    token: str | bool | None = None,
+    private: bool | None = None,
+    revision: str | None = None,
+    commit_message: str | None = None,
+    create_pr: bool = False,
+) -> Any:
+    """Creates the model repo if missing (``exist_ok=True``) and uploads ``files`` (path in repo ->
+    local path or bytes): one file with ``HfApi.upload_file``, several in one commit.
+
+    Returns:
+        The ``CommitInfo`` of the upload.
+
+    >>> from diffusers_ascend.hub import upload_files
+    >>> upload_files({"ascend_cache.json": b"{}"}, "me/repo")  # doctest: +SKIP
+    """
+    from huggingface_hub import CommitOperationAdd, HfApi
 
     api = HfApi(token=token)
     api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
-    return api.upload_file(
-        path_or_fileobj=json_text.encode("utf-8"),
-        path_in_repo=filename,
-        repo_id=repo_id,
-        repo_type="model",
-        revision=revision,
-        commit_message=commit_message,
-        create_pr=create_pr,
-    )
+    if len(files) == 1:
+        (path_in_repo, content), = files.items()
+        return api.upload_file(
+            path_or_fileobj=content,
+            path_in_repo=path_in_repo,
+            repo_id=repo_id,
+            repo_type="model",
+            revision=revision,
+            commit_message=commit_message,
+            create_pr=create_pr,
+        )
+    ops = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=content) for name, content in files.items()]
+    return api.create_commit(repo_id=repo_id, operations=ops, repo_type="model", revision=revision,
+                             commit_message=commit_message or f"Upload {len(ops)} files", create_pr=create_pr)

@@ -231,7 +231,7 @@ def _disable_model(model) -> None:
     _release_recompile_limit(state)
 
 
-def enable_ascend_compile(pipe_or_model, config=None, **overrides):
+def enable_ascend_compile(pipe_or_model, config=None, *, cache=None, trust_remote_artifacts=False, **overrides):
     """Accelerates a diffusers pipeline or model for Ascend: fusion backend, per-block compile, attention.
 
     Enabling again replaces the previous configuration (it never stacks).
@@ -239,6 +239,11 @@ def enable_ascend_compile(pipe_or_model, config=None, **overrides):
     Args:
         pipe_or_model: a `DiffusionPipeline` or a diffusers `ModelMixin`.
         config: `AscendConfig` | dict | local directory | Hub repo id | None (defaults).
+        cache: compile artifacts written by `save_ascend_cache` (a local directory or a Hub repo
+            id) to start warm from. They are validated first; artifacts made for another torch,
+            platform, config or pass source are ignored with a warning (see docs/warm-start.md).
+        trust_remote_artifacts: required when `cache` is a Hub repo id: the artifacts hold
+            compiled code that runs in this process.
         **overrides: `AscendConfig` fields replacing those of `config`.
 
     Returns:
@@ -266,6 +271,10 @@ def enable_ascend_compile(pipe_or_model, config=None, **overrides):
     models = _models(pipe_or_model)
     if not models:
         raise ValueError(f"{type(pipe_or_model).__name__} holds no model with an Ascend adapter.")
+    if cache is not None:  # validated (and refused, for a remote source without opt-in) before anything changes
+        from .cache import load_ascend_cache
+
+        load_ascend_cache(cache, cfg, trust_remote_artifacts=trust_remote_artifacts)
     if cfg.compile == "blocks":
         for name, model in models:
             if adapter_for(model) is None:
@@ -289,6 +298,30 @@ def enable_ascend_compile(pipe_or_model, config=None, **overrides):
             enable_ascend_compile(pipe_or_model, previous)
         raise
     return pipe_or_model
+
+
+def save_ascend_cache(pipe_or_model, save_directory):
+    """Writes the compile artifacts of an enabled pipeline or model, after its first call, to
+    `save_directory`, for `enable_ascend_compile(..., cache=save_directory)` in another process.
+
+    Args:
+        pipe_or_model: enabled with ``executor="inductor"``, and called at least once.
+        save_directory: a local directory (created if missing).
+
+    Returns:
+        The manifest written (see `diffusers_ascend.cache`).
+
+    >>> import diffusers_ascend, tempfile
+    >>> from diffusers_ascend.tiny import tiny_flux_transformer
+    >>> model = tiny_flux_transformer()
+    >>> diffusers_ascend.save_ascend_cache(model, tempfile.mkdtemp())
+    Traceback (most recent call last):
+    ...
+    ValueError: FluxTransformer2DModel is not enabled: call enable_ascend_compile(..., executor='inductor') first.
+    """
+    from .cache import save_ascend_cache as save
+
+    return save(pipe_or_model, save_directory)
 
 
 def _current_config(pipe_or_model):
@@ -350,6 +383,10 @@ class AscendAccelerationMixin:
     def enable_ascend_compile(self, config=None, **overrides):
         """See `diffusers_ascend.enable_ascend_compile`."""
         return enable_ascend_compile(self, config, **overrides)
+
+    def save_ascend_cache(self, save_directory):
+        """See `diffusers_ascend.save_ascend_cache`."""
+        return save_ascend_cache(self, save_directory)
 
     def disable_ascend_compile(self):
         """See `diffusers_ascend.disable_ascend_compile`."""
@@ -414,7 +451,7 @@ def _saved_config(obj):
 
 def patch_class(cls, is_pipeline: bool) -> None:
     """Adds `AscendAccelerationMixin`'s methods to `cls` (DiffusionPipeline or ModelMixin) and wraps its `from_pretrained`."""
-    for meth in ("enable_ascend_compile", "disable_ascend_compile", "ascend_report"):
+    for meth in ("enable_ascend_compile", "disable_ascend_compile", "ascend_report", "save_ascend_cache"):
         if not hasattr(cls, meth):
             setattr(cls, meth, AscendAccelerationMixin.__dict__[meth])
     _wrap_from_pretrained(cls, is_pipeline)

@@ -30,7 +30,10 @@ __all__ = [
     "TORCH_NEWEST_VERIFIED",
     "TorchCompatError",
     "aot_autograd",
+    "cache_artifacts_api",
     "check_engine",
+    "compile_cache_counters",
+    "compiled_cpp_libraries",
     "compile_fx",
     "compiled_blocks_share_graphs",
     "current_compile_id",
@@ -39,6 +42,7 @@ __all__ = [
     "dynamo_recompile_limit",
     "fold_parameters",
     "fresh_inductor_cache",
+    "inductor_cache_dir",
     "inductor_freezing_enabled",
     "inductor_freezing_scope",
     "probe_trace",
@@ -372,6 +376,87 @@ def fresh_inductor_cache():
     fresh = getattr(utils, "fresh_cache", None) or require(
         "inductor.utils.fresh_inductor_cache", lambda: utils.fresh_inductor_cache)
     return fresh()
+
+
+# -- warm start: torch's portable compile caches (diffusers_ascend.cache) -------------------------
+def cache_artifacts_api() -> tuple[Callable, Callable] | None:
+    """``(torch.compiler.save_cache_artifacts, torch.compiler.load_cache_artifacts)``: Inductor's
+    portable "mega-cache" (FX graph cache + AOTAutograd cache + autotuning/PGO entries), public
+    since 2.7; None on 2.6, which has no portable form of its caches."""
+    save = getattr(torch.compiler, "save_cache_artifacts", None)
+    load = getattr(torch.compiler, "load_cache_artifacts", None)
+    return (save, load) if save is not None and load is not None else None
+
+
+def compile_cache_counters() -> dict[str, int]:
+    """Hits and misses of Inductor's FX graph cache and the AOTAutograd cache in this process
+    (``torch._dynamo.utils.counters``; the names are those of 2.6-2.14, absent ones read 0)."""
+    from torch._dynamo.utils import counters
+
+    return {
+        "fxgraph_cache_hit": counters["inductor"]["fxgraph_cache_hit"],
+        "fxgraph_cache_miss": counters["inductor"]["fxgraph_cache_miss"],
+        "autograd_cache_hit": counters["aot_autograd"]["autograd_cache_hit"],
+        "autograd_cache_miss": counters["aot_autograd"]["autograd_cache_miss"],
+    }
+
+
+def inductor_cache_dir() -> str:
+    """Inductor's on-disk cache root (``TORCHINDUCTOR_CACHE_DIR`` or its default):
+    ``runtime.cache_dir_utils.cache_dir`` (2.7+) or ``runtime.runtime_utils.cache_dir`` (2.6)."""
+    for name in ("torch._inductor.runtime.cache_dir_utils", "torch._inductor.runtime.runtime_utils"):
+        try:
+            fn = getattr(__import__(name, fromlist=["cache_dir"]), "cache_dir")
+        except (ImportError, AttributeError):
+            continue
+        return fn()
+    return require("inductor cache_dir", lambda: __import__(
+        "torch._inductor.runtime.cache_dir_utils", fromlist=["cache_dir"]).cache_dir)()
+
+
+def compiled_cpp_libraries() -> list[str]:
+    """Paths of the C++ kernel libraries Inductor's CPU backend built or loaded in this process.
+
+    The mega-cache carries the generated Python wrapper of a CPU graph but not the ``.so`` of its
+    C++ kernels, which a fresh process rebuilds with the host compiler (most of a warm start on
+    CPU, measured on 2.13). ``codecache.CppCodeCache`` and its subclasses keep one loader per
+    library key in ``cache`` (2.6-2.14); a loaded library is a Python module (``__file__``) or a
+    ``ctypes.CDLL`` (``_name``). Loaders not yet run are skipped (nothing is built here).
+    """
+    try:
+        from torch._inductor import codecache
+    except ImportError:  # pragma: no cover - Inductor is part of every supported torch
+        return []
+    base = getattr(codecache, "CppCodeCache", None)
+    if base is None:
+        return []
+    classes, seen, paths = [base], set(), []
+    while classes:
+        cls = classes.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        classes.extend(cls.__subclasses__())
+        for load in list(getattr(cls, "__dict__", {}).get("cache", {}).values()):
+            lib = _loaded_library(load)
+            path = getattr(lib, "__file__", None) or getattr(lib, "_name", None)
+            if isinstance(path, str) and path.endswith(".so") and path not in paths:
+                paths.append(path)
+    return paths
+
+
+def _loaded_library(load: Any) -> Any:
+    # The loader closes over `lib` once it has run (`nonlocal lib` in `load_async`); never call
+    # it: an unbuilt one would compile.
+    if not callable(load) or getattr(load, "__closure__", None) is None:
+        return load
+    names = load.__code__.co_freevars
+    cells = dict(zip(names, load.__closure__))
+    cell = cells.get("lib")
+    try:
+        return cell.cell_contents if cell is not None else None
+    except ValueError:  # empty cell
+        return None
 
 
 def fold_parameters(aot_gm: torch.fx.GraphModule) -> list[int]:

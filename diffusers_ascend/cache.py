@@ -1,0 +1,417 @@
+"""Warm start: the compile results of an enabled model travel with it, like its `AscendConfig`.
+
+`save_ascend_cache(obj, path)` writes, after at least one call of an enabled pipeline or model:
+
+- ``ascend_cache.json``: the manifest. What the artifacts were built for (torch version,
+  platform, machine, Python, diffusers-ascend version, `AscendConfig.cache_key()`, the pass
+  source hash `FusionPassManager.uuid()`, the executor) and the sha256 of every artifact file.
+- ``ascend_inductor_cache.bin``: torch's own portable compile cache
+  (`torch.compiler.save_cache_artifacts`: Inductor's FX graph cache and the AOTAutograd cache).
+- ``ascend_cpp_kernels.tar`` (CPU only): the C++ kernel libraries Inductor built, which the
+  portable cache leaves out and a fresh process would rebuild with the host compiler.
+
+`enable_ascend_compile(obj, ..., cache=path_or_repo_id)` validates the manifest against the
+running process before it reads any artifact: a mismatch (another torch, platform, config or
+pass source) is a warning and a normal compile. A manifest that is not what `save_ascend_cache`
+writes, or an artifact whose sha256 differs from the manifest, is a `ValueError` and nothing is
+loaded. Artifacts from the Hub need ``trust_remote_artifacts=True``: an Inductor artifact holds
+compiled code that runs in this process when its graph is used.
+
+What is cached depends on the executor (docs/warm-start.md): under ``executor="inductor"`` the
+Inductor graph compile and its C++ build; dynamo tracing, the aot trace of our backend, the
+fusion passes and pattern registration still run in every process. ``executor="eager"`` (the
+NPU default) produces no compiled artifact: `save_ascend_cache` refuses it with that reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import platform as _platform
+import re
+import sys
+import tarfile
+import tempfile
+import warnings
+from typing import Any
+
+import torch
+
+__all__ = [
+    "ARTIFACTS_NAME",
+    "KERNELS_NAME",
+    "MANIFEST_NAME",
+    "cache_info",
+    "load_ascend_cache",
+    "save_ascend_cache",
+]
+
+MANIFEST_NAME = "ascend_cache.json"
+ARTIFACTS_NAME = "ascend_inductor_cache.bin"
+KERNELS_NAME = "ascend_cpp_kernels.tar"
+FORMAT = 1
+MECHANISM = "inductor-mega-cache"
+# What must equal the running process for the artifacts to be used (manifest key -> meaning).
+KEY_FIELDS = {
+    "torch": "torch version",
+    "platform": "platform",
+    "machine": "machine architecture",
+    "python": "Python version",
+    "diffusers_ascend": "diffusers-ascend version",
+    "config_hash": "AscendConfig.cache_key()",
+    "pass_hash": "fusion pass source hash (FusionPassManager.uuid())",
+    "executor": "executor",
+}
+_MANIFEST_KEYS = {"format", "mechanism", "files", *KEY_FIELDS}
+_FILE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_SHA = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def expected_keys(cfg) -> dict[str, str]:
+    """The manifest keys the running process produces for `cfg` (an `AscendConfig`).
+
+    >>> from diffusers_ascend.config import AscendConfig
+    >>> sorted(expected_keys(AscendConfig(executor="inductor")))[:3]
+    ['config_hash', 'diffusers_ascend', 'executor']
+    """
+    from . import __version__
+    from .compilation.passes import ordered_fusions
+    from .compilation.passes.manager import FusionPassManager
+    from .platform import current_platform
+
+    plat = current_platform()
+    return {
+        "torch": torch.__version__,
+        "platform": plat,
+        "machine": _platform.machine(),
+        "python": "%d.%d" % sys.version_info[:2],
+        "diffusers_ascend": __version__,
+        "config_hash": cfg.cache_key(),
+        "pass_hash": FusionPassManager(ordered_fusions(cfg.resolved_fusions(plat))).uuid(),
+        "executor": cfg.resolved_executor(plat),
+    }
+
+
+def _enabled_states(obj) -> list:
+    from .mixin import _models
+
+    states = [getattr(m, "_ascend_state", None) for _, m in _models(obj)]
+    return [s for s in states if s is not None]
+
+
+# -- save ------------------------------------------------------------------------------------------
+def save_ascend_cache(obj, save_directory: str | os.PathLike) -> dict[str, Any]:
+    """Writes the compile artifacts of an enabled, called pipeline or model to `save_directory`.
+
+    Args:
+        obj: a pipeline or model enabled with ``executor="inductor"`` (or ``"auto"`` resolving to
+            it) whose compiled blocks ran at least once in this process.
+        save_directory: a directory (created if missing); it can sit next to the model's
+            ``save_pretrained`` output and be pushed with it.
+
+    Returns:
+        The manifest written (a dict).
+
+    Raises:
+        ValueError: `obj` is not enabled, has compiled nothing yet, uses the eager executor, or
+            torch has no portable compile cache (2.6). Nothing is written then.
+
+    >>> import diffusers_ascend, tempfile
+    >>> from diffusers_ascend.tiny import tiny_flux_transformer
+    >>> model = diffusers_ascend.enable_ascend_compile(tiny_flux_transformer(), executor="inductor")
+    >>> diffusers_ascend.save_ascend_cache(model, tempfile.mkdtemp())  # doctest: +SKIP
+    """
+    from .compilation import _compat
+
+    states = _enabled_states(obj)
+    if not states:
+        raise ValueError(f"{type(obj).__name__} is not enabled: call enable_ascend_compile(..., executor='inductor') first.")
+    cfg = states[0].config
+    keys = expected_keys(cfg)
+    if cfg.compile == "none":
+        raise ValueError("compile='none' compiles nothing, so there is nothing to save; use compile='blocks' or 'model'.")
+    if keys["executor"] != "inductor":
+        raise ValueError(
+            f"executor={keys['executor']!r} produces no compiled artifact to save: it runs the fused graph op by op, "
+            "and dynamo tracing, the aot trace and the fusion passes run in every process (torch has no portable "
+            "form of them). Use executor='inductor' to save Inductor's compile results."
+        )
+    if not any(s.backend is not None and s.backend.report.graphs_compiled for s in states):
+        raise ValueError(f"{type(obj).__name__} has compiled no graph yet: call it once, then save.")
+    api = _compat.cache_artifacts_api()
+    if api is None:
+        raise ValueError(
+            f"torch {torch.__version__} has no portable compile cache (torch.compiler.save_cache_artifacts, "
+            "torch 2.7+): nothing can be saved on it."
+        )
+    saved = api[0]()
+    if saved is None or not saved[0]:
+        raise ValueError(
+            "torch.compiler.save_cache_artifacts() returned nothing: Inductor's caches were off or bypassed for "
+            "these graphs (TORCHINDUCTOR_FX_GRAPH_CACHE=0?), so there is nothing to save."
+        )
+    blobs = {ARTIFACTS_NAME: saved[0]}
+    root = _compat.inductor_cache_dir()
+    kernels = _pack_kernels(_compat.compiled_cpp_libraries() + _built_this_process(root), root)
+    if kernels is not None:
+        blobs[KERNELS_NAME] = kernels
+    manifest = {
+        "format": FORMAT,
+        "mechanism": MECHANISM,
+        **keys,
+        "files": {name: {"sha256": _sha256(data), "size": len(data)} for name, data in blobs.items()},
+    }
+    os.makedirs(save_directory, exist_ok=True)
+    for name, data in blobs.items():
+        _write_atomic(os.path.join(save_directory, name), data)
+    # The manifest last: a directory with a manifest always has the files it names.
+    _write_atomic(os.path.join(save_directory, MANIFEST_NAME), (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    return manifest
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _built_this_process(root: str) -> list[str]:
+    """``.so`` files Inductor wrote under `root` since this process started: besides the graphs'
+    kernel libraries, the vector-ISA probes (``cpu_vec_isa``: one tiny build per ISA the first time
+    a process picks one), which the portable cache does not carry either. Linux: the start time is
+    the ctime of ``/proc/<pid>``; elsewhere only the loaded libraries are shipped."""
+    try:
+        start = os.stat(f"/proc/{os.getpid()}").st_ctime
+    except OSError:
+        return []
+    out = []
+    for sub in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        d = os.path.join(root, sub)
+        if len(sub) != 2 or not os.path.isdir(d):
+            continue
+        for name in sorted(os.listdir(d)):
+            path = os.path.join(d, name)
+            if name.endswith(".so") and os.path.getmtime(path) >= start - 1:
+                out.append(path)
+    return out
+
+
+def _pack_kernels(paths: list[str], root: str) -> bytes | None:
+    """A tar of the libraries under `root`, named by their path relative to it (None if none)."""
+    root = os.path.realpath(root)
+    buf = io.BytesIO()
+    count = 0
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(set(paths)):
+            real = os.path.realpath(path)
+            if not real.startswith(root + os.sep) or not os.path.isfile(real):
+                continue  # built outside the cache root (an AOTInductor output_path...): not ours to ship
+            rel = os.path.relpath(real, root)
+            info = tar.gettarinfo(real, arcname=rel.replace(os.sep, "/"))
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mtime = 0
+            with open(real, "rb") as f:
+                tar.addfile(info, f)
+            count += 1
+    return buf.getvalue() if count else None
+
+
+# -- load ------------------------------------------------------------------------------------------
+def _is_remote(source) -> bool:
+    return isinstance(source, str) and not os.path.exists(source)
+
+
+def _resolve(source, name: str, **hub_kwargs) -> str:
+    from .hub import resolve_config_file
+
+    return resolve_config_file(source, name, **hub_kwargs)
+
+
+def read_manifest(path: str) -> dict[str, Any]:
+    """The manifest at `path`, checked to be exactly what `save_ascend_cache` writes.
+
+    Raises:
+        ValueError: not a JSON object of the expected keys and types (names the problem).
+    """
+    from .config import read_json_object
+
+    data = read_json_object(path, what="an ascend cache manifest")
+    where = f"{path} is not a valid {MANIFEST_NAME} (tampered or corrupt?)"
+    if set(data) != _MANIFEST_KEYS:
+        missing, extra = sorted(_MANIFEST_KEYS - set(data)), sorted(set(data) - _MANIFEST_KEYS)
+        raise ValueError(f"{where}: missing keys {missing}, unknown keys {extra}")
+    if data["format"] != FORMAT or data["mechanism"] != MECHANISM:
+        raise ValueError(f"{where}: format {data['format']!r} / mechanism {data['mechanism']!r}; "
+                         f"this diffusers-ascend reads format {FORMAT} / {MECHANISM!r}")
+    for key in KEY_FIELDS:
+        if not isinstance(data[key], str):
+            raise ValueError(f"{where}: {key!r} must be a string, got {type(data[key]).__name__}")
+    files = data["files"]
+    if not isinstance(files, dict) or ARTIFACTS_NAME not in files or not set(files) <= {ARTIFACTS_NAME, KERNELS_NAME}:
+        raise ValueError(f"{where}: 'files' must name {ARTIFACTS_NAME!r} (and optionally {KERNELS_NAME!r})")
+    for name, entry in files.items():
+        if (not isinstance(entry, dict) or set(entry) != {"sha256", "size"} or not isinstance(entry["sha256"], str)
+                or not _SHA.match(entry["sha256"]) or type(entry["size"]) is not int or entry["size"] < 0):
+            raise ValueError(f"{where}: files[{name!r}] must be {{'sha256': <64 hex digits>, 'size': <bytes>}}")
+    return data
+
+
+def mismatches(manifest: dict[str, Any], cfg) -> list[str]:
+    """``"<meaning>: saved X, here Y"`` for each key of `manifest` that differs from this process."""
+    here = expected_keys(cfg)
+    return [f"{KEY_FIELDS[k]}: saved {manifest[k]!r}, here {here[k]!r}" for k in KEY_FIELDS if manifest[k] != here[k]]
+
+
+def load_ascend_cache(source, cfg, *, trust_remote_artifacts: bool = False, **hub_kwargs) -> dict[str, Any] | None:
+    """Validates the artifacts at `source` for `cfg` and hands them to torch's caches.
+
+    Args:
+        source: a local directory written by `save_ascend_cache`, or a Hub repo id.
+        cfg: the `AscendConfig` the model is about to be enabled with.
+        trust_remote_artifacts: required for a Hub repo id: the artifacts hold compiled code
+            that runs in this process.
+        **hub_kwargs: ``revision``, ``cache_dir``, ``local_files_only``, ``token``, ``subfolder``.
+
+    Returns:
+        ``{"source", "artifacts", "kernels_installed"}``, or None when the manifest was made for
+        another process (with a warning naming each difference: compilation proceeds normally).
+
+    Raises:
+        ValueError: a remote source without `trust_remote_artifacts`, a malformed manifest, or an
+            artifact whose sha256 differs from the manifest. Nothing is loaded or written then.
+        AscendConfigNotFoundError: no manifest at `source`.
+    """
+    from .compilation import _compat
+
+    if _is_remote(source) and not trust_remote_artifacts:
+        raise ValueError(
+            f"{source!r} is not a local directory, so it names a Hub repo: refusing to load compile artifacts from it "
+            "without trust_remote_artifacts=True: they contain compiled code that runs "
+            "in this process. Pass trust_remote_artifacts=True if you trust the repo (like trust_remote_code), or "
+            "download and inspect them, then pass the local directory."
+        )
+    manifest = read_manifest(_resolve(source, MANIFEST_NAME, **hub_kwargs))
+    diffs = mismatches(manifest, cfg)
+    api = _compat.cache_artifacts_api()
+    if api is None:
+        diffs.append(f"torch {torch.__version__} cannot load portable compile caches (torch 2.7+)")
+    if diffs:
+        warnings.warn(
+            f"diffusers_ascend: the compile artifacts at {source!r} were made for another setup ({'; '.join(diffs)}); "
+            "ignoring them and compiling normally.",
+            stacklevel=3,
+        )
+        return None
+    blobs = {}
+    for name, entry in manifest["files"].items():
+        path = _resolve(source, name, **hub_kwargs)
+        with open(path, "rb") as f:
+            data = f.read(entry["size"] + 1)
+        if len(data) != entry["size"] or _sha256(data) != entry["sha256"]:
+            raise ValueError(f"{path} does not match the sha256/size in its {MANIFEST_NAME} (tampered or corrupt?): "
+                             "nothing was loaded.")
+        blobs[name] = data
+    members = _check_kernels(blobs[KERNELS_NAME]) if KERNELS_NAME in blobs else []
+    api[1](blobs[ARTIFACTS_NAME])
+    installed = _install_kernels(blobs[KERNELS_NAME], members, _compat.inductor_cache_dir()) if members else 0
+    return {"source": os.fspath(source), "artifacts": sorted(blobs), "kernels_installed": installed}
+
+
+def _check_kernels(data: bytes) -> list[tarfile.TarInfo]:
+    """The members of a kernels tar, each a regular ``.so`` file at a plain relative path."""
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        members = tar.getmembers()
+    for m in members:
+        parts = m.name.split("/")
+        if (not m.isfile() or not m.name.endswith(".so") or m.name.startswith("/")
+                or any(p in ("", ".", "..") or not _FILE_NAME.match(p) for p in parts)):
+            raise ValueError(f"{KERNELS_NAME} holds {m.name!r}: only regular .so files at plain relative paths are "
+                             "allowed (tampered?); nothing was loaded.")
+    return members
+
+
+def _install_kernels(data: bytes, members: list[tarfile.TarInfo], root: str) -> int:
+    """Writes each library under Inductor's cache root where Inductor looks it up (its path is
+    derived from the hash of the kernel source and compile command). Existing files are kept."""
+    n = 0
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        for m in members:
+            dest = os.path.join(root, *m.name.split("/"))
+            if os.path.exists(dest):
+                continue
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            _write_atomic(dest, tar.extractfile(m).read())
+            os.chmod(dest, 0o755)
+            n += 1
+    return n
+
+
+# -- info -------------------------------------------------------------------------------------------
+def cache_info(source, cfg=None, **hub_kwargs) -> dict[str, Any]:
+    """The manifest at `source` (a local directory or a Hub repo id; only the JSON is downloaded),
+    plus ``"matches_here"`` and ``"mismatches"`` against `cfg` (the saved config hash is not
+    checked without `cfg`).
+
+    >>> cache_info("/nonexistent")  # doctest: +SKIP
+    """
+    from .config import AscendConfig
+
+    manifest = read_manifest(_resolve(source, MANIFEST_NAME, **hub_kwargs))
+    diffs = mismatches(manifest, cfg if cfg is not None else AscendConfig(executor=manifest["executor"]))
+    if cfg is None:
+        diffs = [d for d in diffs if not d.startswith((KEY_FIELDS["config_hash"], KEY_FIELDS["pass_hash"]))]
+    return {**manifest, "matches_here": not diffs, "mismatches": diffs}
+
+
+def push_ascend_cache(save_directory: str | os.PathLike, repo_id: str, **kwargs) -> Any:
+    """Uploads the manifest and artifacts of `save_directory` to the Hub repo `repo_id` in one commit
+    (next to ``ascend_config.json``). Validates the directory first.
+
+    Args:
+        kwargs: ``token``, ``private``, ``revision``, ``commit_message``, ``create_pr``.
+    """
+    from .hub import upload_files
+
+    manifest = read_manifest(os.path.join(save_directory, MANIFEST_NAME))
+    names = [MANIFEST_NAME, *manifest["files"]]
+    files = {n: os.path.join(save_directory, n) for n in names}
+    kwargs.setdefault("commit_message", "Upload diffusers-ascend compile artifacts")
+    return upload_files(files, repo_id, **kwargs)
+
+
+def pull_ascend_cache(repo_id: str, save_directory: str | os.PathLike, *, trust_remote_artifacts: bool = False,
+                      **hub_kwargs) -> dict[str, Any]:
+    """Downloads a Hub repo's manifest and artifacts into `save_directory` after checking them
+    (``trust_remote_artifacts=True`` is required, as for loading: the files hold compiled code).
+    Nothing is loaded into torch."""
+    if not trust_remote_artifacts:
+        raise ValueError(f"refusing to download compile artifacts from {repo_id!r} without trust_remote_artifacts=True: "
+                         "they contain compiled code that runs when loaded.")
+    manifest = read_manifest(_resolve(repo_id, MANIFEST_NAME, **hub_kwargs))
+    blobs = {}
+    for name, entry in manifest["files"].items():
+        with open(_resolve(repo_id, name, **hub_kwargs), "rb") as f:
+            data = f.read()
+        if _sha256(data) != entry["sha256"]:
+            raise ValueError(f"{repo_id}/{name} does not match the sha256 in its {MANIFEST_NAME}: nothing was written.")
+        if name == KERNELS_NAME:
+            _check_kernels(data)
+        blobs[name] = data
+    os.makedirs(save_directory, exist_ok=True)
+    for name, data in blobs.items():
+        _write_atomic(os.path.join(save_directory, name), data)
+    _write_atomic(os.path.join(save_directory, MANIFEST_NAME), (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    return manifest
