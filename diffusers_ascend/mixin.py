@@ -89,6 +89,7 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg) ->
     @functools.wraps(module._call_impl)
     def call(*args, **kwargs):
         token = graph_label.set(label)
+        first_graph = len(state.backend.report.graphs)  # graphs compiled from here on belong to this call
         try:
             with scope():
                 return compiled(*args, **kwargs)
@@ -102,7 +103,12 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg) ->
             out = module._call_impl(*args, **kwargs)
             reason = describe_failure(e)
             warnings.warn(f"diffusers_ascend: {name or type(module).__name__} failed to compile, running eager ({reason})")
-            state.fallbacks.append({"module": name or type(module).__name__, "reason": reason})
+            # The graphs compiled for this call never run: stop counting their matches.
+            lost = state.backend.report.discard_graphs(first_graph)
+            entry = {"module": name or type(module).__name__, "reason": reason}
+            if lost:
+                entry["lost"] = lost
+            state.fallbacks.append(entry)
             module._compiled_call_impl = None
             return out
         finally:
@@ -148,9 +154,14 @@ def _enable_model(model, cfg, name: str = "") -> None:
     per_blocks = _DYNAMO_DEFAULT_RECOMPILE_LIMIT * len(adapter.blocks) if cfg.compile == "blocks" else None
     _raise_recompile_limit(cfg.recompile_limit or per_blocks)
     if cfg.compile == "blocks":
-        for sub_name, sub in model.named_modules():
-            if type(sub).__name__ in adapter.blocks:
-                _compile_in_place(sub, f"{name + '.' if name else ''}{sub_name}", state, cfg)
+        found, missing = adapter.block_modules(model)
+        for block in missing:  # e.g. a `_repeated_blocks` name this config does not build
+            reason = (f"block class {block!r} named by the {adapter.name!r} adapter matches no submodule of "
+                      f"{type(model).__name__}: nothing of it is compiled")
+            warnings.warn(f"diffusers_ascend: {name or type(model).__name__}: {reason}")
+            state.fallbacks.append({"module": f"{name + '.' if name else ''}<{block}>", "reason": reason})
+        for sub_name, sub in found:
+            _compile_in_place(sub, f"{name + '.' if name else ''}{sub_name}", state, cfg)
     elif cfg.compile == "model":
         _compile_in_place(model, name, state, cfg)
     model.register_to_config(**{ASCEND_CONFIG_KEY: cfg.to_dict()})
@@ -278,7 +289,7 @@ def ascend_report(pipe_or_model):
             continue
         rep = FusionReport.merge([state.backend.report]) if state.backend is not None else FusionReport()
         for fb in state.fallbacks:
-            rep.add_fallback(fb["module"], fb["reason"])
+            rep.add_fallback(fb["module"], fb["reason"], fb.get("lost"))
         rep.record_swaps(state.swaps)
         reports.append(rep)
     return FusionReport.merge(reports) if reports else None
