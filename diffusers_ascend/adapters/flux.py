@@ -72,7 +72,10 @@ class FusedRopeFluxAttnProcessor(FluxAttnProcessor):
 FLUX = Adapter(
     name="flux",
     blocks=("FluxTransformerBlock", "FluxSingleTransformerBlock"),
-    swaps=(Swap("rope", "FluxAttnProcessor", lambda: FusedRopeFluxAttnProcessor, processors=True),),
+    # Only diffusers' own class: other modules define look-alikes of the same name
+    # (transformer_chronoedit.WanAttnProcessor) whose code this class does not mirror.
+    swaps=(Swap("rope", "FluxAttnProcessor", lambda: FusedRopeFluxAttnProcessor, processors=True,
+                applies=lambda p: type(p).__module__ == "diffusers.models.transformers.transformer_flux"),),
     pattern_forms={"adaln": ("flux", "continuous"), "rms_norm": ("torch",), "rope": ("flux",)},
 )
 register_adapter("FluxTransformer2DModel", FLUX)

@@ -1,30 +1,32 @@
 """The one table of tiny configs the model-zoo test builds every diffusers DiT from.
 
-Each entry: the model's constructor arguments (the smallest that still run every code path of the
-architecture; most mirror the configs diffusers' own model tests use), a function returning
-seeded forward inputs, and the coverage the integration reaches on it with ``fusions="all"``
-under ``compile="blocks"`` (fp32, eager executor): pattern matches per fusion summed over the
-compiled graphs (one graph per block class), module swaps per fusion, and leftover ops (see
-`LEFT_OPS`). The zoo test fails when a model's coverage differs from what is recorded here, so
-losing a fusion it had (or gaining one) is a visible change to this file.
+`TINY`: per model, the constructor arguments (the smallest that still run every code path of
+the architecture; most mirror the configs diffusers' own model tests use) and a function
+returning seeded forward inputs. `COVERAGE`: what the integration reaches on it with
+``fusions="all"`` under ``compile="blocks"`` (fp32, eager executor): pattern matches per fusion
+summed over the compiled graphs (one graph per block class, so a count is per block class, not
+per block), module swaps per fusion (per module), and leftover ops (`LEFT_OPS`). The zoo test
+fails when a model's coverage differs from what is recorded here, so losing a fusion it had (or
+gaining one) is a visible change to this file.
 
 Discovered models that have no entry yet are listed in `NOT_COVERED` with the reason.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
-# Ops a fusion replaces, counted where they are still present in the rewritten graphs: the
-# sites left unfused (a heuristic: a LayerNorm without modulation is not an adaLN site).
-LEFT_OPS: dict[str, tuple[str, ...]] = {
-    "rms_norm": ("aten.rsqrt.default",),
-    "adaln": ("aten.native_layer_norm.default",),
-    "gelu_tanh": ("aten.gelu.default",),
-    "rope": ("aten.view_as_complex.default", "aten.unbind.int"),
+# Ops a fusion replaces, counted (regex over the rewritten graph's code) where they are still
+# present: the sites left unfused. A heuristic: a LayerNorm without modulation is no adaLN site,
+# an unbind need not be a rotary embedding.
+LEFT_OPS: dict[str, str] = {
+    "rms_norm": r"torch\.ops\.aten\.rsqrt\.default\(",
+    "adaln": r"torch\.ops\.aten\.native_layer_norm\.default\(",
+    "gelu_tanh": r"torch\.ops\.aten\.gelu\.default\([^)]*approximate = 'tanh'",
+    "rope": r"torch\.ops\.aten\.(view_as_complex\.default|unbind\.int)\(",
 }
 
 
@@ -35,15 +37,10 @@ class Tiny:
     Args:
         init: constructor arguments.
         inputs: ``inputs(gen) -> forward kwargs`` (draw every random tensor from `gen`).
-        matches / swaps / left: the recorded coverage (fusion -> count; zero entries left out).
-        atol: fp32 tolerance against eager (the fused ops compute in fp32 like eager).
     """
 
     init: dict[str, Any]
     inputs: Callable[[torch.Generator], dict[str, Any]]
-    matches: dict[str, int] = field(default_factory=dict)
-    swaps: dict[str, int] = field(default_factory=dict)
-    left: dict[str, int] = field(default_factory=dict)
 
 
 def _r(gen, *shape):
@@ -65,6 +62,20 @@ def _flux2_ids(h, w, txt):
     img = torch.cartesian_prod(torch.arange(1), torch.arange(h), torch.arange(w), torch.arange(1))
     text = torch.cartesian_prod(torch.arange(1), torch.arange(1), torch.arange(1), torch.arange(txt))
     return img[None], text[None]
+
+
+def _krea2_positions(txt, h, w):
+    pos = torch.zeros(txt + h * w, 3)
+    pos[txt:, 1] = torch.arange(h).repeat_interleave(w)
+    pos[txt:, 2] = torch.arange(w).repeat(h)
+    return pos
+
+
+def _bria_fibo_inputs(gen):
+    text = _r(gen, 1, 16, 64)
+    return dict(hidden_states=_r(gen, 1, 64, 48), encoder_hidden_states=text, img_ids=_flux_ids(8, 8),
+                txt_ids=torch.zeros(16, 3), timestep=torch.tensor([1.0]),
+                text_encoder_layers=[text[:, :, :32], text[:, :, :32]])
 
 
 def _flux2_inputs(gen):
@@ -145,9 +156,153 @@ TINY: dict[str, Tiny] = {
                                 timestep=torch.tensor([500]), encoder_attention_mask=torch.ones(1, 16).bool(),
                                 num_frames=2, height=8, width=8),
     ),
+
+    "AnyFlowTransformer3DModel": Tiny(
+        init=dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=4, out_channels=4,
+                  text_dim=16, freq_dim=256, ffn_dim=32, num_layers=2, cross_attn_norm=True, rope_max_seq_len=32,
+                  gate_value=0.25, deltatime_type="r"),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 2, 4, 8, 8), timestep=torch.full((1, 2), 500.0),
+                                r_timestep=torch.full((1, 2), 250.0), encoder_hidden_states=_r(gen, 1, 12, 16)),
+    ),
+    "ErnieImageTransformer2DModel": Tiny(
+        init=dict(hidden_size=16, num_attention_heads=1, num_layers=1, ffn_hidden_size=16, in_channels=16,
+                  out_channels=16, patch_size=1, text_in_dim=16, rope_theta=256, rope_axes_dim=(8, 4, 4), eps=1e-6,
+                  qk_layernorm=True),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 16, 8, 8), timestep=torch.tensor([1.0]),
+                                text_bth=_r(gen, 1, 16, 16), text_lens=torch.tensor([16])),
+    ),
+    "GlmImageTransformer2DModel": Tiny(
+        init=dict(patch_size=2, in_channels=4, out_channels=4, num_layers=1, attention_head_dim=8, num_attention_heads=2,
+                  text_embed_dim=32, time_embed_dim=16, condition_dim=8, prior_vq_quantizer_codebook_size=64),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 4, 8, 8), encoder_hidden_states=_r(gen, 1, 12, 32),
+                                prior_token_id=torch.tensor([3]), prior_token_drop=torch.zeros(1, dtype=torch.bool),
+                                timestep=torch.tensor([500]), target_size=torch.tensor([[8.0, 8.0]]),
+                                crop_coords=torch.tensor([[0.0, 0.0]])),
+    ),
+    "HeliosTransformer3DModel": Tiny(
+        init=dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=4, out_channels=4,
+                  text_dim=16, freq_dim=256, ffn_dim=32, num_layers=2, cross_attn_norm=True,
+                  qk_norm="rms_norm_across_heads", rope_dim=(4, 4, 4), has_multi_term_memory_patch=True,
+                  guidance_cross_attn=True, zero_history_timestep=True, is_amplify_history=False),
+        inputs=lambda gen: dict(
+            hidden_states=_r(gen, 1, 4, 2, 8, 8), timestep=torch.tensor([500]), encoder_hidden_states=_r(gen, 1, 12, 16),
+            indices_hidden_states=torch.ones(1, 2), indices_latents_history_short=torch.ones(1, 1),
+            indices_latents_history_mid=torch.ones(1, 1), indices_latents_history_long=torch.ones(1, 4),
+            latents_history_short=_r(gen, 1, 4, 1, 8, 8), latents_history_mid=_r(gen, 1, 4, 1, 8, 8),
+            latents_history_long=_r(gen, 1, 4, 4, 8, 8)),
+    ),
+    "Krea2Transformer2DModel": Tiny(
+        init=dict(in_channels=16, num_layers=2, attention_head_dim=8, num_attention_heads=4, num_key_value_heads=2,
+                  intermediate_size=32, timestep_embed_dim=8, text_hidden_dim=16, num_text_layers=3,
+                  text_num_attention_heads=2, text_num_key_value_heads=1, text_intermediate_size=16,
+                  num_layerwise_text_blocks=1, num_refiner_text_blocks=1, axes_dims_rope=(4, 2, 2), rope_theta=1000.0,
+                  norm_eps=1e-5),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 4, 16), encoder_hidden_states=_r(gen, 1, 4, 3, 16),
+                                timestep=torch.tensor([0.5]), position_ids=_krea2_positions(4, 2, 2),
+                                encoder_attention_mask=torch.tensor([[True, True, True, False]])),
+    ),
+    "LongCatImageTransformer2DModel": Tiny(
+        init=dict(patch_size=1, in_channels=4, num_layers=1, num_single_layers=1, attention_head_dim=16,
+                  num_attention_heads=2, joint_attention_dim=32, pooled_projection_dim=32, axes_dims_rope=[4, 4, 8]),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 16, 4), encoder_hidden_states=_r(gen, 1, 8, 32),
+                                img_ids=_flux_ids(4, 4), txt_ids=torch.zeros(8, 3), timestep=torch.tensor([1.0]),
+                                guidance=torch.tensor([3.5])),
+    ),
+    "OvisImageTransformer2DModel": Tiny(
+        init=dict(patch_size=1, in_channels=4, out_channels=4, num_layers=1, num_single_layers=1, attention_head_dim=16,
+                  num_attention_heads=2, joint_attention_dim=32, axes_dims_rope=(4, 4, 8)),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 16, 4), encoder_hidden_states=_r(gen, 1, 8, 32),
+                                img_ids=_flux_ids(4, 4), txt_ids=torch.zeros(8, 3), timestep=torch.tensor([1.0])),
+    ),
+    "NucleusMoEImageTransformer2DModel": Tiny(
+        init=dict(patch_size=2, in_channels=16, out_channels=4, num_layers=2, attention_head_dim=16,
+                  num_attention_heads=4, joint_attention_dim=16, axes_dims_rope=(8, 4, 4), moe_enabled=False,
+                  capacity_factors=[8.0, 8.0]),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 16, 16), encoder_hidden_states=_r(gen, 1, 8, 16),
+                                encoder_hidden_states_mask=torch.ones(1, 8, dtype=torch.long),
+                                timestep=torch.tensor([1.0]), img_shapes=[(1, 4, 4)]),
+    ),
+    "MotifVideoTransformer3DModel": Tiny(
+        init=dict(in_channels=33, out_channels=16, num_attention_heads=2, attention_head_dim=12, num_layers=1,
+                  num_single_layers=1, num_decoder_layers=0, mlp_ratio=4.0, patch_size=1, patch_size_t=1,
+                  qk_norm="rms_norm", norm_type="layer_norm", text_embed_dim=32, image_embed_dim=4, rope_theta=256.0,
+                  rope_axes_dim=(4, 4, 4), enable_text_cross_attention_dual=False,
+                  enable_text_cross_attention_single=False),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 33, 1, 8, 8), encoder_hidden_states=_r(gen, 1, 12, 32),
+                                timestep=torch.tensor([500])),
+    ),
+    "HunyuanVideo15Transformer3DModel": Tiny(
+        init=dict(in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=8, num_layers=2,
+                  num_refiner_layers=1, mlp_ratio=2.0, patch_size=1, patch_size_t=1, text_embed_dim=16,
+                  text_embed_2_dim=8, image_embed_dim=12, rope_axes_dim=(2, 2, 4), target_size=16, task_type="t2v"),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 4, 1, 8, 8), timestep=torch.tensor([1.0]),
+                                encoder_hidden_states=_r(gen, 1, 6, 16), encoder_hidden_states_2=_r(gen, 1, 4, 8),
+                                encoder_attention_mask=torch.ones(1, 6), encoder_attention_mask_2=torch.ones(1, 4),
+                                image_embeds=torch.zeros(1, 3, 12)),
+    ),
+    "LTX2VideoTransformer3DModel": Tiny(
+        init=dict(in_channels=4, out_channels=4, patch_size=1, patch_size_t=1, num_attention_heads=2,
+                  attention_head_dim=8, cross_attention_dim=16, audio_in_channels=4, audio_out_channels=4,
+                  audio_num_attention_heads=2, audio_attention_head_dim=4, audio_cross_attention_dim=8, num_layers=1,
+                  qk_norm="rms_norm_across_heads", caption_channels=16, rope_double_precision=False),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 2 * 8 * 8, 4), audio_hidden_states=_r(gen, 1, 9, 4),
+                                encoder_hidden_states=_r(gen, 1, 16, 16), audio_encoder_hidden_states=_r(gen, 1, 16, 16),
+                                timestep=torch.tensor([500.0]), encoder_attention_mask=torch.ones(1, 16).bool(),
+                                num_frames=2, height=8, width=8, audio_num_frames=9, fps=25.0),
+    ),
+
+    "AnyFlowFARTransformer3DModel": Tiny(
+        init=dict(patch_size=(1, 2, 2), compressed_patch_size=(1, 4, 4), full_chunk_limit=3, num_attention_heads=2,
+                  attention_head_dim=12, in_channels=4, out_channels=4, text_dim=16, freq_dim=256, ffn_dim=32,
+                  num_layers=2, cross_attn_norm=True, rope_max_seq_len=32, gate_value=0.25, deltatime_type="r"),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 4, 4, 8, 8), timestep=torch.full((1, 4), 500.0),
+                                r_timestep=torch.full((1, 4), 250.0), encoder_hidden_states=_r(gen, 1, 12, 16),
+                                chunk_partition=[2, 2]),
+    ),
+    "BriaFiboTransformer2DModel": Tiny(
+        init=dict(patch_size=1, in_channels=48, num_layers=1, num_single_layers=1, attention_head_dim=8,
+                  num_attention_heads=2, joint_attention_dim=64, text_encoder_dim=32, pooled_projection_dim=None,
+                  axes_dims_rope=[0, 4, 4]),
+        inputs=lambda gen: _bria_fibo_inputs(gen),
+    ),
+    "UNet2DConditionModel": Tiny(
+        init=dict(block_out_channels=(4, 8), norm_num_groups=4, layers_per_block=1, sample_size=16, in_channels=4,
+                  out_channels=4, down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+                  up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=8, attention_head_dim=2),
+        inputs=lambda gen: dict(sample=_r(gen, 1, 4, 16, 16), timestep=torch.tensor([10]),
+                                encoder_hidden_states=_r(gen, 1, 4, 8)),
+    ),
 }
 
-NOT_COVERED: dict[str, str] = {}
+_TODO = "tiny config and inputs not written yet"
+NOT_COVERED: dict[str, str] = {
+    "AutoencoderKLMiniMaxH3": "a VAE (its transformer blocks run inside encode/decode); " + _TODO,
+    "BriaFibo2Transformer2DModel": _TODO,
+    "Cosmos3OmniTransformer": _TODO + " (a VLM decoder with MoT layers)",
+    "DreamLiteUNetModel": _TODO,
+    "Flux3Transformer2DModel": _TODO,
+    "HunyuanImageTransformer2DModel": _TODO,
+    "Ideogram4Transformer2DModel": _TODO + " (needs packed position/segment/indicator inputs)",
+    "JoyImageEditPlusTransformer3DModel": _TODO,
+    "JoyImageEditTransformer3DModel": _TODO,
+    "Kandinsky5Transformer3DModel": _TODO,
+    "Kandinsky6SRTransformer3DModel": _TODO,
+    "Kandinsky6Transformer3DModel": _TODO,
+    "LongCatAudioDiTTransformer": _TODO,
+    "MiniMaxH3Transformer3DModel": _TODO + " (needs a packed video/audio layout)",
+    "MiniMaxMusic3Transformer1DModel": _TODO,
+    "QwenImage21Transformer2DModel": _TODO,
+    "RFD4ProteinaAutoencoder": "not a diffusion transformer (protein structure); " + _TODO,
+    "RFD4ProteinaTransformer": "not a diffusion transformer (protein structure); " + _TODO,
+    "SanaWMLTX2RefinerTransformer3DModel": _TODO,
+    "SanaWMTransformer3DModel": _TODO,
+    "StableAudio3DiTModel": _TODO,
+    "WanAnimate2Transformer3DModel": _TODO,
+    "WanAnimateTransformer3DModel": _TODO + " (the smallest inputs need 21 frames and a 77-frame face clip)",
+}
+
+# Recorded with DIFFUSERS_ASCEND_ZOO_RECORD=1 (diffusers 0.42.1, torch 2.13).
+COVERAGE: dict[str, dict[str, dict[str, int]]] = {}
 
 
 def markdown_table() -> str:
@@ -158,12 +313,12 @@ def markdown_table() -> str:
         "|---|" + "---|" * len(fusions) + "---|",
     ]
     for name in sorted(TINY):
-        t = TINY[name]
+        t = COVERAGE[name]
         cells = []
         for f in fusions:
-            m, s = t.matches.get(f, 0), t.swaps.get(f, 0)
+            m, s = t["matches"].get(f, 0), t["swaps"].get(f, 0)
             cells.append(f"{m}" + (f" (+{s} swapped)" if s else ""))
-        left = ", ".join(f"{k} {v}" for k, v in sorted(t.left.items())) or "-"
+        left = ", ".join(f"{k} {v}" for k, v in sorted(t["left"].items())) or "-"
         lines.append(f"| `{name}` | " + " | ".join(cells) + f" | {left} |")
     for name in sorted(NOT_COVERED):
         lines.append(f"| `{name}` | " + " | ".join("?" for _ in fusions) + f" | not in the zoo test: {NOT_COVERED[name]} |")
