@@ -302,7 +302,108 @@ NOT_COVERED: dict[str, str] = {
 }
 
 # Recorded with DIFFUSERS_ASCEND_ZOO_RECORD=1 (diffusers 0.42.1, torch 2.13).
-COVERAGE: dict[str, dict[str, dict[str, int]]] = {}
+COVERAGE: dict[str, dict[str, dict[str, int]]] = {
+    "AnyFlowFARTransformer3DModel": dict(
+        matches={'adaln': 4, 'mul_add': 4},
+        swaps={'gelu_tanh': 3, 'rms_norm': 8},
+        left={'adaln': 2, 'rope': 4}),
+    "AnyFlowTransformer3DModel": dict(
+        matches={'adaln': 4, 'mul_add': 4},
+        swaps={'gelu_tanh': 3, 'rms_norm': 8},
+        left={'adaln': 2, 'rope': 4}),
+    "BriaFiboTransformer2DModel": dict(
+        matches={'adaln': 5, 'mul_add': 5, 'rope': 4},
+        swaps={'gelu_tanh': 3, 'rms_norm': 6},
+        left={}),
+    "ChromaTransformer2DModel": dict(
+        matches={'adaln': 5, 'mul_add': 5},
+        swaps={'gelu_tanh': 3, 'rms_norm': 7, 'rope': 2},
+        left={}),
+    "ChronoEditTransformer3DModel": dict(
+        matches={'adaln': 4, 'mul_add': 4, 'rope': 4},
+        swaps={'gelu_tanh': 3, 'rms_norm': 8},
+        left={'adaln': 2}),
+    "ErnieImageTransformer2DModel": dict(
+        matches={'mul_add': 4, 'rope': 2},
+        swaps={'rms_norm': 4},
+        left={}),
+    "Flux2Transformer2DModel": dict(
+        matches={'adaln': 5, 'mul_add': 5, 'rope': 4},
+        swaps={'rms_norm': 6},
+        left={}),
+    "FluxTransformer2DModel": dict(
+        matches={'adaln': 5, 'mul_add': 5},
+        swaps={'gelu_tanh': 3, 'rms_norm': 6, 'rope': 2},
+        left={}),
+    "GlmImageTransformer2DModel": dict(
+        matches={'adaln': 4, 'mul_add': 4, 'rope': 2},
+        swaps={'gelu_tanh': 1},
+        left={'adaln': 2}),
+    "HeliosTransformer3DModel": dict(
+        matches={'adaln': 2, 'mul_add': 4},
+        swaps={'gelu_tanh': 3, 'rms_norm': 8},
+        left={'adaln': 1, 'rope': 2}),
+    "HunyuanVideo15Transformer3DModel": dict(
+        matches={'adaln': 8, 'mul_add': 10, 'rope': 4},
+        swaps={'gelu_tanh': 4, 'rms_norm': 8},
+        left={'adaln': 2}),
+    "HunyuanVideoTransformer3DModel": dict(
+        matches={'adaln': 5, 'mul_add': 7, 'rope': 4},
+        swaps={'gelu_tanh': 3, 'rms_norm': 6},
+        left={'adaln': 2}),
+    "Krea2Transformer2DModel": dict(
+        matches={'mul_add': 4, 'rms_norm': 4, 'rope': 2},
+        swaps={},
+        left={'rope': 1}),
+    "LTX2VideoTransformer3DModel": dict(
+        matches={'mul_add': 14, 'rope': 8},
+        swaps={'gelu_tanh': 4, 'rms_norm': 20},
+        left={'rope': 6}),
+    "LTXVideoTransformer3DModel": dict(
+        matches={'mul_add': 4, 'rope': 2},
+        swaps={'gelu_tanh': 2, 'rms_norm': 6},
+        left={'rope': 1}),
+    "LongCatImageTransformer2DModel": dict(
+        matches={'adaln': 5, 'mul_add': 5, 'rope': 4},
+        swaps={'gelu_tanh': 3, 'rms_norm': 6},
+        left={}),
+    "MotifVideoTransformer3DModel": dict(
+        matches={'adaln': 5, 'mul_add': 5, 'rope': 4},
+        swaps={'gelu_tanh': 4, 'rms_norm': 6},
+        left={}),
+    "NucleusMoEImageTransformer2DModel": dict(
+        matches={'adaln': 2, 'mul_add': 2, 'rope': 3},
+        swaps={'rms_norm': 10},
+        left={}),
+    "OvisImageTransformer2DModel": dict(
+        matches={'adaln': 5, 'mul_add': 5, 'rope': 4},
+        swaps={'rms_norm': 7},
+        left={}),
+    "QwenImageTransformer2DModel": dict(
+        matches={'adaln': 4, 'mul_add': 4, 'rope': 4},
+        swaps={'gelu_tanh': 4, 'rms_norm': 9},
+        left={}),
+    "SkyReelsV2Transformer3DModel": dict(
+        matches={'adaln': 4, 'mul_add': 4, 'rope': 4},
+        swaps={'gelu_tanh': 3, 'rms_norm': 8},
+        left={'adaln': 2}),
+    "UNet2DConditionModel": dict(
+        matches={},
+        swaps={},
+        left={'adaln': 6}),
+    "WanTransformer3DModel": dict(
+        matches={'adaln': 2, 'mul_add': 2},
+        swaps={'gelu_tanh': 3, 'rms_norm': 8, 'rope': 4},
+        left={'adaln': 1}),
+    "WanVACETransformer3DModel": dict(
+        matches={'adaln': 8, 'mul_add': 8},
+        swaps={'gelu_tanh': 7, 'rms_norm': 24, 'rope': 12},
+        left={'adaln': 4}),
+    "ZImageTransformer2DModel": dict(
+        matches={'mul_add': 4, 'rope': 6},
+        swaps={'rms_norm': 19},
+        left={}),
+}
 
 
 def markdown_table() -> str:
