@@ -272,6 +272,52 @@ TINY: dict[str, Tiny] = {
         inputs=lambda gen: dict(sample=_r(gen, 1, 4, 16, 16), timestep=torch.tensor([10]),
                                 encoder_hidden_states=_r(gen, 1, 4, 8)),
     ),
+
+    "JoyImageEditTransformer3DModel": Tiny(
+        init=dict(patch_size=[1, 2, 2], in_channels=16, hidden_size=32, num_attention_heads=2, text_dim=16,
+                  num_layers=2, rope_dim_list=[4, 6, 6], theta=256),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 16, 1, 4, 4), encoder_hidden_states=_r(gen, 1, 12, 16),
+                                timestep=torch.tensor([1.0])),
+    ),
+    "JoyImageEditPlusTransformer3DModel": Tiny(
+        init=dict(patch_size=[1, 2, 2], in_channels=16, hidden_size=32, num_attention_heads=2, text_dim=16,
+                  num_layers=2, rope_dim_list=[4, 6, 6], theta=256),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 2, 16, 1, 2, 2), encoder_hidden_states=_r(gen, 1, 12, 16),
+                                timestep=torch.tensor([1.0]), shape_list=[[(1, 1, 1), (1, 1, 1)]]),
+    ),
+    "LongCatAudioDiTTransformer": Tiny(
+        init=dict(dit_dim=64, dit_depth=2, dit_heads=4, dit_text_dim=32, latent_dim=8, text_conv=False),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 16, 8), encoder_hidden_states=_r(gen, 1, 10, 32),
+                                encoder_attention_mask=torch.ones(1, 10, dtype=torch.bool),
+                                attention_mask=torch.ones(1, 16, dtype=torch.bool), timestep=torch.ones(1)),
+    ),
+    "MiniMaxMusic3Transformer1DModel": Tiny(
+        init=dict(in_channels=8, condition_dim=16, num_layers=2, num_attention_heads=2, attention_head_dim=8,
+                  ff_inner_dim=32, rotary_dim=4, fourier_embedding_dim=8),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 8, 24), encoder_hidden_states=_r(gen, 1, 24, 16),
+                                timestep=torch.full((1,), 0.5)),
+    ),
+    "StableAudio3DiTModel": Tiny(
+        init=dict(io_channels=8, patch_size=1, embed_dim=32, depth=2, num_heads=4, cond_token_dim=16,
+                  global_cond_dim=12, local_add_cond_dim=5, timestep_features_dim=16, ff_mult=2, num_memory_tokens=3,
+                  use_differential_attention=False),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 8, 16), timestep=torch.rand(1, generator=gen),
+                                encoder_hidden_states=_r(gen, 1, 4, 16), global_hidden_states=_r(gen, 1, 12)),
+    ),
+
+    "Flux3Transformer2DModel": Tiny(
+        init=dict(in_channels=4, cond_in_channels=4, num_layers=1, num_single_layers=1, attention_head_dim=16,
+                  num_attention_heads=2, joint_attention_dim=32, timestep_channels=256, axes_dims_rope=(4, 4, 4, 4)),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 16, 4), encoder_hidden_states=_r(gen, 1, 8, 32),
+                                timestep=torch.tensor([1.0]), img_ids=_flux2_ids(4, 4, 8)[0][0],
+                                txt_ids=_flux2_ids(4, 4, 8)[1][0]),
+    ),
+    "HunyuanImageTransformer2DModel": Tiny(
+        init=dict(in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=8, num_layers=1,
+                  num_single_layers=1, num_refiner_layers=1, patch_size=(1, 1), text_embed_dim=16, rope_axes_dim=(4, 4)),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 4, 8, 8), timestep=torch.tensor([500.0]),
+                                encoder_hidden_states=_r(gen, 1, 12, 16), encoder_attention_mask=torch.ones(1, 12)),
+    ),
 }
 
 _TODO = "tiny config and inputs not written yet"
@@ -280,23 +326,16 @@ NOT_COVERED: dict[str, str] = {
     "BriaFibo2Transformer2DModel": _TODO,
     "Cosmos3OmniTransformer": _TODO + " (a VLM decoder with MoT layers)",
     "DreamLiteUNetModel": _TODO,
-    "Flux3Transformer2DModel": _TODO,
-    "HunyuanImageTransformer2DModel": _TODO,
     "Ideogram4Transformer2DModel": _TODO + " (needs packed position/segment/indicator inputs)",
-    "JoyImageEditPlusTransformer3DModel": _TODO,
-    "JoyImageEditTransformer3DModel": _TODO,
     "Kandinsky5Transformer3DModel": _TODO,
     "Kandinsky6SRTransformer3DModel": _TODO,
     "Kandinsky6Transformer3DModel": _TODO,
-    "LongCatAudioDiTTransformer": _TODO,
     "MiniMaxH3Transformer3DModel": _TODO + " (needs a packed video/audio layout)",
-    "MiniMaxMusic3Transformer1DModel": _TODO,
-    "QwenImage21Transformer2DModel": _TODO,
+    "QwenImage21Transformer2DModel": _TODO + " (needs VLM image-slot masks)",
     "RFD4ProteinaAutoencoder": "not a diffusion transformer (protein structure); " + _TODO,
     "RFD4ProteinaTransformer": "not a diffusion transformer (protein structure); " + _TODO,
     "SanaWMLTX2RefinerTransformer3DModel": _TODO,
     "SanaWMTransformer3DModel": _TODO,
-    "StableAudio3DiTModel": _TODO,
     "WanAnimate2Transformer3DModel": _TODO,
     "WanAnimateTransformer3DModel": _TODO + " (the smallest inputs need 21 frames and a 77-frame face clip)",
 }
@@ -331,6 +370,10 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         matches={'adaln': 5, 'mul_add': 5, 'rope': 4},
         swaps={'rms_norm': 6},
         left={}),
+    "Flux3Transformer2DModel": dict(
+        matches={'adaln': 4, 'mul_add': 4, 'rope': 6},
+        swaps={'rms_norm': 8},
+        left={}),
     "FluxTransformer2DModel": dict(
         matches={'adaln': 5, 'mul_add': 5},
         swaps={'gelu_tanh': 3, 'rms_norm': 6, 'rope': 2},
@@ -343,6 +386,10 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         matches={'adaln': 2, 'mul_add': 4},
         swaps={'gelu_tanh': 3, 'rms_norm': 8},
         left={'adaln': 1, 'rope': 2}),
+    "HunyuanImageTransformer2DModel": dict(
+        matches={'adaln': 5, 'mul_add': 5, 'rope': 4},
+        swaps={'gelu_tanh': 3, 'rms_norm': 6},
+        left={}),
     "HunyuanVideo15Transformer3DModel": dict(
         matches={'adaln': 8, 'mul_add': 10, 'rope': 4},
         swaps={'gelu_tanh': 4, 'rms_norm': 8},
@@ -351,6 +398,14 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         matches={'adaln': 5, 'mul_add': 7, 'rope': 4},
         swaps={'gelu_tanh': 3, 'rms_norm': 6},
         left={'adaln': 2}),
+    "JoyImageEditPlusTransformer3DModel": dict(
+        matches={'adaln': 4, 'mul_add': 4, 'rope': 2},
+        swaps={'gelu_tanh': 5, 'rms_norm': 8},
+        left={}),
+    "JoyImageEditTransformer3DModel": dict(
+        matches={'adaln': 8, 'mul_add': 8, 'rope': 4},
+        swaps={'gelu_tanh': 5, 'rms_norm': 8},
+        left={}),
     "Krea2Transformer2DModel": dict(
         matches={'mul_add': 4, 'rms_norm': 4, 'rope': 2},
         swaps={},
@@ -363,10 +418,18 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         matches={'mul_add': 4, 'rope': 2},
         swaps={'gelu_tanh': 2, 'rms_norm': 6},
         left={'rope': 1}),
+    "LongCatAudioDiTTransformer": dict(
+        matches={'adaln': 2, 'mul_add': 2, 'rope': 4},
+        swaps={'gelu_tanh': 2, 'rms_norm': 8},
+        left={}),
     "LongCatImageTransformer2DModel": dict(
         matches={'adaln': 5, 'mul_add': 5, 'rope': 4},
         swaps={'gelu_tanh': 3, 'rms_norm': 6},
         left={}),
+    "MiniMaxMusic3Transformer1DModel": dict(
+        matches={'rope': 2},
+        swaps={},
+        left={'adaln': 2}),
     "MotifVideoTransformer3DModel": dict(
         matches={'adaln': 5, 'mul_add': 5, 'rope': 4},
         swaps={'gelu_tanh': 4, 'rms_norm': 6},
@@ -387,6 +450,10 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         matches={'adaln': 4, 'mul_add': 4, 'rope': 4},
         swaps={'gelu_tanh': 3, 'rms_norm': 8},
         left={'adaln': 2}),
+    "StableAudio3DiTModel": dict(
+        matches={'mul_add': 4, 'rms_norm': 7, 'rope': 2},
+        swaps={},
+        left={}),
     "UNet2DConditionModel": dict(
         matches={},
         swaps={},
