@@ -107,6 +107,25 @@ def test_support_matrix_shows_the_table():
 
 @pytest.mark.parametrize("name", sorted(TINY))
 def test_zoo_model(name, tmp_path):
+    _check_model(name, tmp_path)
+
+
+def test_zoo_fails_when_a_model_loses_a_fusion(tmp_path):
+    # Flux without the adaLN fusion: its 5 adaLN sites stay unfused, which the zoo reports
+    with pytest.raises(AssertionError, match="coverage changed"):
+        _check_model("FluxTransformer2DModel", tmp_path, fusions=["rms_norm", "rope", "gelu_tanh", "mul_add"])
+
+
+def test_zoo_fails_when_a_model_diverges(tmp_path, monkeypatch):
+    # a fused RMSNorm that is off by a little (1e-3) must not pass as "equal to eager"
+    from diffusers_ascend.layers import FusedRMSNorm
+
+    monkeypatch.setattr(FusedRMSNorm, "forward", lambda self, x: torch.nn.RMSNorm.forward(self, x) + 1e-3)
+    with pytest.raises(AssertionError, match="tensors not close"):
+        _check_model("FluxTransformer2DModel", tmp_path)
+
+
+def _check_model(name, tmp_path, fusions="all"):
     import diffusers_ascend  # noqa: F401  (adds enable_ascend_compile to ModelMixin)
 
     torch._dynamo.reset()
@@ -116,7 +135,7 @@ def test_zoo_model(name, tmp_path):
         ref = model(**inputs)
 
     log_dir = str(tmp_path / "graphs")
-    model.enable_ascend_compile(fusions="all", executor="eager", compile="blocks", graph_log_dir=log_dir)
+    model.enable_ascend_compile(fusions=fusions, executor="eager", compile="blocks", graph_log_dir=log_dir)
     with torch.no_grad():
         out = model(**inputs)
     report = model.ascend_report()
@@ -152,7 +171,7 @@ def test_zoo_model(name, tmp_path):
     with torch.no_grad():
         _assert_same(model(**inputs), ref, exact=True)
 
-    if RECORD:
+    if RECORD and fusions == "all":
         print(f"\nZOO {name}: {coverage}")
         return
     assert coverage == COVERAGE.get(name), (
