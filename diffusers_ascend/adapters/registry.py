@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Adapter", "adapter_for", "register_adapter", "registered_adapters", "adapter_swaps"]
 
 # One module per family; imported (and so registered) on first use.
-_FAMILIES: tuple[str, ...] = ("flux", "wan")
+_FAMILIES: tuple[str, ...] = ("flux", "wan", "krea2")
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,13 @@ def register_adapter(model_class_name: str, adapter: Adapter) -> None:
 
 def _load_families() -> None:
     for family in _FAMILIES:
-        importlib.import_module(f"{__package__}.{family}")
+        try:
+            importlib.import_module(f"{__package__}.{family}")
+        except ImportError as e:
+            # A diffusers without this family's module has none of its models either; anything
+            # else (a module of ours that fails) must surface.
+            if not (e.name or "").startswith("diffusers"):
+                raise
 
 
 def registered_adapters() -> dict[str, Adapter]:

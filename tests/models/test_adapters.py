@@ -23,7 +23,9 @@ def test_families_declare_their_facts_and_layers_holds_none():
     assert [s.source for s in flux.swaps] == ["FluxAttnProcessor"]
     assert [s.source for s in wan.swaps] == ["WanAttnProcessor"]
     assert wan.preconditions and "cos[..., 2i] == cos[..., 2i+1]" in wan.preconditions[0]
-    assert set(adapter_swaps()) == set(flux.swaps + wan.swaps)
+    krea2 = adapters["Krea2Transformer2DModel"]
+    assert [s.source for s in krea2.swaps] == ["Krea2RMSNorm"]
+    assert set(adapter_swaps()) == set(flux.swaps + wan.swaps + krea2.swaps)
     # layers.py keeps model-independent modules only: no swap of a model family's class
     assert not {s.source for s in SWAPS} & {"FluxAttnProcessor", "WanAttnProcessor"}
 
@@ -132,3 +134,38 @@ def _flux_model_inputs():
         pooled_projections=torch.randn(1, 32, generator=g), timestep=torch.tensor([0.5]),
         img_ids=img_ids, txt_ids=torch.zeros(8, 3), guidance=None,
     )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_krea2_rms_norm_swap_matches_stock(dtype):
+    # the weight stays fp32 (the model's _keep_in_fp32_modules), activations in `dtype`
+    from diffusers.models.transformers.transformer_krea2 import Krea2RMSNorm
+
+    torch.manual_seed(0)
+    norm = Krea2RMSNorm(16, eps=1e-5)
+    torch.nn.init.normal_(norm.weight, std=0.3)
+    x = torch.randn(2, 5, 16).to(dtype)
+    ref = norm(x)
+    undo, counts = apply_swaps(norm, ["rms_norm"])
+    assert counts == {"rms_norm": 1} and type(norm).__name__ == "FusedKrea2RMSNorm"
+    out = norm(x)
+    assert out.dtype == ref.dtype == dtype
+    assert_close(out, ref, dtype=dtype)
+    restore_swaps(undo)
+    assert type(norm) is Krea2RMSNorm
+
+
+def test_swaps_leave_a_look_alike_of_the_same_name_alone():
+    # transformer_chronoedit defines its own `WanAttnProcessor`: only diffusers' transformer_wan
+    # class is Wan's (the fused processor mirrors that code, not the copy's)
+    from diffusers.models.transformers import transformer_chronoedit
+
+    proc = transformer_chronoedit.WanAttnProcessor()
+    undo, counts = apply_swaps(_Holder(proc), ["rope"])
+    assert counts == {} and type(proc) is transformer_chronoedit.WanAttnProcessor
+
+
+class _Holder(torch.nn.Module):
+    def __init__(self, processor):
+        super().__init__()
+        self.processor = processor

@@ -407,8 +407,8 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         swaps={'gelu_tanh': 5, 'rms_norm': 8},
         left={}),
     "Krea2Transformer2DModel": dict(
-        matches={'mul_add': 4, 'rms_norm': 4, 'rope': 2},
-        swaps={},
+        matches={'mul_add': 4, 'rope': 2},
+        swaps={'rms_norm': 18},
         left={'rope': 1}),
     "LTX2VideoTransformer3DModel": dict(
         matches={'mul_add': 14, 'rope': 8},
