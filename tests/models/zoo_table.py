@@ -318,13 +318,25 @@ TINY: dict[str, Tiny] = {
         inputs=lambda gen: dict(hidden_states=_r(gen, 1, 4, 8, 8), timestep=torch.tensor([500.0]),
                                 encoder_hidden_states=_r(gen, 1, 12, 16), encoder_attention_mask=torch.ones(1, 12)),
     ),
+
+    "Cosmos3OmniTransformer": Tiny(
+        init=dict(head_dim=6, hidden_act="relu2", hidden_size=12, intermediate_size=24, latent_channel=2,
+                  latent_patch_size=1, num_attention_heads=2, num_hidden_layers=2, num_key_value_heads=1,
+                  patch_latent_dim=2, qk_norm_for_text=False, rms_norm_eps=1e-5, rope_axes_dim=[1, 1, 1],
+                  rope_theta=1e8, vocab_size=32),
+        inputs=lambda gen: dict(
+            input_ids=torch.tensor([1, 2]), text_indexes=torch.tensor([0, 1]),
+            position_ids=torch.zeros(3, 6, dtype=torch.long), und_len=2, sequence_length=6,
+            vision_tokens=[_r(gen, 1, 2, 1, 2, 2)], vision_token_shapes=[(1, 2, 2)],
+            vision_sequence_indexes=torch.arange(2, 6), vision_mse_loss_indexes=torch.arange(2, 6),
+            vision_timesteps=torch.ones(4), vision_noisy_frame_indexes=[torch.tensor([0])]),
+    ),
 }
 
 _TODO = "tiny config and inputs not written yet"
 NOT_COVERED: dict[str, str] = {
     "AutoencoderKLMiniMaxH3": "a VAE (its transformer blocks run inside encode/decode); " + _TODO,
     "BriaFibo2Transformer2DModel": _TODO,
-    "Cosmos3OmniTransformer": _TODO + " (a VLM decoder with MoT layers)",
     "DreamLiteUNetModel": _TODO,
     "Ideogram4Transformer2DModel": _TODO + " (needs packed position/segment/indicator inputs)",
     "Kandinsky5Transformer3DModel": _TODO,
@@ -362,6 +374,10 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         matches={'adaln': 4, 'mul_add': 4, 'rope': 4},
         swaps={'gelu_tanh': 3, 'rms_norm': 8},
         left={'adaln': 2}),
+    "Cosmos3OmniTransformer": dict(
+        matches={'rms_norm': 6, 'rope': 5},
+        swaps={},
+        left={}),
     "ErnieImageTransformer2DModel": dict(
         matches={'mul_add': 4, 'rope': 2},
         swaps={'rms_norm': 4},
