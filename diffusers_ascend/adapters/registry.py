@@ -32,8 +32,8 @@ class Adapter:
         blocks: class names of the repeated blocks compiled in place under ``compile="blocks"``.
         swaps: family-specific `diffusers_ascend.layers.Swap`s (attention processors with fused
             RoPE); matched by exact class name, so they never touch another family's objects.
-        pattern_forms: fusion -> the written forms (``FusionPattern.FORMS``) its blocks use;
-            documentation the model-zoo test checks against the fused counts.
+        pattern_forms: fusion -> the written forms (``FusionPattern.FORMS`` of that fusion's
+            pattern) its blocks use; documentation (tests check the names are real forms).
         preconditions: facts the fusions rely on that no pass can check at compile time.
 
     >>> from diffusers_ascend.adapters import Adapter

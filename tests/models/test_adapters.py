@@ -30,6 +30,15 @@ def test_families_declare_their_facts_and_layers_holds_none():
     assert not {s.source for s in SWAPS} & {"FluxAttnProcessor", "WanAttnProcessor"}
 
 
+def test_declared_pattern_forms_exist():
+    from diffusers_ascend.compilation.passes import get_pass_class
+
+    for adapter in registered_adapters().values():
+        for fusion, forms in adapter.pattern_forms.items():
+            known = {p.form for p in get_pass_class(fusion).patterns()}
+            assert set(forms) <= known, (adapter.name, fusion, set(forms) - known)
+
+
 def test_generic_adapter_from_repeated_blocks_and_mro():
     from diffusers import FluxTransformer2DModel, WanVACETransformer3DModel
 
