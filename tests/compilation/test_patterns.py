@@ -443,3 +443,17 @@ def test_rms_norm_weight_of_another_shape_stays_outside_the_op():
                   expected=1)
     (node,) = [n for n in backend.after_graphs[-1].nodes if n.target == torch.ops.ascend_kernels.rms_norm.default]
     assert node.args[1] is None and backend.after[-1][aten.mul.Tensor] == 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_mul_add_qwen_image_broadcast_residual(dtype):
+    # FINDINGS section 5: Qwen-Image's `x + y * gate` where the residual broadcasts against the
+    # product (x (B, 1, D), y (B, S, D)) false-matched MindIE SD's same-shape residual-gate
+    # pattern. Here the op broadcasts like eager and every match re-checks the result's shape and
+    # dtype, so the fused result is eager's.
+    class M(torch.nn.Module):
+        def forward(self, x, y, gate):
+            return x + y * gate
+
+    x, y, gate = torch.randn(2, 1, 16, dtype=dtype), torch.randn(2, 5, 16, dtype=dtype), torch.randn(2, 1, 16, dtype=dtype)
+    run(M(), x, y, gate, fusions=["mul_add"], dtype=dtype, expected=1)
