@@ -116,7 +116,7 @@ class AdaLNPattern(FusionPattern):
         if self.form in ("flux", "continuous"):
             return all(t.dim() == 2 for t in mods)
         # The op reads scale/shift of rank x.dim()-1 as (B, 1, D); plain broadcasting needs x's rank.
-        # The modulation is per channel: a scale wider than one channel row is no adaLN.
+        # Last dim: one value per channel (D) or one for all (1); anything else is no modulation of x.
         return all(t.dim() == x.dim() and t.shape[-1] in (1, x.shape[-1]) for t in mods)
 
 

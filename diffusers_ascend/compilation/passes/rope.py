@@ -94,8 +94,8 @@ class RopePattern(FusionPattern):
         if x is None or freqs is None or freqs.dtype != torch.complex64 or x.dim() < 2:
             return False
         aten = torch.ops.aten
-        (vc,) = matched_nodes(match, aten.view_as_complex.default) or (None,)
-        if vc is None or tuple(vc.args[0].meta["val"].shape) != (*x.shape[:-1], x.shape[-1] // 2, 2):
+        views = matched_nodes(match, aten.view_as_complex.default)
+        if len(views) != 1 or tuple(views[0].args[0].meta["val"].shape) != (*x.shape[:-1], x.shape[-1] // 2, 2):
             return False
         return freqs.shape[-1] in (1, x.shape[-1] // 2)
 
