@@ -78,6 +78,30 @@ def _bria_fibo_inputs(gen):
                 text_encoder_layers=[text[:, :, :32], text[:, :, :32]])
 
 
+def _ideogram4_inputs(gen, text=4, image=4):
+    # one packed sequence: `text` LLM tokens, then a 2x2 grid of image tokens
+    from diffusers.models.transformers.transformer_ideogram4 import (
+        IMAGE_POSITION_OFFSET,
+        LLM_TOKEN_INDICATOR,
+        OUTPUT_IMAGE_INDICATOR,
+    )
+
+    seq = text + image
+    hidden = torch.zeros(1, seq, 16)
+    hidden[:, text:] = _r(gen, 1, image, 16)
+    encoder = torch.zeros(1, seq, 24)
+    encoder[:, :text] = _r(gen, 1, text, 24)
+    pos = torch.zeros(1, seq, 3, dtype=torch.long)
+    pos[:, :text] = torch.arange(text)[:, None]
+    pos[:, text:, 0] = IMAGE_POSITION_OFFSET
+    pos[:, text:, 1] = torch.tensor([0, 0, 1, 1]) + IMAGE_POSITION_OFFSET
+    pos[:, text:, 2] = torch.tensor([0, 1, 0, 1]) + IMAGE_POSITION_OFFSET
+    indicator = torch.full((1, seq), OUTPUT_IMAGE_INDICATOR, dtype=torch.long)
+    indicator[:, :text] = LLM_TOKEN_INDICATOR
+    return dict(hidden_states=hidden, encoder_hidden_states=encoder, timestep=torch.tensor([0.5]), position_ids=pos,
+                segment_ids=torch.ones(1, seq, dtype=torch.long), indicator=indicator)
+
+
 def _flux2_inputs(gen):
     img, txt = _flux2_ids(4, 4, 8)
     return dict(hidden_states=_r(gen, 1, 16, 4), encoder_hidden_states=_r(gen, 1, 8, 32), img_ids=img, txt_ids=txt,
@@ -331,6 +355,12 @@ TINY: dict[str, Tiny] = {
             vision_sequence_indexes=torch.arange(2, 6), vision_mse_loss_indexes=torch.arange(2, 6),
             vision_timesteps=torch.ones(4), vision_noisy_frame_indexes=[torch.tensor([0])]),
     ),
+
+    "Ideogram4Transformer2DModel": Tiny(
+        init=dict(in_channels=16, num_layers=2, attention_head_dim=8, num_attention_heads=4, intermediate_size=32,
+                  adaln_dim=16, llm_features_dim=24, rope_theta=10_000, mrope_section=(2, 1, 1), norm_eps=1e-5),
+        inputs=lambda gen: _ideogram4_inputs(gen),
+    ),
 }
 
 _TODO = "tiny config and inputs not written yet"
@@ -338,7 +368,6 @@ NOT_COVERED: dict[str, str] = {
     "AutoencoderKLMiniMaxH3": "a VAE (its transformer blocks run inside encode/decode); " + _TODO,
     "BriaFibo2Transformer2DModel": _TODO,
     "DreamLiteUNetModel": _TODO,
-    "Ideogram4Transformer2DModel": _TODO + " (needs packed position/segment/indicator inputs)",
     "Kandinsky5Transformer3DModel": _TODO,
     "Kandinsky6SRTransformer3DModel": _TODO,
     "Kandinsky6Transformer3DModel": _TODO,
@@ -414,6 +443,10 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         matches={'adaln': 5, 'mul_add': 7, 'rope': 4},
         swaps={'gelu_tanh': 3, 'rms_norm': 6},
         left={'adaln': 2}),
+    "Ideogram4Transformer2DModel": dict(
+        matches={'mul_add': 2, 'rope': 2},
+        swaps={'rms_norm': 13},
+        left={}),
     "JoyImageEditPlusTransformer3DModel": dict(
         matches={'adaln': 4, 'mul_add': 4, 'rope': 2},
         swaps={'gelu_tanh': 5, 'rms_norm': 8},
