@@ -102,6 +102,24 @@ def _ideogram4_inputs(gen, text=4, image=4):
                 segment_ids=torch.ones(1, seq, dtype=torch.long), indicator=indicator)
 
 
+def _minimax_h3_inputs(gen, text=4, audio=6, video=8):
+    # one packed sequence (text, audio, video rows) with its modality tags and index tensors
+    seq = text + audio + video
+    text_idx, audio_idx, video_idx = torch.arange(text), torch.arange(text, text + audio), torch.arange(text + audio, seq)
+    tags = torch.zeros(seq, dtype=torch.long)
+    tags[text_idx], tags[audio_idx] = 1, 2
+    timestep_indices = torch.zeros(seq, dtype=torch.long)
+    timestep_indices[audio_idx] = 1
+    pos = torch.zeros(seq, 3)
+    pos[:, 0] = torch.arange(seq, dtype=torch.float32)
+    pos[video_idx, 1] = torch.arange(video, dtype=torch.float32) % 4
+    pos[video_idx, 2] = torch.arange(video, dtype=torch.float32) % 2
+    return dict(hidden_states=_r(gen, 1, video, 16), audio_hidden_states=_r(gen, 1, audio, 6),
+                encoder_hidden_states=_r(gen, 1, text, 8), timestep=torch.tensor([0.7, 0.3]),
+                timestep_indices=timestep_indices, token_tags=tags, position_ids=pos, video_indices=video_idx,
+                audio_indices=audio_idx, text_indices=text_idx)
+
+
 def _flux2_inputs(gen):
     img, txt = _flux2_ids(4, 4, 8)
     return dict(hidden_states=_r(gen, 1, 16, 4), encoder_hidden_states=_r(gen, 1, 8, 32), img_ids=img, txt_ids=txt,
@@ -361,6 +379,13 @@ TINY: dict[str, Tiny] = {
                   adaln_dim=16, llm_features_dim=24, rope_theta=10_000, mrope_section=(2, 1, 1), norm_eps=1e-5),
         inputs=lambda gen: _ideogram4_inputs(gen),
     ),
+
+    "MiniMaxH3Transformer3DModel": Tiny(
+        init=dict(num_attention_heads=2, attention_head_dim=16, hidden_size=24, num_layers=2, num_refiner_layers=2,
+                  ffn_dim=32, in_channels=4, audio_in_channels=6, patch_size=(1, 2, 2), text_dim=8, freq_dim=8,
+                  time_embed_hidden_dim=24, time_embed_dim=16, rope_freq_dim=2),
+        inputs=lambda gen: _minimax_h3_inputs(gen),
+    ),
 }
 
 _TODO = "tiny config and inputs not written yet"
@@ -371,7 +396,6 @@ NOT_COVERED: dict[str, str] = {
     "Kandinsky5Transformer3DModel": _TODO,
     "Kandinsky6SRTransformer3DModel": _TODO,
     "Kandinsky6Transformer3DModel": _TODO,
-    "MiniMaxH3Transformer3DModel": _TODO + " (needs a packed video/audio layout)",
     "QwenImage21Transformer2DModel": _TODO + " (needs VLM image-slot masks)",
     "RFD4ProteinaAutoencoder": "not a diffusion transformer (protein structure); " + _TODO,
     "RFD4ProteinaTransformer": "not a diffusion transformer (protein structure); " + _TODO,
@@ -474,6 +498,10 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
     "LongCatImageTransformer2DModel": dict(
         matches={'adaln': 5, 'mul_add': 5, 'rope': 4},
         swaps={'gelu_tanh': 3, 'rms_norm': 6},
+        left={}),
+    "MiniMaxH3Transformer3DModel": dict(
+        matches={'mul_add': 4, 'rope': 2},
+        swaps={'rms_norm': 18},
         left={}),
     "MiniMaxMusic3Transformer1DModel": dict(
         matches={'rope': 2},
