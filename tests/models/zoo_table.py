@@ -386,6 +386,16 @@ TINY: dict[str, Tiny] = {
                   time_embed_hidden_dim=24, time_embed_dim=16, rope_freq_dim=2),
         inputs=lambda gen: _minimax_h3_inputs(gen),
     ),
+
+    "Kandinsky5Transformer3DModel": Tiny(
+        init=dict(in_visual_dim=16, in_text_dim=32, in_text_dim2=16, time_dim=16, out_visual_dim=16,
+                  patch_size=(1, 2, 2), model_dim=16, ff_dim=32, num_text_blocks=1, num_visual_blocks=2,
+                  axes_dims=(1, 1, 2), visual_cond=False, attention_type="regular"),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 1, 8, 8, 16), encoder_hidden_states=_r(gen, 1, 6, 32),
+                                pooled_projections=_r(gen, 1, 16), timestep=torch.tensor([500.0]),
+                                visual_rope_pos=[torch.arange(1), torch.arange(4), torch.arange(4)],
+                                text_rope_pos=torch.arange(6)),
+    ),
 }
 
 _TODO = "tiny config and inputs not written yet"
@@ -393,7 +403,6 @@ NOT_COVERED: dict[str, str] = {
     "AutoencoderKLMiniMaxH3": "a VAE (its transformer blocks run inside encode/decode); " + _TODO,
     "BriaFibo2Transformer2DModel": _TODO,
     "DreamLiteUNetModel": _TODO,
-    "Kandinsky5Transformer3DModel": _TODO,
     "Kandinsky6SRTransformer3DModel": _TODO,
     "Kandinsky6Transformer3DModel": _TODO,
     "QwenImage21Transformer2DModel": _TODO + " (needs VLM image-slot masks)",
@@ -478,6 +487,10 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
     "JoyImageEditTransformer3DModel": dict(
         matches={'adaln': 8, 'mul_add': 8, 'rope': 4},
         swaps={'gelu_tanh': 5, 'rms_norm': 8},
+        left={}),
+    "Kandinsky5Transformer3DModel": dict(
+        matches={'adaln': 5, 'mul_add': 5},
+        swaps={'rms_norm': 10},
         left={}),
     "Krea2Transformer2DModel": dict(
         matches={'mul_add': 4, 'rope': 2},
