@@ -1,4 +1,4 @@
-"""Fused layers swapped into diffusers models: RMSNorm, GELU-tanh and attention processors with fused RoPE.
+"""Fused layers swapped into diffusers models: RMSNorm (torch's and diffusers' classes) and GELU-tanh.
 
 A swap changes only the class of an existing object (``module.__class__ = Fused...``), never the
 object: parameters, buffers, hooks (accelerate offload, diffusers hooks, PEFT/LoRA children)
@@ -10,12 +10,15 @@ These swaps are the only acceleration under ``compile="none"``; under compilatio
 fused op straight into the traced graph (the fusion passes then find nothing left to match for
 that fusion, and `FusionReport.swaps` records the modules instead).
 
-Which class is swapped for what lives in one table, `SWAPS`, keyed by class name (the model
-adapters name nothing here: every Flux/Wan module of a swappable class is swapped).
+Which class is swapped for what lives in one table, `SWAPS`, keyed by class name. Only
+model-independent modules live here; family-specific swaps (Flux's and Wan's attention processors
+with fused RoPE) are declared by the model adapters (`diffusers_ascend.adapters`, `Adapter.swaps`)
+and applied together with this table.
 
-Every fused class is a module attribute (``diffusers_ascend.layers.FusedRopeFluxAttnProcessor``),
-so an enabled model pickles and ``torch.save``s. Those subclassing diffusers classes are built on
-first access (module ``__getattr__``): importing this module does not import diffusers models.
+Every fused class is a module attribute (``diffusers_ascend.layers.FusedGELU``, the adapters'
+processors in their adapter module), so an enabled model pickles and ``torch.save``s. Those
+subclassing diffusers classes are built on first access (module ``__getattr__``): importing this
+module does not import diffusers models.
 """
 
 from __future__ import annotations
@@ -30,9 +33,8 @@ __all__ = [
     "FastGELU",
     "FastTorchGELU",
     "FusedGELU",
+    "FusedDiffusersRMSNorm",
     "FusedRMSNorm",
-    "FusedRopeFluxAttnProcessor",
-    "FusedRopeWanAttnProcessor",
     "FusedTorchGELU",
     "SWAPS",
     "Swap",
@@ -104,103 +106,31 @@ def _fast_gelu_class():
     return FastGELU
 
 
-# -- attention processors with fused RoPE --------------------------------------------------------
-# Each `__call__` mirrors diffusers 0.42's processor line for line except the rotary step;
-# tests/integration/test_layers.py compares every swapped processor with the stock one.
-def _flux_processor_class():
-    from diffusers.models.attention_dispatch import dispatch_attention_fn
-    from diffusers.models.transformers.transformer_flux import FluxAttnProcessor, _get_qkv_projections
+def _fused_diffusers_rms_norm_class():
+    from diffusers.models.normalization import RMSNorm
 
-    def rope(x, freqs):
-        # apply_rotary_emb(x, (cos, sin), use_real=True, use_real_unbind_dim=-1, sequence_dim=1)
-        cos, sin = freqs
-        return _ops().rope(x, cos[None, :, None, :], sin[None, :, None, :], "interleaved")
+    class FusedDiffusersRMSNorm(RMSNorm):
+        """diffusers' `RMSNorm` computed by ``ascend_kernels.rms_norm``, with the output dtype of
+        the stock class: the weight's when it is fp16/bf16, else fp32 promoted with the weight's
+        (weightless: the input's). The op computes in fp32 like the stock class; the one
+        difference is that the weight multiplies before the single cast (the stock class rounds
+        to the weight's low-precision dtype first), which is never less precise.
+        Modules with a bias, or normalizing more than the last dimension, run the stock code.
+        """
 
-    class FusedRopeFluxAttnProcessor(FluxAttnProcessor):
-        """`FluxAttnProcessor` with the rotary embedding as one ``ascend_kernels.rope`` per tensor."""
+        def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+            if self.bias is not None or len(self.dim) != 1:
+                return super().forward(hidden_states)
+            w = self.weight
+            if w is None:
+                out_dtype = hidden_states.dtype
+            elif w.dtype in (torch.float16, torch.bfloat16):
+                out_dtype = w.dtype
+            else:
+                out_dtype = torch.promote_types(torch.float32, w.dtype)
+            return _ops().rms_norm(hidden_states, w, self.eps, out_dtype)
 
-        def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, image_rotary_emb=None):
-            query, key, value, encoder_query, encoder_key, encoder_value = _get_qkv_projections(
-                attn, hidden_states, encoder_hidden_states
-            )
-            query = attn.norm_q(query.unflatten(-1, (-1, attn.head_dim)))
-            key = attn.norm_k(key.unflatten(-1, (-1, attn.head_dim)))
-            value = value.unflatten(-1, (-1, attn.head_dim))
-            if attn.added_kv_proj_dim is not None:
-                encoder_query = attn.norm_added_q(encoder_query.unflatten(-1, (-1, attn.head_dim)))
-                encoder_key = attn.norm_added_k(encoder_key.unflatten(-1, (-1, attn.head_dim)))
-                encoder_value = encoder_value.unflatten(-1, (-1, attn.head_dim))
-                query = torch.cat([encoder_query, query], dim=1)
-                key = torch.cat([encoder_key, key], dim=1)
-                value = torch.cat([encoder_value, value], dim=1)
-            if image_rotary_emb is not None:
-                query, key = rope(query, image_rotary_emb), rope(key, image_rotary_emb)
-            hidden_states = dispatch_attention_fn(
-                query, key, value, attn_mask=attention_mask,
-                backend=self._attention_backend, parallel_config=self._parallel_config,
-            )
-            hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
-            if encoder_hidden_states is None:
-                return hidden_states
-            encoder_hidden_states, hidden_states = hidden_states.split_with_sizes(
-                [encoder_hidden_states.shape[1], hidden_states.shape[1] - encoder_hidden_states.shape[1]], dim=1
-            )
-            hidden_states = attn.to_out[1](attn.to_out[0](hidden_states.contiguous()))
-            encoder_hidden_states = attn.to_add_out(encoder_hidden_states.contiguous())
-            return hidden_states, encoder_hidden_states
-
-    return FusedRopeFluxAttnProcessor
-
-
-def _wan_processor_class():
-    from diffusers.models.attention_dispatch import dispatch_attention_fn
-    from diffusers.models.transformers.transformer_wan import (
-        WanAttnProcessor,
-        _get_added_kv_projections,
-        _get_qkv_projections,
-    )
-
-    def rope(x, cos, sin):
-        # Wan reads cos[0::2] / sin[1::2] of tables built with repeat_interleave(2): equal to the
-        # interleaved op on the full tables (see ascend_kernels/ops/rope.py).
-        return _ops().rope(x, cos, sin, "interleaved")
-
-    class FusedRopeWanAttnProcessor(WanAttnProcessor):
-        """`WanAttnProcessor` with the rotary embedding as one ``ascend_kernels.rope`` per tensor."""
-
-        def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, rotary_emb=None):
-            encoder_hidden_states_img = None
-            if attn.add_k_proj is not None:
-                image_context_length = encoder_hidden_states.shape[1] - 512  # as diffusers: text context is 512
-                encoder_hidden_states_img = encoder_hidden_states[:, :image_context_length]
-                encoder_hidden_states = encoder_hidden_states[:, image_context_length:]
-            query, key, value = _get_qkv_projections(attn, hidden_states, encoder_hidden_states)
-            query = attn.norm_q(query).unflatten(2, (attn.heads, -1))
-            key = attn.norm_k(key).unflatten(2, (attn.heads, -1))
-            value = value.unflatten(2, (attn.heads, -1))
-            if rotary_emb is not None:
-                query, key = rope(query, *rotary_emb), rope(key, *rotary_emb)
-            hidden_states_img = None
-            if encoder_hidden_states_img is not None:
-                key_img, value_img = _get_added_kv_projections(attn, encoder_hidden_states_img)
-                key_img = attn.norm_added_k(key_img).unflatten(2, (attn.heads, -1))
-                value_img = value_img.unflatten(2, (attn.heads, -1))
-                hidden_states_img = dispatch_attention_fn(
-                    query, key_img, value_img, attn_mask=None, dropout_p=0.0, is_causal=False,
-                    backend=self._attention_backend, parallel_config=None,
-                )
-                hidden_states_img = hidden_states_img.flatten(2, 3).type_as(query)
-            hidden_states = dispatch_attention_fn(
-                query, key, value, attn_mask=attention_mask, dropout_p=0.0, is_causal=False,
-                backend=self._attention_backend,
-                parallel_config=(self._parallel_config if encoder_hidden_states is None else None),
-            )
-            hidden_states = hidden_states.flatten(2, 3).type_as(query)
-            if hidden_states_img is not None:
-                hidden_states = hidden_states + hidden_states_img
-            return attn.to_out[1](attn.to_out[0](hidden_states))
-
-    return FusedRopeWanAttnProcessor
+    return FusedDiffusersRMSNorm
 
 
 # -- the swap table ------------------------------------------------------------------------------
@@ -236,8 +166,8 @@ SWAPS: tuple[Swap, ...] = (
     Swap("gelu_tanh", "GELU", _fused_gelu_class,
          applies=lambda m: type(m).__module__ == "diffusers.models.activations" and _is_tanh(m),
          fast_target=_fast_gelu_class),
-    Swap("rope", "FluxAttnProcessor", _flux_processor_class, processors=True),
-    Swap("rope", "WanAttnProcessor", _wan_processor_class, processors=True),
+    Swap("rms_norm", "RMSNorm", _fused_diffusers_rms_norm_class,
+         applies=lambda m: type(m).__module__ == "diffusers.models.normalization"),
 )
 
 _CLASS_CACHE: dict[Callable, type] = {}
@@ -245,8 +175,7 @@ _CLASS_CACHE: dict[Callable, type] = {}
 _LAZY_CLASSES: dict[str, Callable[[], type]] = {
     "FusedGELU": _fused_gelu_class,
     "FastGELU": _fast_gelu_class,
-    "FusedRopeFluxAttnProcessor": _flux_processor_class,
-    "FusedRopeWanAttnProcessor": _wan_processor_class,
+    "FusedDiffusersRMSNorm": _fused_diffusers_rms_norm_class,
 }
 
 
@@ -278,10 +207,12 @@ def _targets(model: torch.nn.Module) -> Iterable[object]:
 
 
 def apply_swaps(model: torch.nn.Module, fusions: Iterable[str]) -> tuple[list[tuple[object, type]], dict[str, int]]:
-    """Swaps the fused classes into `model` for every enabled fusion that has a swap.
+    """Swaps the fused classes into `model` for every enabled fusion that has a swap: `SWAPS`
+    and every registered adapter's `Adapter.swaps` (matched by exact class name, so a family's
+    swap only ever meets that family's objects).
 
     Args:
-        model: a diffusers model (every submodule and attention processor is considered).
+        model: a diffusers model or block (every submodule and attention processor is considered).
         fusions: the resolved fusion names (``AscendConfig.resolved_fusions()``).
 
     Returns:
@@ -294,6 +225,9 @@ def apply_swaps(model: torch.nn.Module, fusions: Iterable[str]) -> tuple[list[tu
     >>> counts == {"rms_norm": 6, "gelu_tanh": 3, "rope": 2}  # tiny Flux: 1 double + 1 single block
     True
     """
+    from .adapters.registry import adapter_swaps
+
+    swaps = SWAPS + adapter_swaps()
     enabled = set(fusions)
     fast = "fast_gelu" in enabled
     if fast:
@@ -306,7 +240,7 @@ def apply_swaps(model: torch.nn.Module, fusions: Iterable[str]) -> tuple[list[tu
             if id(obj) in seen:  # processors can be shared between attention modules
                 continue
             seen.add(id(obj))
-            for swap in SWAPS:
+            for swap in swaps:
                 if swap.fusion not in enabled or type(obj).__name__ != swap.source or not swap.applies(obj):
                     continue
                 factory = swap.fast_target if fast and swap.fast_target is not None else swap.target

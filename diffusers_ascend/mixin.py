@@ -142,6 +142,7 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg) ->
     @functools.wraps(module._call_impl)
     def call(*args, **kwargs):
         token = graph_label.set(label)
+        first_graph = len(state.backend.report.graphs)  # graphs compiled from here on belong to this call
         try:
             with scope():
                 return compiled(*args, **kwargs)
@@ -155,7 +156,12 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg) ->
             out = module._call_impl(*args, **kwargs)
             reason = describe_failure(e)
             warnings.warn(f"diffusers_ascend: {name or type(module).__name__} failed to compile, running eager ({reason})")
-            state.fallbacks.append({"module": name or type(module).__name__, "reason": reason})
+            # The graphs compiled for this call never run: stop counting their matches.
+            lost = state.backend.report.discard_graphs(first_graph)
+            entry = {"module": name or type(module).__name__, "reason": reason}
+            if lost:
+                entry["lost"] = lost
+            state.fallbacks.append(entry)
             module._compiled_call_impl = None
             return out
         finally:
@@ -199,15 +205,20 @@ def _enable_model(model, cfg, name: str = "") -> None:
     # entries after one resolution change (FINDINGS section 3), and past the limit dynamo silently
     # runs eager. So under compile="blocks" each block class gets the default budget, plus one
     # entry per block where dynamo compiles every block instance on its own (torch < 2.8).
-    blocks = [(n, m) for n, m in model.named_modules() if type(m).__name__ in adapter.blocks] if cfg.compile == "blocks" else []
+    found, missing = adapter.block_modules(model) if cfg.compile == "blocks" else ([], [])
     per_blocks = None
     if cfg.compile == "blocks":
         from .compilation._compat import compiled_blocks_share_graphs
 
         per_blocks = _DYNAMO_DEFAULT_RECOMPILE_LIMIT * len(adapter.blocks)
-        per_blocks += 0 if compiled_blocks_share_graphs() else len(blocks)
+        per_blocks += 0 if compiled_blocks_share_graphs() else len(found)
     _hold_recompile_limit(state, cfg.recompile_limit or per_blocks)
-    for sub_name, sub in blocks:
+    for block in missing:  # e.g. a `_repeated_blocks` name this config does not build
+        reason = (f"block class {block!r} named by the {adapter.name!r} adapter matches no submodule of "
+                  f"{type(model).__name__}: nothing of it is compiled")
+        warnings.warn(f"diffusers_ascend: {name or type(model).__name__}: {reason}")
+        state.fallbacks.append({"module": f"{name + '.' if name else ''}<{block}>", "reason": reason})
+    for sub_name, sub in found:
         _compile_in_place(sub, f"{name + '.' if name else ''}{sub_name}", state, cfg)
     if cfg.compile == "model":
         _compile_in_place(model, name, state, cfg)
@@ -371,7 +382,7 @@ def ascend_report(pipe_or_model):
             continue
         rep = FusionReport.merge([state.backend.report]) if state.backend is not None else FusionReport()
         for fb in state.fallbacks:
-            rep.add_fallback(fb["module"], fb["reason"])
+            rep.add_fallback(fb["module"], fb["reason"], fb.get("lost"))
         rep.record_swaps(state.swaps)
         reports.append(rep)
     return FusionReport.merge(reports) if reports else None

@@ -89,10 +89,16 @@ def test_enabled_model_loads_in_a_fresh_process(tmp_path):
 def test_fused_classes_are_module_attributes():
     from diffusers_ascend import layers
 
-    for name in ("FusedGELU", "FastGELU", "FusedRopeFluxAttnProcessor", "FusedRopeWanAttnProcessor"):
+    for name in ("FusedGELU", "FastGELU", "FusedDiffusersRMSNorm"):
         cls = getattr(layers, name)
         assert cls.__qualname__ == name and cls.__module__ == "diffusers_ascend.layers"
         assert getattr(layers, name) is cls  # built once: Dynamo sees one class per swap
+    # The family-specific processors are plain module-level classes of their adapter.
+    from diffusers_ascend.adapters import flux, wan
+
+    for module, name in ((flux, "FusedRopeFluxAttnProcessor"), (wan, "FusedRopeWanAttnProcessor")):
+        cls = getattr(module, name)
+        assert cls.__qualname__ == name and cls.__module__ == module.__name__
     assert issubclass(layers.FastGELU, layers.FusedGELU)
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         layers.Nope

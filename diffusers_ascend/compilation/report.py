@@ -14,13 +14,17 @@ class FusionReport:
     """Replacements made, operator counts before/after, compiled graphs, fallbacks and layer swaps.
 
     Attributes:
-        matches: fusion name -> pattern replacements made (every enabled fusion has an entry).
+        matches: fusion name -> pattern replacements made in graphs that run (every enabled fusion
+            has an entry). Graphs whose module fell back to eager are not counted.
         ops_before / ops_after: operator calls (call_function nodes of non-view ops, see
-            `count_ops`) in the compiled graphs before and after rewriting, summed over graphs.
+            `count_ops`) in the compiled graphs that run, before and after rewriting.
         graphs: one dict per compiled graph: ``name``, ``compile_id``, ``matches``, ``ops_before``,
-            ``ops_after``, ``executor``, ``training``, ``dynamic``.
-        graphs_compiled: number of graphs compiled (a recompilation counts again).
-        fallbacks: ``{"module": ..., "reason": ...}`` for each part that runs unfused.
+            ``ops_after``, ``executor``, ``training``, ``dynamic``; ``fell_back: True`` for a
+            graph whose module runs eager instead (see `discard_graphs`).
+        graphs_compiled: number of graphs compiled (a recompilation counts again; so does a graph
+            that fell back).
+        fallbacks: ``{"module": ..., "reason": ...}`` for each part that runs unfused, with
+            ``"lost": {fusion: matches}`` when graphs compiled for it were discarded.
         swaps: module-level layer swaps recorded by the integration (a fused RMSNorm module swapped
             in shows up here, not as a pattern match).
 
@@ -48,9 +52,37 @@ class FusionReport:
         self.graphs_compiled += 1
         self.graphs.append(dict(name=name, matches=dict(matches), ops_before=ops_before, ops_after=ops_after, **info))
 
-    def add_fallback(self, module: str, reason: str) -> None:
-        """Record that `module` runs without fusion, and why."""
-        self.fallbacks.append({"module": str(module), "reason": str(reason)})
+    def add_fallback(self, module: str, reason: str, lost: dict[str, int] | None = None) -> None:
+        """Record that `module` runs without fusion, and why; `lost`: the matches that no longer run."""
+        entry: dict[str, Any] = {"module": str(module), "reason": str(reason)}
+        if lost:
+            entry["lost"] = {k: int(v) for k, v in lost.items() if v}
+        self.fallbacks.append(entry)
+
+    def discard_graphs(self, start: int) -> dict[str, int]:
+        """Stop counting ``graphs[start:]``: their module fell back to eager, so their matches and
+        ops never run. The graphs stay listed with ``fell_back: True``.
+
+        Returns:
+            the matches per fusion removed from `matches` (nonzero entries only).
+
+        >>> r = FusionReport(matches={"rope": 0})
+        >>> r.add_graph("g000", {"rope": 2}, ops_before=10, ops_after=4)
+        >>> r.discard_graphs(0), r.matches, r.graphs[0]["fell_back"]
+        ({'rope': 2}, {'rope': 0}, True)
+        """
+        lost: dict[str, int] = {}
+        for g in self.graphs[start:]:
+            if g.get("fell_back"):
+                continue
+            g["fell_back"] = True
+            for fusion, n in g["matches"].items():
+                self.matches[fusion] = self.matches.get(fusion, 0) - n
+                if n:
+                    lost[fusion] = lost.get(fusion, 0) + n
+            self.ops_before -= g["ops_before"]
+            self.ops_after -= g["ops_after"]
+        return lost
 
     def record_swaps(self, counts: dict[str, int]) -> None:
         """Add module-level layer swaps (name -> number of modules swapped)."""
@@ -104,7 +136,7 @@ class FusionReport:
         else:
             lines.append(f"  graphs compiled: {self.graphs_compiled}")
         header = ["graph", *fusions, "ops before", "ops after", "executor"]
-        rows = [[str(g.get("name")), *[str(g["matches"].get(f, 0)) for f in fusions], str(g["ops_before"]),
+        rows = [[str(g.get("name")) + (" (fell back)" if g.get("fell_back") else ""), *[str(g["matches"].get(f, 0)) for f in fusions], str(g["ops_before"]),
                  str(g["ops_after"]), str(g.get("executor", ""))] for g in self.graphs]
         rows.append(["total", *[str(self.matches[f]) for f in fusions], str(self.ops_before), str(self.ops_after), ""])
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
@@ -113,5 +145,7 @@ class FusionReport:
         if self.swaps:
             lines.append("  layer swaps: " + ", ".join(f"{k}={v}" for k, v in self.swaps.items()))
         for f in self.fallbacks:
-            lines.append(f"  fallback: {f['module']}: {f['reason']}")
+            lost = f.get("lost")
+            lost_text = f" (not run: {', '.join(f'{k}={v}' for k, v in lost.items())})" if lost else ""
+            lines.append(f"  fallback: {f['module']}: {f['reason']}{lost_text}")
         return "\n".join(lines)

@@ -297,3 +297,163 @@ def test_mul_add_leaves_scalar_operands():
             return inner * 2.0 + y
 
     run(M(), torch.randn(4, 16), torch.randn(4, 16), fusions=["mul_add"], dtype=torch.float32, expected=0)
+
+
+# adaLN written scale first (Flux 2), and without a shift
+class ScaleFirstModulate(torch.nn.Module):
+    def __init__(self, form):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(16, elementwise_affine=False, eps=1e-6)
+        self.form = form
+
+    def forward(self, x, scale, shift=None):
+        if self.form == "scale_first":
+            return (1 + scale) * self.norm(x) + shift
+        if self.form == "scale_only":
+            return self.norm(x) * (1 + scale)
+        return (1 + scale) * self.norm(x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("form", ["scale_first", "scale_only", "scale_only_first"])
+def test_adaln_scale_first_and_scale_only(form, dtype):
+    x = torch.randn(2, 5, 16, dtype=dtype)
+    scale, shift = torch.randn(2, 1, 16, dtype=dtype), torch.randn(2, 1, 16, dtype=dtype)
+    inputs = (x, scale, shift) if form == "scale_first" else (x, scale)
+    run(ScaleFirstModulate(form), *inputs, fusions=["adaln"], dtype=dtype, expected=1,
+        gone=[aten.native_layer_norm.default, aten.mul.Tensor])
+
+
+def test_adaln_scale_first_in_a_real_flux2_block():
+    # Flux 2's blocks write every modulation scale first: 4 sites in the double block
+    # (2 streams x attention/MLP), 1 in the single block.
+    from diffusers.models.transformers.transformer_flux2 import Flux2SingleTransformerBlock
+
+    torch.manual_seed(0)
+    block = Flux2SingleTransformerBlock(dim=32, num_attention_heads=2, attention_head_dim=16).eval()
+    x, temb = torch.randn(1, 12, 32), torch.randn(1, 1, 3 * 32)
+    backend = SnapshotBackend(fusions=["adaln"], executor="eager")
+    with torch.no_grad():
+        out = compile_module(block, backend)(x, None, temb, None)
+        ref = block(x, None, temb, None)
+    assert backend.report.matches["adaln"] == 1
+    assert_close(out[-1] if isinstance(out, tuple) else out, ref[-1] if isinstance(ref, tuple) else ref, torch.float32)
+
+
+def test_adaln_scale_only_does_not_cut_a_shifted_form_short():
+    # the shift-less forms run last: a full modulation is one match with its shift, not a
+    # scale-only match plus a leftover add
+    x, scale, shift = torch.randn(2, 5, 16), torch.randn(2, 1, 16), torch.randn(2, 1, 16)
+    backend = run(ScaleFirstModulate("scale_first"), x, scale, shift, fusions=["adaln"], dtype=torch.float32,
+                  expected=1)
+    assert aten.add.Tensor not in backend.after[-1]
+
+
+# RoPE: complex multiplication, use_real_unbind_dim=-2, rotate-half by slices
+class ComplexRope(torch.nn.Module):
+    # Z-Image's closure (Qwen-Image's `apply_rotary_emb_qwen(use_real=False)` is the same code)
+    def forward(self, x, freqs_cis):
+        xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(xc * freqs_cis.unsqueeze(2)).flatten(3).type_as(x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rope_complex_multiplication(dtype):
+    x = torch.randn(2, 6, 3, 8, dtype=dtype)
+    freqs = torch.polar(torch.ones(2, 6, 4), torch.randn(2, 6, 4))  # (B, S, D/2)
+    run(ComplexRope(), x, freqs, fusions=["rope"], dtype=dtype, expected=1,
+        gone=[aten.view_as_complex.default])  # view_as_real(freqs) stays: the cos/sin tables
+
+
+def test_rope_complex_qwen_image_function():
+    from diffusers.models.transformers.transformer_qwenimage import apply_rotary_emb_qwen
+
+    class M(torch.nn.Module):
+        def forward(self, x, freqs):
+            return apply_rotary_emb_qwen(x, freqs, use_real=False)
+
+    x, freqs = torch.randn(1, 6, 2, 8), torch.polar(torch.ones(6, 4), torch.randn(6, 4))
+    run(M(), x, freqs, fusions=["rope"], dtype=torch.float32, expected=1, gone=[aten.view_as_complex.default])
+
+
+def test_rope_complex_rejects_complex128():
+    # fp64 rotation: the fp32 op would lose precision
+    x, freqs = torch.randn(2, 6, 3, 8, dtype=torch.float64), torch.polar(torch.ones(2, 6, 4, dtype=torch.float64),
+                                                                      torch.randn(2, 6, 4, dtype=torch.float64))
+    run(ComplexRope(), x, freqs, fusions=["rope"], dtype=torch.float64, expected=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rope_use_real_unbind_dim_minus_2(dtype):
+    from diffusers.models.embeddings import apply_rotary_emb
+
+    class M(torch.nn.Module):
+        def forward(self, x, cos, sin):
+            return apply_rotary_emb(x, (cos, sin), use_real=True, use_real_unbind_dim=-2, sequence_dim=2)
+
+    x = torch.randn(2, 3, 6, 8, dtype=dtype)  # (B, H, S, D)
+    cos, sin = torch.randn(6, 8), torch.randn(6, 8)
+    run(M(), x, cos, sin, fusions=["rope"], dtype=dtype, expected=1, gone=[aten.unbind.int])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rope_rotate_half_by_slices(dtype):
+    class M(torch.nn.Module):
+        def forward(self, x, cos, sin):
+            half = x.shape[-1] // 2
+            return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+    x = torch.randn(2, 6, 3, 8, dtype=dtype)
+    cos, sin = torch.randn(1, 6, 1, 8, dtype=dtype), torch.randn(1, 6, 1, 8, dtype=dtype)
+    run(M(), x, cos, sin, fusions=["rope"], dtype=dtype, expected=1, gone=[aten.cat.default])
+
+
+def test_rope_slices_that_do_not_swap_halves_are_left_alone():
+    # a look-alike: the halves concatenated in their own order (no rotation)
+    class M(torch.nn.Module):
+        def forward(self, x, cos, sin):
+            half = x.shape[-1] // 2
+            return x * cos + torch.cat((x[..., :half], -x[..., half:]), dim=-1) * sin
+
+    x, cos, sin = torch.randn(2, 6, 3, 8), torch.randn(1, 6, 1, 8), torch.randn(1, 6, 1, 8)
+    run(M(), x, cos, sin, fusions=["rope"], dtype=torch.float32, expected=0)
+
+
+# RMSNorm, LLaMA form (weight first), with Hugging Face's own module
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rms_norm_llama_form(dtype):
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    torch.manual_seed(0)
+    norm = LlamaRMSNorm(16, eps=1e-6)
+    torch.nn.init.normal_(norm.weight)
+    x = torch.randn(2, 5, 16, dtype=dtype)
+    run(norm, x, fusions=["rms_norm"], dtype=dtype, expected=1, gone=[aten.rsqrt.default, aten.mean.dim])
+
+
+def test_rms_norm_weight_of_another_shape_stays_outside_the_op():
+    # w * norm(x) where w broadcasts x larger (w of shape (3, 16) against x (5, 1, 16)): no RMSNorm
+    # weight. The norm itself is fused (weightless form); the multiplication by w stays.
+    class M(torch.nn.Module):
+        def forward(self, x, w):
+            xf = x.float()
+            return w * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype)
+
+    backend = run(M(), torch.randn(5, 1, 16), torch.randn(3, 16), fusions=["rms_norm"], dtype=torch.float32,
+                  expected=1)
+    (node,) = [n for n in backend.after_graphs[-1].nodes if n.target == torch.ops.ascend_kernels.rms_norm.default]
+    assert node.args[1] is None and backend.after[-1][aten.mul.Tensor] == 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_mul_add_qwen_image_broadcast_residual(dtype):
+    # FINDINGS section 5: Qwen-Image's `x + y * gate` where the residual broadcasts against the
+    # product (x (B, 1, D), y (B, S, D)) false-matched MindIE SD's same-shape residual-gate
+    # pattern. Here the op broadcasts like eager and every match re-checks the result's shape and
+    # dtype, so the fused result is eager's.
+    class M(torch.nn.Module):
+        def forward(self, x, y, gate):
+            return x + y * gate
+
+    x, y, gate = torch.randn(2, 1, 16, dtype=dtype), torch.randn(2, 5, 16, dtype=dtype), torch.randn(2, 1, 16, dtype=dtype)
+    run(M(), x, y, gate, fusions=["mul_add"], dtype=dtype, expected=1)

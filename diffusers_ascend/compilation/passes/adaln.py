@@ -11,6 +11,10 @@ Forms matched (aot graph: ``native_layer_norm(x, [D], None, None, eps)[0] -> add
 - Wan (``WanTransformerBlock``): ``(norm(x.float()) * (1 + scale) + shift).type_as(x)`` (fp32
   modulation), and the same without the cast back, whose fp32 result the op keeps with
   ``out_dtype=torch.float32``.
+- scale first (Flux 2 and newer): ``(1 + scale) * norm(x) + shift``, ``scale``/``shift`` of
+  ``x``'s rank (the matcher does not commute ``mul``: a form of its own).
+- scale only (no shift): ``norm(x) * (1 + scale)`` and ``(1 + scale) * norm(x)``; the op gets
+  a zero shift. These run after every form with a shift, which they would otherwise cut short.
 
 The fused op computes in fp32; ``out_dtype`` reproduces the dtype the replaced code returns.
 """
@@ -36,25 +40,51 @@ class AdaLNPattern(FusionPattern):
     """One written form of adaLN modulation.
 
     Args:
-        form: ``"flux"``, ``"continuous"``, ``"broadcast"``, ``"upcast"`` (Wan, cast back to ``x.dtype``) or
-            ``"upcast_fp32_out"`` (Wan without the cast back).
+        form: ``"flux"``, ``"continuous"``, ``"broadcast"``, ``"upcast"`` (Wan, cast back to ``x.dtype``),
+            ``"upcast_fp32_out"`` (Wan without the cast back), ``"scale_first"`` (``(1 + scale) * norm(x) +
+            shift``), ``"scale_only"`` (``norm(x) * (1 + scale)``) or ``"scale_only_first"``
+            (``(1 + scale) * norm(x)``).
         dtype: example dtype of ``x``.
     """
 
-    FORMS = ("flux", "continuous", "broadcast", "upcast", "upcast_fp32_out")
+    FORMS = ("flux", "continuous", "broadcast", "upcast", "upcast_fp32_out", "scale_first", "scale_only",
+             "scale_only_first")
     scalars = ("eps",)
+
+    @property
+    def has_shift(self) -> bool:
+        return not self.form.startswith("scale_only")
 
     def example_inputs(self):
         x = torch.randn(2, 5, 8, dtype=self.dtype)
         if self.form in ("flux", "continuous"):
             scale, shift = torch.randn(2, 8, dtype=self.dtype), torch.randn(2, 8, dtype=self.dtype)
         else:
-            mdt = self.dtype if self.form == "broadcast" else torch.float32
+            mdt = torch.float32 if self.form.startswith("upcast") else self.dtype
             scale, shift = torch.randn(2, 1, 8, dtype=mdt), torch.randn(2, 1, 8, dtype=mdt)
-        return [x, scale, shift, 1.0]
+        return [x, scale, shift, 1.0] if self.has_shift else [x, scale, 1.0]
 
-    def search(self, x, scale, shift, eps):
+    # The matcher binds the parameter names of `search`: the shift-less forms have no `shift`.
+    @property
+    def search(self):
+        return self._search if self.has_shift else self._search_no_shift
+
+    @property
+    def replace(self):
+        return self._replace if self.has_shift else self._replace_no_shift
+
+    def _search_no_shift(self, x, scale, eps):
+        y = F.layer_norm(x, (x.shape[-1],), eps=eps)
+        return y * (1 + scale) if self.form == "scale_only" else (1 + scale) * y
+
+    def _replace_no_shift(self, x, scale, eps):
+        out_dtype = _promote(x, scale)
+        return torch.ops.ascend_kernels.adaln_modulate(x, scale, torch.zeros_like(scale), eps, None, None, out_dtype)
+
+    def _search(self, x, scale, shift, eps):
         d = (x.shape[-1],)
+        if self.form == "scale_first":
+            return (1 + scale) * F.layer_norm(x, d, eps=eps) + shift
         if self.form == "flux":
             return F.layer_norm(x, d, eps=eps) * (1 + scale[:, None]) + shift[:, None]
         if self.form == "continuous":
@@ -64,7 +94,7 @@ class AdaLNPattern(FusionPattern):
         y = F.layer_norm(x.float(), d, eps=eps) * (1 + scale) + shift
         return y.type_as(x) if self.form == "upcast" else y
 
-    def replace(self, x, scale, shift, eps):
+    def _replace(self, x, scale, shift, eps):
         op = torch.ops.ascend_kernels.adaln_modulate
         if self.form in ("flux", "continuous"):
             # Unsqueezed here, so the op sees scale/shift of x's rank and only broadcasts.
@@ -78,13 +108,16 @@ class AdaLNPattern(FusionPattern):
         return op(x, scale, shift, eps, None, None, out_dtype)
 
     def check(self, match) -> bool:
-        x, scale, shift = (tensor_arg(match, n) for n in ("x", "scale", "shift"))
-        if x is None or scale is None or shift is None:
+        names = ("x", "scale", "shift") if self.has_shift else ("x", "scale")
+        tensors = [tensor_arg(match, n) for n in names]
+        if any(t is None for t in tensors):
             return False
+        x, mods = tensors[0], tensors[1:]
         if self.form in ("flux", "continuous"):
-            return scale.dim() == 2 and shift.dim() == 2
+            return all(t.dim() == 2 for t in mods)
         # The op reads scale/shift of rank x.dim()-1 as (B, 1, D); plain broadcasting needs x's rank.
-        return scale.dim() == x.dim() and shift.dim() == x.dim()
+        # Last dim: one value per channel (D) or one for all (1); anything else is no modulation of x.
+        return all(t.dim() == x.dim() and t.shape[-1] in (1, x.shape[-1]) for t in mods)
 
 
 class AdaLNFusionPass(FusionPass):
@@ -94,7 +127,9 @@ class AdaLNFusionPass(FusionPass):
 
     @classmethod
     def patterns(cls):
-        # Forms with casts first: their fp32 graphs equal the broadcast form's.
-        for form in ("upcast", "upcast_fp32_out", "flux", "continuous", "broadcast"):
+        # Forms with casts first: their fp32 graphs equal the broadcast form's. Shift-less forms
+        # last: they match inside every form with a shift.
+        for form in ("upcast", "upcast_fp32_out", "flux", "continuous", "broadcast", "scale_first", "scale_only",
+                     "scale_only_first"):
             for dtype in (torch.float32, torch.bfloat16):
                 yield AdaLNPattern(form, dtype)

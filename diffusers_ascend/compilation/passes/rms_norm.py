@@ -9,6 +9,9 @@ Forms matched (aot graphs, fp32 and low precision):
   .mean(-1, keepdim) + eps)``, cast to the weight's dtype, times the weight.
 - hand-written ``x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w``, in the input dtype
   or with an fp32 upcast, with or without weight.
+- the LLaMA form (upcast, normalize, cast back, weight multiplied FIRST: ``w * y.to(dtype)``; the
+  matcher does not commute ``mul``), as Hugging Face ``LlamaRMSNorm`` and the text encoders /
+  refiners of several DiTs write it.
 
 The fused op computes in fp32 (never less precise than the code it replaces).
 """
@@ -18,7 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import FusionPass, FusionPattern
+from .base import FusionPass, FusionPattern, tensor_arg
 
 __all__ = ["RMSNormPattern", "RMSNormFusionPass"]
 
@@ -33,12 +36,13 @@ class RMSNormPattern(FusionPattern):
     Args:
         form: ``"torch"`` (F.rms_norm / nn.RMSNorm), ``"diffusers"`` (diffusers' RMSNorm class),
             ``"manual"`` (hand-written, input dtype), ``"manual_upcast"`` (hand-written on
-            ``x.float()``, cast back, then weight).
+            ``x.float()``, cast back, then weight), ``"llama"`` (as ``manual_upcast`` with the weight
+            as the left operand; with weight only).
         weight: whether a weight multiplies the normalized value.
         dtype: example dtype (fp32 graphs have no casts).
     """
 
-    FORMS = ("torch", "diffusers", "manual", "manual_upcast")
+    FORMS = ("torch", "diffusers", "manual", "manual_upcast", "llama")
     scalars = ("eps",)
 
     def __init__(self, form: str, weight: bool, dtype: torch.dtype = torch.float32):
@@ -47,6 +51,14 @@ class RMSNormPattern(FusionPattern):
 
     def variant(self) -> str:
         return f"{self.form},{'weight' if self.weight else 'no_weight'}"
+
+    def check(self, match) -> bool:
+        # An RMSNorm weight is one scale per channel: a multiplier of another shape (broadcasting
+        # x larger, or per token) is a look-alike the op (weight of shape (D,)) must not take.
+        if not self.weight:
+            return True
+        x, w = tensor_arg(match, "x"), tensor_arg(match, "w")
+        return x is not None and w is not None and w.dim() == 1 and w.shape[0] == x.shape[-1]
 
     def example_inputs(self):
         x = torch.randn(2, 3, 4, 8, dtype=self.dtype)
@@ -59,7 +71,7 @@ class RMSNormPattern(FusionPattern):
             return x * torch.rsqrt(variance + eps)
         if self.form == "manual":
             return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-        xf = x.float()
+        xf = x.float()  # manual_upcast, llama
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
     def _search(self, x, w, eps):
@@ -72,6 +84,8 @@ class RMSNormPattern(FusionPattern):
             if w.dtype in (torch.float16, torch.bfloat16):
                 y = y.to(w.dtype)
             return y * w
+        if self.form == "llama":
+            return w * y
         return y if w is None else y * w
 
     def _replace(self, x, w, eps):
@@ -117,5 +131,7 @@ class RMSNormFusionPass(FusionPass):
         # With-weight forms first: a weightless form matches inside them.
         for weight in (True, False):
             for form in RMSNormPattern.FORMS:
+                if form == "llama" and not weight:  # without weight it is the manual_upcast form
+                    continue
                 for dtype in (torch.float32, torch.bfloat16):
                     yield RMSNormPattern(form, weight, dtype)

@@ -14,7 +14,14 @@ Forms matched (aot graphs):
   ``sin[2i] == sin[2i+1]``. ``WanRotaryPosEmbed`` builds them with ``repeat_interleave(2)``, so
   it holds for every Wan model; the values are not known at compile time, so the pass cannot check
   it: disable the ``rope`` fusion for a model that feeds Wan's processor other tables.
-- rotate-half (``x * cos + cat(-x2, x1) * sin``, in the input dtype or upcast) -> layout ``"half"``.
+- rotate-half (``x * cos + cat(-x2, x1) * sin``, in the input dtype or upcast) -> layout ``"half"``;
+  also with the halves taken by slices (``x[..., :d // 2]``) instead of ``chunk``.
+- ``apply_rotary_emb(use_real=True, use_real_unbind_dim=-2)`` (Stable Audio, CogView4, Cosmos):
+  ``reshape(x, [..., 2, -1]).unbind(-2)`` then ``cat([-im, re], -1)``: rotate-half -> layout ``"half"``.
+- complex multiplication (Qwen-Image ``use_real=False``, Z-Image, Lumina):
+  ``view_as_real(view_as_complex(x.float().reshape(..., -1, 2)) * freqs).flatten(3).type_as(x)``
+  with complex64 ``freqs`` -> layout ``"interleaved"`` with ``cos``/``sin`` the real/imaginary parts
+  of ``freqs``, each repeated twice (``(a + ib)(c + id)`` is the interleaved rotation of ``(a, b)``).
 
 The fused op computes in fp32 and returns ``x.dtype``; a match whose result would have another
 dtype or shape (``cos`` broadcasting ``x`` to a larger shape) is rejected.
@@ -43,14 +50,18 @@ class RopePattern(FusionPattern):
         dtype: example dtype of ``x`` (``cos``/``sin`` are fp32 as diffusers builds them).
     """
 
-    FORMS = ("flux", "wan", "half", "half_upcast")
+    FORMS = ("flux", "wan", "half", "half_upcast", "half_slice", "half_unbind", "complex")
 
     @property
     def retrace(self) -> bool:
-        # Flux's `x.reshape(*x.shape[:-1], -1, 2)` sizes are symbolic expressions in dynamic graphs.
-        return self.form != "flux"
+        # `x.reshape(*x.shape[:-1], -1, 2)` sizes are symbolic expressions in dynamic graphs.
+        return self.form not in ("flux", "half_unbind", "complex")
 
     def check(self, match) -> bool:
+        if self.form == "complex":
+            return self._check_complex(match)
+        if self.form == "half_unbind":
+            return self._check_half_unbind(match)
         if self.form != "flux":
             return True
         # Generic match (ints, lists, dtypes wildcarded): check what makes it Flux's rope.
@@ -75,14 +86,68 @@ class RopePattern(FusionPattern):
         root = match.output_nodes()[0]
         return all(n.meta["val"].dtype == torch.float32 for n in matched_nodes(match, aten._to_copy.default) if n is not root)
 
+    def _check_complex(self, match) -> bool:
+        # Generic match: the pairs viewed as complex are the last dim split in 2 (view_as_complex
+        # demands it), freqs is complex64 (complex128 would compute in fp64), the result has x's
+        # shape (checked for every match) and its pairs are flattened back over the last dim.
+        x, freqs = tensor_arg(match, "x"), tensor_arg(match, "freqs")
+        if x is None or freqs is None or freqs.dtype != torch.complex64 or x.dim() < 2:
+            return False
+        aten = torch.ops.aten
+        views = matched_nodes(match, aten.view_as_complex.default)
+        if len(views) != 1 or tuple(views[0].args[0].meta["val"].shape) != (*x.shape[:-1], x.shape[-1] // 2, 2):
+            return False
+        return freqs.shape[-1] in (1, x.shape[-1] // 2)
+
+    def _check_half_unbind(self, match) -> bool:
+        x = tensor_arg(match, "x")
+        aten = torch.ops.aten
+        unbinds = matched_nodes(match, aten.unbind.int)
+        if x is None or len(unbinds) != 1:
+            return False
+        pairs = unbinds[0].args[0].meta["val"]
+        # [..., 2, D/2] unbound over dim -2: the two halves of the last dim
+        return (tuple(pairs.shape) == (*x.shape[:-1], 2, x.shape[-1] // 2)
+                and normalized_dim(unbinds[0].args[1], pairs.dim()) == pairs.dim() - 2)
+
     def example_inputs(self):
         x = torch.randn(2, 6, 3, 8, dtype=self.dtype)  # (B, S, H, D)
-        cdt = self.dtype if self.form == "half" else torch.float32
+        if self.form == "complex":
+            freqs = torch.polar(torch.ones(6, 1, 4), torch.randn(6, 1, 4))  # (S, 1, D/2), as unsqueezed
+            return [x, freqs]
+        cdt = self.dtype if self.form in ("half", "half_slice") else torch.float32
         cos = torch.randn(1, 6, 1, 8, dtype=cdt)
         sin = torch.randn(1, 6, 1, 8, dtype=cdt)
         return [x, cos, sin]
 
-    def search(self, x, cos, sin):
+    # The matcher binds the parameter names of `search`: the complex form takes `freqs`.
+    @property
+    def search(self):
+        return self._search_complex if self.form == "complex" else self._search
+
+    @property
+    def replace(self):
+        return self._replace_complex if self.form == "complex" else self._replace
+
+    def _search_complex(self, x, freqs):
+        xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(xc * freqs).flatten(3).type_as(x)
+
+    def _replace_complex(self, x, freqs):
+        parts = torch.view_as_real(freqs)
+        cos = parts[..., 0].repeat_interleave(2, dim=-1)
+        sin = parts[..., 1].repeat_interleave(2, dim=-1)
+        return _rope(x, cos, sin, "interleaved")
+
+    def _search(self, x, cos, sin):
+        if self.form == "half_unbind":
+            x_real, x_imag = x.reshape(*x.shape[:-1], 2, -1).unbind(-2)
+            x_rotated = torch.cat([-x_imag, x_real], dim=-1)
+            return (x.float() * cos + x_rotated.float() * sin).to(x.dtype)
+        if self.form == "half_slice":
+            half = x.shape[-1] // 2
+            rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+            return x * cos + rotated * sin
         if self.form == "flux":
             x_real, x_imag = x.reshape(*x.shape[:-1], -1, 2).unbind(-1)
             x_rotated = torch.stack([-x_imag, x_real], dim=-1).flatten(3)
@@ -101,7 +166,7 @@ class RopePattern(FusionPattern):
             return x * cos + rotated * sin
         return (x.float() * cos + rotated.float() * sin).to(x.dtype)
 
-    def replace(self, x, cos, sin):
+    def _replace(self, x, cos, sin):
         return _rope(x, cos, sin, "half" if self.form.startswith("half") else "interleaved")
 
 

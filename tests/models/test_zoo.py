@@ -1,0 +1,179 @@
+"""The model zoo: every model class of the installed diffusers that declares `_repeated_blocks`,
+built tiny (configs in `zoo_table.TINY`), enabled with ``fusions="all"`` under ``compile="blocks"``
+(fp32, eager executor) and checked for: no error and no fallback, numerics equal to eager within
+fp32 tolerance, no recompilation on a repeated call, a clean disable (stock output bit for bit,
+stock classes back), a save/load round trip that re-enables the same config, and the exact
+coverage recorded in the table (pattern matches, module swaps, leftover ops per fusion).
+
+``DIFFUSERS_ASCEND_ZOO_RECORD=1`` prints the coverage measured instead of asserting it (to update
+the table after a deliberate change); ``DIFFUSERS_ASCEND_ZOO_OUT=<dir>`` also writes one JSON
+coverage file per model there.
+"""
+
+from __future__ import annotations
+
+import glob
+import inspect
+import json
+import os
+import re
+
+import pytest
+import torch
+
+from ascend_kernels.testing import assert_close
+
+from .zoo_table import COVERAGE, LEFT_OPS, NOT_COVERED, TINY, markdown_table
+
+RECORD = os.environ.get("DIFFUSERS_ASCEND_ZOO_RECORD") == "1"
+
+
+def discover() -> list[str]:
+    """Names of the diffusers model classes (ModelMixin) that declare `_repeated_blocks`."""
+    import diffusers
+    from diffusers import ModelMixin
+
+    names = []
+    for name in dir(diffusers):
+        try:
+            obj = getattr(diffusers, name)
+        except Exception:  # optional backends missing: not a model of this install
+            continue
+        if inspect.isclass(obj) and issubclass(obj, ModelMixin) and getattr(obj, "_repeated_blocks", None):
+            names.append(name)
+    return sorted(names)
+
+
+def _tensors(out) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if hasattr(out, "to_tuple"):
+        out = out.to_tuple()
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in _tensors(o)]
+    return []
+
+
+def _assert_same(actual, expected, exact=False):
+    a, e = _tensors(actual), _tensors(expected)
+    assert len(a) == len(e) and a, "outputs differ in structure"
+    for x, y in zip(a, e):
+        if exact:
+            torch.testing.assert_close(x, y, rtol=0, atol=0)
+        else:
+            assert_close(x, y, dtype=torch.float32)
+
+
+def _left_ops(log_dir: str) -> dict[str, int]:
+    """Leftover ops (`LEFT_OPS`) in the last logged stage of every compiled graph."""
+    last: dict[str, str] = {}
+    for path in sorted(glob.glob(os.path.join(log_dir, "*.py"))):
+        graph = re.sub(r"\.\d\d\.[a-z_]+\.py$", "", os.path.basename(path))
+        last[graph] = path  # sorted: the highest step of each graph wins
+    counts: dict[str, int] = {}
+    for path in last.values():
+        src = open(path).read()
+        for fusion, pattern in LEFT_OPS.items():
+            n = len(re.findall(pattern, src))
+            if n:
+                counts[fusion] = counts.get(fusion, 0) + n
+    return counts
+
+
+def _build(name: str):
+    import diffusers
+
+    torch.manual_seed(0)
+    model = getattr(diffusers, name)(**TINY[name].init).eval()
+    return model, TINY[name].inputs(torch.Generator().manual_seed(0))
+
+
+def test_every_discovered_model_is_in_the_table():
+    found = set(discover())
+    assert found, "no diffusers model with _repeated_blocks found"
+    assert not set(TINY) & set(NOT_COVERED)
+    missing = sorted(found - set(TINY) - set(NOT_COVERED))
+    assert not missing, f"models with _repeated_blocks in this diffusers but not in tests/models/zoo_table.py: {missing}"
+    stale = sorted((set(TINY) | set(NOT_COVERED)) - found)
+    assert not stale, f"zoo_table.py names models this diffusers does not have: {stale}"
+
+
+def test_support_matrix_shows_the_table():
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "support-matrix.md")
+    assert markdown_table() in open(path).read(), "docs/support-matrix.md model table is stale: paste markdown_table()"
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_zoo_model(name, tmp_path):
+    _check_model(name, tmp_path)
+
+
+def test_zoo_fails_when_a_model_loses_a_fusion(tmp_path):
+    # Flux without the adaLN fusion: its 5 adaLN sites stay unfused, which the zoo reports
+    with pytest.raises(AssertionError, match="coverage changed"):
+        _check_model("FluxTransformer2DModel", tmp_path, fusions=["rms_norm", "rope", "gelu_tanh", "mul_add"])
+
+
+def test_zoo_fails_when_a_model_diverges(tmp_path, monkeypatch):
+    # a fused RMSNorm that is off by a little (1e-3) must not pass as "equal to eager"
+    from diffusers_ascend.layers import FusedRMSNorm
+
+    monkeypatch.setattr(FusedRMSNorm, "forward", lambda self, x: torch.nn.RMSNorm.forward(self, x) + 1e-3)
+    with pytest.raises(AssertionError, match="tensors not close"):
+        _check_model("FluxTransformer2DModel", tmp_path)
+
+
+def _check_model(name, tmp_path, fusions="all"):
+    import diffusers_ascend  # noqa: F401  (adds enable_ascend_compile to ModelMixin)
+
+    torch._dynamo.reset()
+    model, inputs = _build(name)
+    stock_classes = [type(m) for m in model.modules()]
+    with torch.no_grad():
+        ref = model(**inputs)
+
+    log_dir = str(tmp_path / "graphs")
+    model.enable_ascend_compile(fusions=fusions, executor="eager", compile="blocks", graph_log_dir=log_dir)
+    with torch.no_grad():
+        out = model(**inputs)
+    report = model.ascend_report()
+    assert not report.fallbacks, report.fallbacks
+    assert model._ascend_state.compiled, "no block compiled"
+    _assert_same(out, ref)
+
+    compiled = report.graphs_compiled
+    with torch.no_grad():
+        _assert_same(model(**inputs), ref)
+    assert model.ascend_report().graphs_compiled == compiled, "a repeated call recompiled"
+
+    coverage = dict(
+        matches={k: v for k, v in report.matches.items() if v},
+        swaps={k: v for k, v in report.swaps.items() if v},
+        left=_left_ops(log_dir),
+    )
+    out_dir = os.environ.get("DIFFUSERS_ASCEND_ZOO_OUT")
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
+            json.dump(coverage, f, indent=1, sort_keys=True)
+
+    model.save_pretrained(tmp_path / "saved")
+    loaded = type(model).from_pretrained(tmp_path / "saved")
+    assert loaded._ascend_state.config == model._ascend_state.config
+    with torch.no_grad():
+        _assert_same(loaded(**inputs), ref)
+    assert not loaded.ascend_report().fallbacks
+
+    model.disable_ascend_compile()
+    assert [type(m) for m in model.modules()] == stock_classes and not hasattr(model, "_ascend_state")
+    with torch.no_grad():
+        _assert_same(model(**inputs), ref, exact=True)
+
+    if RECORD and fusions == "all":
+        print(f"\nZOO {name}: {coverage}")
+        return
+    assert coverage == COVERAGE.get(name), (
+        f"{name}: coverage changed (fused sites lost or gained); measured {coverage}"
+    )
