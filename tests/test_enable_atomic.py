@@ -14,6 +14,7 @@ import torch
 
 import diffusers_ascend
 from diffusers_ascend import layers, mixin
+from diffusers_ascend.adapters import registry
 from diffusers_ascend.tiny import flux_pipeline_inputs, tiny_flux_pipeline
 
 FAST = dict(fusions="all", executor="eager")
@@ -82,10 +83,11 @@ def test_failure_inside_the_layer_swaps(pipe, monkeypatch, low_limit):
 
     # The single block's processor fails after the double block's RMSNorm, GELU and processor
     # swaps were made.
-    monkeypatch.setattr(layers, "SWAPS", tuple(
+    flux_swaps = registry.adapter_swaps()
+    monkeypatch.setattr(registry, "adapter_swaps", lambda: tuple(
         layers.Swap(s.fusion, s.source, s.target, applies=second_processor_fails, processors=True)
         if s.source == "FluxAttnProcessor" else s
-        for s in layers.SWAPS
+        for s in flux_swaps
     ))
     with pytest.raises(TypeError, match="layout differs"):
         pipe.enable_ascend_compile(**FAST)
@@ -178,8 +180,9 @@ def test_failed_reenable_keeps_the_previous_setup(pipe, monkeypatch, low_limit):
     def broken():
         raise ImportError("no rope today")
 
-    monkeypatch.setattr(layers, "SWAPS", tuple(
-        layers.Swap(s.fusion, s.source, broken, processors=True) if s.fusion == "rope" else s for s in layers.SWAPS
+    swaps = registry.adapter_swaps()  # the rope swaps are the adapters' (Flux's processor)
+    monkeypatch.setattr(registry, "adapter_swaps", lambda: tuple(
+        layers.Swap(s.fusion, s.source, broken, processors=True) if s.fusion == "rope" else s for s in swaps
     ))
     with pytest.raises(ImportError, match="no rope today"):
         pipe.enable_ascend_compile(fusions=["rms_norm", "rope"], executor="eager", recompile_limit=32)

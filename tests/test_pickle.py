@@ -35,7 +35,7 @@ def _fused(model) -> dict[str, int]:
     counts: dict[str, int] = {}
     for m in model.modules():
         for obj in (m, getattr(m, "processor", None)):
-            if obj is not None and type(obj).__module__ == "diffusers_ascend.layers":
+            if obj is not None and type(obj).__module__.startswith("diffusers_ascend."):
                 counts[type(obj).__name__] = counts.get(type(obj).__name__, 0) + 1
     return counts
 

@@ -25,9 +25,11 @@ How a compiled graph runs under capture (`CapturedCallable`):
   and allocator warm-up must not happen during capture), captured, then replayed.
 - All graphs of one backend share one memory pool (``graph_pool_handle()``), nothing is
   process-global: two backends never share graphs, pools or counters.
-- ``max_captured_graphs`` bounds the signatures kept per backend, counted without the parameter
-  addresses (each holds one graph per block instance: a Flux transformer has 57 blocks, and
-  counting instances would evict on every call); the oldest signature is evicted first (FIFO).
+- ``max_captured_graphs`` bounds the input signatures kept per backend, counted without the
+  parameter addresses and across compiled graphs (each signature holds one graph per block
+  instance: a Flux transformer has 57 blocks, and counting instances, or torch < 2.8's one dynamo
+  graph per block instance, would evict on every call); the oldest signature is evicted first
+  (FIFO), from every graph that holds it.
 - Outputs are the graph's static output tensors, overwritten by the next replay of any graph of
   the backend (they share the pool): ``safe_output=True`` (default) returns clones,
   ``safe_output=False`` returns the static tensors themselves (no copy; the caller must be done
@@ -220,8 +222,8 @@ class GraphCaptureManager:
 
     @property
     def num_signatures(self) -> int:
-        """Signatures held now (what `max_captured_graphs` bounds)."""
-        return len(self._entries)
+        """Input signatures held now, over all compiled graphs (what `max_captured_graphs` bounds)."""
+        return len({k[1] for k in self._entries})
 
     def pool(self):
         if self._pool is None:
@@ -238,8 +240,8 @@ class GraphCaptureManager:
         while self._entries:
             self._evict()
 
-    def _evict(self) -> None:
-        _, entry = self._entries.popitem(last=False)
+    def _evict(self, key: tuple | None = None) -> None:
+        entry = self._entries.pop(next(iter(self._entries)) if key is None else key)
         for g in entry.graphs.values():
             reset = getattr(g.graph, "reset", None)
             if reset is not None:
@@ -249,8 +251,14 @@ class GraphCaptureManager:
     def _entry(self, key: tuple, args: Sequence[Any], activations: Sequence[int]) -> _Entry:
         entry = self._entries.get(key)
         if entry is None:
-            while len(self._entries) >= self.max_captured_graphs:
-                self._evict()
+            # The cap counts input signatures (key[1]), not compiled graphs: torch < 2.8 compiles
+            # one dynamo graph per block instance, all of one signature. Evicting a signature drops
+            # it from every graph, oldest first.
+            shapes = list(dict.fromkeys(k[1] for k in self._entries))
+            while key[1] not in shapes and len(shapes) >= self.max_captured_graphs:
+                oldest = shapes.pop(0)
+                for k in [k for k in self._entries if k[1] == oldest]:
+                    self._evict(k)
             buffers = {i: torch.empty_strided(args[i].shape, args[i].stride(), dtype=args[i].dtype, device=args[i].device)
                        for i in activations}
             entry = self._entries[key] = _Entry(buffers)

@@ -18,6 +18,7 @@ import torch
 import diffusers_ascend
 from diffusers_ascend import platform as P
 from diffusers_ascend.compilation import AscendBackend
+from diffusers_ascend.compilation._compat import compiled_blocks_share_graphs
 from diffusers_ascend.compilation.backend import root_cause
 from diffusers_ascend.compilation.graph_capture import (
     UNCAPTURABLE_OPS,
@@ -113,12 +114,12 @@ def test_each_block_instance_replays_its_own_graph_and_weights_are_read_in_place
             for o, r in zip(compiled(**x), block(**x)):
                 assert_close(o, r)
     mgr = backend.graph_capture
-    assert backend.report.graphs_compiled == 1  # one dynamo graph for the class ...
+    dynamo_graphs = 1 if compiled_blocks_share_graphs() else 2  # torch < 2.8: one per instance
+    assert backend.report.graphs_compiled == dynamo_graphs  # one dynamo graph for the class ...
     assert mgr.num_signatures == 1 and mgr.num_graphs == 2  # ... one device graph per instance
     assert mgr.stats["captures"] == 2 and mgr.stats["replays"] == 6
     # Only the 5 activations (hidden, encoder hidden, temb, cos, sin) are copied, never a weight.
-    (entry,) = mgr._entries.values()
-    assert len(entry.buffers) == 5 and mgr.stats["input_copies"] == 6 * 5
+    assert all(len(e.buffers) == 5 for e in mgr._entries.values()) and mgr.stats["input_copies"] == 6 * 5
     # The graph reads the weights where they live: an in-place update is seen by the next replay.
     x = flux_block_inputs(seed=7)
     d1.ff.net[2].weight.add_(0.5)
