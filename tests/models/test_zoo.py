@@ -161,7 +161,8 @@ def _check_model(name, tmp_path, fusions="all"):
 
     model.save_pretrained(tmp_path / "saved")
     loaded = type(model).from_pretrained(tmp_path / "saved")
-    assert loaded._ascend_state.config == model._ascend_state.config
+    # Everything travels but the local graph_log_dir (never saved: issue 10).
+    assert loaded._ascend_state.config == model._ascend_state.config.replace(graph_log_dir=None)
     with torch.no_grad():
         _assert_same(loaded(**inputs), ref)
     assert not loaded.ascend_report().fallbacks
