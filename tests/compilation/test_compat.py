@@ -26,6 +26,10 @@ from .conftest import flux_model_inputs
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
+def test_error_is_public():
+    assert diffusers_ascend.TorchCompatError is TorchCompatError and issubclass(TorchCompatError, RuntimeError)
+
+
 def test_floor_is_stated_once_pyproject_agrees():
     spec = re.search(r'"torch>=([\d.]+)"', (REPO / "pyproject.toml").read_text()).group(1)
     assert _compat.torch_version(spec) == _compat.TORCH_FLOOR
