@@ -147,8 +147,9 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg) ->
             with scope():
                 return compiled(*args, **kwargs)
         except Exception as e:
-            if isinstance(root_cause(e), TorchCompatError):
-                raise root_cause(e) from e  # a broken engine is never a per-block fallback
+            cause = root_cause(e)
+            if isinstance(cause, TorchCompatError):
+                raise cause from e  # a broken engine is never a per-block fallback
             if cfg.on_error == "raise":
                 raise
             # Eager first: if the module fails there too, the error is the model's own (bad
