@@ -457,3 +457,48 @@ def test_mul_add_qwen_image_broadcast_residual(dtype):
 
     x, y, gate = torch.randn(2, 1, 16, dtype=dtype), torch.randn(2, 5, 16, dtype=dtype), torch.randn(2, 1, 16, dtype=dtype)
     run(M(), x, y, gate, fusions=["mul_add"], dtype=dtype, expected=1)
+
+
+# RoPE: Wan's even/odd writes with cos/sin chunked from one table (Helios)
+def _helios_tables(dim):
+    from diffusers.models.transformers.transformer_helios import HeliosRotaryPosEmbed
+
+    # HeliosRotaryPosEmbed's tables satisfy the documented precondition cos[2i] == cos[2i+1].
+    rope = HeliosRotaryPosEmbed(rope_dim=(dim // 3,) * 3, theta=10000.0)
+    freqs = rope(torch.arange(2.0)[None], 2, 2, "cpu")  # (B, 2D, F, H, W)
+    freqs = freqs.flatten(2).transpose(1, 2)  # (B, S, 2D) as the model feeds its attention
+    cos, sin = freqs.chunk(2, dim=-1)
+    assert torch.equal(cos[..., 0::2], cos[..., 1::2]) and torch.equal(sin[..., 0::2], sin[..., 1::2])
+    return freqs
+
+
+class HeliosRope(torch.nn.Module):
+    def forward(self, x, freqs):
+        from diffusers.models.transformers.transformer_helios import apply_rotary_emb_transposed
+
+        return apply_rotary_emb_transposed(x, freqs)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rope_even_odd_writes_with_chunked_tables(dtype):
+    freqs = _helios_tables(12)
+    x = torch.randn(1, freqs.shape[1], 2, 12, dtype=dtype)  # (B, S, H, D)
+    run(HeliosRope(), x, freqs, fusions=["rope"], dtype=dtype, expected=1,
+        gone=[aten.slice_scatter.default, aten.empty_like.default, aten.sub.Tensor])
+
+
+def test_rope_chunked_tables_look_alikes_are_left_alone():
+    # sin first in the table: the chunk's halves used the other way round is not this rotation
+    class SinFirst(torch.nn.Module):
+        def forward(self, x, freqs):
+            x_1, x_2 = x.unflatten(-1, (-1, 2)).unbind(-1)
+            sin, cos = freqs.unsqueeze(-2).chunk(2, dim=-1)
+            out = torch.empty_like(x)
+            out[..., 0::2] = x_1 * cos[..., 0::2] - x_2 * sin[..., 1::2]
+            out[..., 1::2] = x_1 * sin[..., 1::2] + x_2 * cos[..., 0::2]
+            return out.type_as(x)
+
+    x = torch.randn(1, 8, 2, 12)
+    run(SinFirst(), x, _helios_tables(12), fusions=["rope"], dtype=torch.float32, expected=0)
+    # one (cos, sin) pair per position broadcast over the head dim: tables not x-sized, left alone
+    run(HeliosRope(), x, torch.randn(1, 8, 4), fusions=["rope"], dtype=torch.float32, expected=0)

@@ -461,9 +461,9 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         swaps={'gelu_tanh': 1},
         left={'adaln': 2}),
     "HeliosTransformer3DModel": dict(
-        matches={'adaln': 2, 'mul_add': 4},
+        matches={'adaln': 2, 'mul_add': 2, 'rope': 2},
         swaps={'gelu_tanh': 3, 'rms_norm': 8},
-        left={'adaln': 1, 'rope': 2}),
+        left={'adaln': 1}),
     "HunyuanImageTransformer2DModel": dict(
         matches={'adaln': 5, 'mul_add': 5, 'rope': 4},
         swaps={'gelu_tanh': 3, 'rms_norm': 6},

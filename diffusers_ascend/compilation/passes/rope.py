@@ -14,6 +14,10 @@ Forms matched (aot graphs):
   ``sin[2i] == sin[2i+1]``. ``WanRotaryPosEmbed`` builds them with ``repeat_interleave(2)``, so
   it holds for every Wan model; the values are not known at compile time, so the pass cannot check
   it: disable the ``rope`` fusion for a model that feeds Wan's processor other tables.
+- Helios (``apply_rotary_emb_transposed``): Wan's even/odd writes with ``cos``/``sin`` taken by
+  ``freqs.chunk(2, dim=-1)`` of one table and sliced inline (``x_2 * cos[..., 0::2]``) -> layout
+  ``"interleaved"`` on the two halves of ``freqs``. Same precondition as Wan: ``HeliosRotaryPosEmbed``
+  builds both halves with ``repeat_interleave(2)``.
 - rotate-half (``x * cos + cat(-x2, x1) * sin``, in the input dtype or upcast) -> layout ``"half"``;
   also with the halves taken by slices (``x[..., :d // 2]``) instead of ``chunk``.
 - ``apply_rotary_emb(use_real=True, use_real_unbind_dim=-2)`` (Stable Audio, CogView4, Cosmos):
@@ -45,12 +49,14 @@ class RopePattern(FusionPattern):
 
     Args:
         form: ``"flux"`` (diffusers ``apply_rotary_emb``, use_real, unbind dim -1), ``"wan"``
-            (``WanAttnProcessor``'s closure), ``"half"`` (rotate-half in the input dtype) or
-            ``"half_upcast"`` (rotate-half on ``x.float()``, cast back).
+            (``WanAttnProcessor``'s closure), ``"wan_chunk"`` (Helios: Wan's writes, ``cos``/``sin``
+            chunked from one table), ``"half"`` (rotate-half in the input dtype) or
+            ``"half_upcast"`` (rotate-half on ``x.float()``, cast back); the other `FORMS` are
+            described in the module docstring.
         dtype: example dtype of ``x`` (``cos``/``sin`` are fp32 as diffusers builds them).
     """
 
-    FORMS = ("flux", "wan", "half", "half_upcast", "half_slice", "half_unbind", "complex")
+    FORMS = ("flux", "wan", "wan_chunk", "half", "half_upcast", "half_slice", "half_unbind", "complex")
 
     @property
     def retrace(self) -> bool:
@@ -62,6 +68,8 @@ class RopePattern(FusionPattern):
             return self._check_complex(match)
         if self.form == "half_unbind":
             return self._check_half_unbind(match)
+        if self.form == "wan_chunk":
+            return self._check_wan_chunk(match)
         if self.form != "flux":
             return True
         # Generic match (ints, lists, dtypes wildcarded): check what makes it Flux's rope.
@@ -110,8 +118,16 @@ class RopePattern(FusionPattern):
         return (tuple(pairs.shape) == (*x.shape[:-1], 2, x.shape[-1] // 2)
                 and normalized_dim(unbinds[0].args[1], pairs.dim()) == pairs.dim() - 2)
 
+    def _check_wan_chunk(self, match) -> bool:
+        # The two halves of `freqs` are x-sized tables: the fused op then reads each in full (the
+        # written form reads every other element; equal by the Wan precondition in the module doc).
+        x, freqs = tensor_arg(match, "x"), tensor_arg(match, "freqs")
+        return x is not None and freqs is not None and freqs.shape[-1] == 2 * x.shape[-1]
+
     def example_inputs(self):
         x = torch.randn(2, 6, 3, 8, dtype=self.dtype)  # (B, S, H, D)
+        if self.form == "wan_chunk":
+            return [x, torch.randn(1, 6, 1, 16)]  # (1, S, 1, 2D): cos then sin, fp32
         if self.form == "complex":
             freqs = torch.polar(torch.ones(6, 1, 4), torch.randn(6, 1, 4))  # (S, 1, D/2), as unsqueezed
             return [x, freqs]
@@ -120,14 +136,27 @@ class RopePattern(FusionPattern):
         sin = torch.randn(1, 6, 1, 8, dtype=cdt)
         return [x, cos, sin]
 
-    # The matcher binds the parameter names of `search`: the complex form takes `freqs`.
+    # The matcher binds the parameter names of `search`: the complex and wan_chunk forms take `freqs`.
     @property
     def search(self):
-        return self._search_complex if self.form == "complex" else self._search
+        return {"complex": self._search_complex, "wan_chunk": self._search_wan_chunk}.get(self.form, self._search)
 
     @property
     def replace(self):
-        return self._replace_complex if self.form == "complex" else self._replace
+        return {"complex": self._replace_complex, "wan_chunk": self._replace_wan_chunk}.get(self.form, self._replace)
+
+    def _search_wan_chunk(self, x, freqs):
+        # as Helios writes it: the slices of cos/sin repeated inline in both writes
+        x_1, x_2 = x.unflatten(-1, (-1, 2)).unbind(-1)
+        cos, sin = freqs.chunk(2, dim=-1)
+        out = torch.empty_like(x)
+        out[..., 0::2] = x_1 * cos[..., 0::2] - x_2 * sin[..., 1::2]
+        out[..., 1::2] = x_1 * sin[..., 1::2] + x_2 * cos[..., 0::2]
+        return out.type_as(x)
+
+    def _replace_wan_chunk(self, x, freqs):
+        cos, sin = freqs.chunk(2, dim=-1)
+        return _rope(x, cos, sin, "interleaved")
 
     def _search_complex(self, x, freqs):
         xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
