@@ -502,3 +502,53 @@ def test_rope_chunked_tables_look_alikes_are_left_alone():
     run(SinFirst(), x, _helios_tables(12), fusions=["rope"], dtype=torch.float32, expected=0)
     # one (cos, sin) pair per position broadcast over the head dim: tables not x-sized, left alone
     run(HeliosRope(), x, torch.randn(1, 8, 4), fusions=["rope"], dtype=torch.float32, expected=0)
+
+
+# RoPE: 2x2 rotation matrices (Kandinsky 5)
+def _kandinsky_rope(seq, dim):
+    from diffusers.models.transformers.transformer_kandinsky import Kandinsky5RoPE1D
+
+    return Kandinsky5RoPE1D(dim)(torch.arange(seq))[None]  # (1, S, 1, D/2, 2, 2)
+
+
+class KandinskyRope(torch.nn.Module):
+    """The closure `apply_rotary` of diffusers' `Kandinsky5AttnProcessor`, verbatim."""
+
+    def forward(self, x, rope):
+        x_ = x.reshape(*x.shape[:-1], -1, 1, 2).to(torch.float32)
+        x_out = (rope * x_).sum(dim=-1)
+        return x_out.reshape(*x.shape).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rope_rotation_matrices(dtype):
+    x = torch.randn(1, 6, 2, 8, dtype=dtype)  # (B, S, H, D)
+    run(KandinskyRope(), x, _kandinsky_rope(6, 8), fusions=["rope"], dtype=dtype, expected=1,
+        gone=[aten.sum.dim_IntList])
+
+
+def test_rope_rotation_matrices_need_no_precondition():
+    # any 2x2 matrices, not only rotations: the replacement's tables reproduce them exactly
+    x = torch.randn(1, 6, 2, 8)
+    run(KandinskyRope(), x, torch.randn(1, 6, 1, 4, 2, 2), fusions=["rope"], dtype=torch.float32, expected=1)
+
+
+def test_rope_rotation_matrix_look_alikes_are_left_alone():
+    # summed over the rows (dim -2) instead: x's pair times the transposed matrix, another rotation
+    class Transposed(torch.nn.Module):
+        def forward(self, x, rope):
+            x_ = x.reshape(*x.shape[:-1], -1, 2, 1).to(torch.float32)
+            return (rope * x_).sum(dim=-2).reshape(*x.shape).to(torch.bfloat16)
+
+    x = torch.randn(1, 6, 2, 8)
+    run(Transposed(), x, _kandinsky_rope(6, 8), fusions=["rope"], dtype=torch.float32, expected=0)
+
+    # cast to fp16 instead of bf16: another result dtype than the replacement's
+    class ToHalf(torch.nn.Module):
+        def forward(self, x, rope):
+            x_ = x.reshape(*x.shape[:-1], -1, 1, 2).to(torch.float32)
+            return (rope * x_).sum(dim=-1).reshape(*x.shape).to(torch.float16)
+
+    run(ToHalf(), x, _kandinsky_rope(6, 8), fusions=["rope"], dtype=torch.float32, expected=0)
+    # one matrix for all pairs (a table built with odd axes dims): broadcasts, not per-pair tables
+    run(KandinskyRope(), x, _kandinsky_rope(6, 2), fusions=["rope"], dtype=torch.float32, expected=0)

@@ -390,7 +390,9 @@ TINY: dict[str, Tiny] = {
     "Kandinsky5Transformer3DModel": Tiny(
         init=dict(in_visual_dim=16, in_text_dim=32, in_text_dim2=16, time_dim=16, out_visual_dim=16,
                   patch_size=(1, 2, 2), model_dim=16, ff_dim=32, num_text_blocks=1, num_visual_blocks=2,
-                  axes_dims=(1, 1, 2), visual_cond=False, attention_type="regular"),
+                  # even axes dims as in the released configs ((16, 24, 24)): with odd ones the
+                  # visual rotary table has fewer pairs than the head dim and only broadcasts
+                  axes_dims=(2, 2, 4), visual_cond=False, attention_type="regular"),
         inputs=lambda gen: dict(hidden_states=_r(gen, 1, 1, 8, 8, 16), encoder_hidden_states=_r(gen, 1, 6, 32),
                                 pooled_projections=_r(gen, 1, 16), timestep=torch.tensor([500.0]),
                                 visual_rope_pos=[torch.arange(1), torch.arange(4), torch.arange(4)],
@@ -489,7 +491,7 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         swaps={'gelu_tanh': 5, 'rms_norm': 8},
         left={}),
     "Kandinsky5Transformer3DModel": dict(
-        matches={'adaln': 5, 'mul_add': 5},
+        matches={'adaln': 5, 'mul_add': 5, 'rope': 4},
         swaps={'rms_norm': 10},
         left={}),
     "Krea2Transformer2DModel": dict(
