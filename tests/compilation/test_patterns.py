@@ -552,3 +552,53 @@ def test_rope_rotation_matrix_look_alikes_are_left_alone():
     run(ToHalf(), x, _kandinsky_rope(6, 8), fusions=["rope"], dtype=torch.float32, expected=0)
     # one matrix for all pairs (a table built with odd axes dims): broadcasts, not per-pair tables
     run(KandinskyRope(), x, _kandinsky_rope(6, 2), fusions=["rope"], dtype=torch.float32, expected=0)
+
+
+# adaLN: per-frame modulation with the tokens split by frame between the norm and the modulation
+class SanaWMPerFrame(torch.nn.Module):
+    """`SanaVideoMSCamCtrlBlock`'s modulation of diffusers' Sana-WM, verbatim (tokens grouped by frame)."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.norm1 = torch.nn.LayerNorm(dim, elementwise_affine=False, eps=1e-6)
+
+    def forward(self, x, scale_msa, shift_msa):
+        B, N, C = x.shape
+        num_frames = scale_msa.shape[1]
+        x_norm1 = self.norm1(x).reshape(B, num_frames, -1, C)
+        return (x_norm1 * (1 + scale_msa) + shift_msa).reshape(B, N, C)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_adaln_per_frame(dtype):
+    x = torch.randn(2, 12, 16, dtype=dtype)  # 3 frames of 4 tokens
+    scale, shift = torch.randn(2, 3, 1, 16, dtype=dtype), torch.randn(2, 3, 1, 16, dtype=dtype)
+    run(SanaWMPerFrame(16), x, scale, shift, fusions=["adaln", "mul_add"], dtype=dtype, expected=1,
+        gone=[aten.native_layer_norm.default])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_adaln_per_frame_sana_wm_final_layer(dtype):
+    from diffusers.models.transformers.transformer_sana_wm import T2IFinalLayer
+
+    torch.manual_seed(0)
+    layer = T2IFinalLayer(16, (1, 2, 2), 4)
+    x, t = torch.randn(1, 12, 16, dtype=dtype), torch.randn(1, 1, 3, 16, dtype=dtype)  # t: (B, 1, F, D)
+    backend = run(layer, x, t, fusions=["adaln", "mul_add"], dtype=dtype, expected=1,
+                  gone=[aten.native_layer_norm.default])
+    assert backend.report.matches.get("mul_add", 0) == 0  # the modulation is not cut into mul_adds
+
+
+def test_adaln_per_frame_look_alikes_are_left_alone():
+    # tokens split frame-minor, (B, N/F, F, D) with one row per position in the frame: not this form
+    class FrameMinor(torch.nn.Module):
+        def forward(self, x, scale, shift):
+            y = F.layer_norm(x, (16,), eps=1e-6).reshape(x.shape[0], -1, scale.shape[2], 16)
+            return (y * (1 + scale) + shift).reshape(x.shape)
+
+    x = torch.randn(2, 12, 16)
+    scale, shift = torch.randn(2, 1, 3, 16), torch.randn(2, 1, 3, 16)
+    run(FrameMinor(), x, scale, shift, fusions=["adaln"], dtype=torch.float32, expected=0)
+    # per-token rows (B, F, N/F, D): a modulation of another shape than one row per frame
+    scale, shift = torch.randn(2, 3, 4, 16), torch.randn(2, 3, 4, 16)
+    run(SanaWMPerFrame(16), x, scale, shift, fusions=["adaln"], dtype=torch.float32, expected=0)
