@@ -398,6 +398,14 @@ TINY: dict[str, Tiny] = {
                                 visual_rope_pos=[torch.arange(1), torch.arange(4), torch.arange(4)],
                                 text_rope_pos=torch.arange(6)),
     ),
+    "SanaWMTransformer3DModel": Tiny(
+        init=dict(in_channels=4, num_layers=2, hidden_size=32, num_attention_heads=2, linear_head_dim=16,
+                  softmax_every_n=2, caption_channels=16, chunk_plucker_channels=8, chunk_plucker_post_attn_blocks=2,
+                  image_size=16, mixed_precision="fp32"),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 4, 2, 4, 4), timestep=torch.tensor([[[500, 500]]]),
+                                encoder_hidden_states=_r(gen, 1, 1, 6, 16), encoder_attention_mask=torch.ones(1, 6),
+                                camera_conditions=_r(gen, 1, 2, 20), chunk_plucker=_r(gen, 1, 8, 2, 4, 4)),
+    ),
 }
 
 _TODO = "tiny config and inputs not written yet"
@@ -411,7 +419,6 @@ NOT_COVERED: dict[str, str] = {
     "RFD4ProteinaAutoencoder": "not a diffusion transformer (protein structure); " + _TODO,
     "RFD4ProteinaTransformer": "not a diffusion transformer (protein structure); " + _TODO,
     "SanaWMLTX2RefinerTransformer3DModel": _TODO,
-    "SanaWMTransformer3DModel": _TODO,
     "WanAnimate2Transformer3DModel": _TODO,
     "WanAnimateTransformer3DModel": _TODO + " (the smallest inputs need 21 frames and a 77-frame face clip)",
 }
@@ -538,6 +545,10 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         matches={'adaln': 4, 'mul_add': 4, 'rope': 4},
         swaps={'gelu_tanh': 4, 'rms_norm': 9},
         left={}),
+    "SanaWMTransformer3DModel": dict(
+        matches={'adaln': 4, 'rope': 10},
+        swaps={'gelu_tanh': 1, 'rms_norm': 13},
+        left={'rope': 4}),
     "SkyReelsV2Transformer3DModel": dict(
         matches={'adaln': 4, 'mul_add': 4, 'rope': 4},
         swaps={'gelu_tanh': 3, 'rms_norm': 8},
