@@ -457,3 +457,148 @@ def test_mul_add_qwen_image_broadcast_residual(dtype):
 
     x, y, gate = torch.randn(2, 1, 16, dtype=dtype), torch.randn(2, 5, 16, dtype=dtype), torch.randn(2, 1, 16, dtype=dtype)
     run(M(), x, y, gate, fusions=["mul_add"], dtype=dtype, expected=1)
+
+
+# RoPE: Wan's even/odd writes with cos/sin chunked from one table (Helios)
+def _helios_tables(dim):
+    from diffusers.models.transformers.transformer_helios import HeliosRotaryPosEmbed
+
+    # HeliosRotaryPosEmbed's tables satisfy the documented precondition cos[2i] == cos[2i+1].
+    rope = HeliosRotaryPosEmbed(rope_dim=(dim // 3,) * 3, theta=10000.0)
+    freqs = rope(torch.arange(2.0)[None], 2, 2, "cpu")  # (B, 2D, F, H, W)
+    freqs = freqs.flatten(2).transpose(1, 2)  # (B, S, 2D) as the model feeds its attention
+    cos, sin = freqs.chunk(2, dim=-1)
+    assert torch.equal(cos[..., 0::2], cos[..., 1::2]) and torch.equal(sin[..., 0::2], sin[..., 1::2])
+    return freqs
+
+
+class HeliosRope(torch.nn.Module):
+    def forward(self, x, freqs):
+        from diffusers.models.transformers.transformer_helios import apply_rotary_emb_transposed
+
+        return apply_rotary_emb_transposed(x, freqs)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rope_even_odd_writes_with_chunked_tables(dtype):
+    freqs = _helios_tables(12)
+    x = torch.randn(1, freqs.shape[1], 2, 12, dtype=dtype)  # (B, S, H, D)
+    run(HeliosRope(), x, freqs, fusions=["rope"], dtype=dtype, expected=1,
+        gone=[aten.slice_scatter.default, aten.empty_like.default, aten.sub.Tensor])
+
+
+def test_rope_chunked_tables_look_alikes_are_left_alone():
+    # sin first in the table: the chunk's halves used the other way round is not this rotation
+    class SinFirst(torch.nn.Module):
+        def forward(self, x, freqs):
+            x_1, x_2 = x.unflatten(-1, (-1, 2)).unbind(-1)
+            sin, cos = freqs.unsqueeze(-2).chunk(2, dim=-1)
+            out = torch.empty_like(x)
+            out[..., 0::2] = x_1 * cos[..., 0::2] - x_2 * sin[..., 1::2]
+            out[..., 1::2] = x_1 * sin[..., 1::2] + x_2 * cos[..., 0::2]
+            return out.type_as(x)
+
+    x = torch.randn(1, 8, 2, 12)
+    run(SinFirst(), x, _helios_tables(12), fusions=["rope"], dtype=torch.float32, expected=0)
+    # one (cos, sin) pair per position broadcast over the head dim: tables not x-sized, left alone
+    run(HeliosRope(), x, torch.randn(1, 8, 4), fusions=["rope"], dtype=torch.float32, expected=0)
+
+
+# RoPE: 2x2 rotation matrices (Kandinsky 5)
+def _kandinsky_rope(seq, dim):
+    from diffusers.models.transformers.transformer_kandinsky import Kandinsky5RoPE1D
+
+    return Kandinsky5RoPE1D(dim)(torch.arange(seq))[None]  # (1, S, 1, D/2, 2, 2)
+
+
+class KandinskyRope(torch.nn.Module):
+    """The closure `apply_rotary` of diffusers' `Kandinsky5AttnProcessor`, verbatim."""
+
+    def forward(self, x, rope):
+        x_ = x.reshape(*x.shape[:-1], -1, 1, 2).to(torch.float32)
+        x_out = (rope * x_).sum(dim=-1)
+        return x_out.reshape(*x.shape).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rope_rotation_matrices(dtype):
+    x = torch.randn(1, 6, 2, 8, dtype=dtype)  # (B, S, H, D)
+    run(KandinskyRope(), x, _kandinsky_rope(6, 8), fusions=["rope"], dtype=dtype, expected=1,
+        gone=[aten.sum.dim_IntList])
+
+
+def test_rope_rotation_matrices_need_no_precondition():
+    # any 2x2 matrices, not only rotations: the replacement's tables reproduce them exactly
+    x = torch.randn(1, 6, 2, 8)
+    run(KandinskyRope(), x, torch.randn(1, 6, 1, 4, 2, 2), fusions=["rope"], dtype=torch.float32, expected=1)
+
+
+def test_rope_rotation_matrix_look_alikes_are_left_alone():
+    # summed over the rows (dim -2) instead: x's pair times the transposed matrix, another rotation
+    class Transposed(torch.nn.Module):
+        def forward(self, x, rope):
+            x_ = x.reshape(*x.shape[:-1], -1, 2, 1).to(torch.float32)
+            return (rope * x_).sum(dim=-2).reshape(*x.shape).to(torch.bfloat16)
+
+    x = torch.randn(1, 6, 2, 8)
+    run(Transposed(), x, _kandinsky_rope(6, 8), fusions=["rope"], dtype=torch.float32, expected=0)
+
+    # cast to fp16 instead of bf16: another result dtype than the replacement's
+    class ToHalf(torch.nn.Module):
+        def forward(self, x, rope):
+            x_ = x.reshape(*x.shape[:-1], -1, 1, 2).to(torch.float32)
+            return (rope * x_).sum(dim=-1).reshape(*x.shape).to(torch.float16)
+
+    run(ToHalf(), x, _kandinsky_rope(6, 8), fusions=["rope"], dtype=torch.float32, expected=0)
+    # one matrix for all pairs (a table built with odd axes dims): broadcasts, not per-pair tables
+    run(KandinskyRope(), x, _kandinsky_rope(6, 2), fusions=["rope"], dtype=torch.float32, expected=0)
+
+
+# adaLN: per-frame modulation with the tokens split by frame between the norm and the modulation
+class SanaWMPerFrame(torch.nn.Module):
+    """`SanaVideoMSCamCtrlBlock`'s modulation of diffusers' Sana-WM, verbatim (tokens grouped by frame)."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.norm1 = torch.nn.LayerNorm(dim, elementwise_affine=False, eps=1e-6)
+
+    def forward(self, x, scale_msa, shift_msa):
+        B, N, C = x.shape
+        num_frames = scale_msa.shape[1]
+        x_norm1 = self.norm1(x).reshape(B, num_frames, -1, C)
+        return (x_norm1 * (1 + scale_msa) + shift_msa).reshape(B, N, C)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_adaln_per_frame(dtype):
+    x = torch.randn(2, 12, 16, dtype=dtype)  # 3 frames of 4 tokens
+    scale, shift = torch.randn(2, 3, 1, 16, dtype=dtype), torch.randn(2, 3, 1, 16, dtype=dtype)
+    run(SanaWMPerFrame(16), x, scale, shift, fusions=["adaln", "mul_add"], dtype=dtype, expected=1,
+        gone=[aten.native_layer_norm.default])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_adaln_per_frame_sana_wm_final_layer(dtype):
+    from diffusers.models.transformers.transformer_sana_wm import T2IFinalLayer
+
+    torch.manual_seed(0)
+    layer = T2IFinalLayer(16, (1, 2, 2), 4)
+    x, t = torch.randn(1, 12, 16, dtype=dtype), torch.randn(1, 1, 3, 16, dtype=dtype)  # t: (B, 1, F, D)
+    backend = run(layer, x, t, fusions=["adaln", "mul_add"], dtype=dtype, expected=1,
+                  gone=[aten.native_layer_norm.default])
+    assert backend.report.matches.get("mul_add", 0) == 0  # the modulation is not cut into mul_adds
+
+
+def test_adaln_per_frame_look_alikes_are_left_alone():
+    # tokens split frame-minor, (B, N/F, F, D) with one row per position in the frame: not this form
+    class FrameMinor(torch.nn.Module):
+        def forward(self, x, scale, shift):
+            y = F.layer_norm(x, (16,), eps=1e-6).reshape(x.shape[0], -1, scale.shape[2], 16)
+            return (y * (1 + scale) + shift).reshape(x.shape)
+
+    x = torch.randn(2, 12, 16)
+    scale, shift = torch.randn(2, 1, 3, 16), torch.randn(2, 1, 3, 16)
+    run(FrameMinor(), x, scale, shift, fusions=["adaln"], dtype=torch.float32, expected=0)
+    # per-token rows (B, F, N/F, D): a modulation of another shape than one row per frame
+    scale, shift = torch.randn(2, 3, 4, 16), torch.randn(2, 3, 4, 16)
+    run(SanaWMPerFrame(16), x, scale, shift, fusions=["adaln"], dtype=torch.float32, expected=0)

@@ -26,6 +26,11 @@ def test_families_declare_their_facts_and_layers_holds_none():
     krea2 = adapters["Krea2Transformer2DModel"]
     assert [s.source for s in krea2.swaps] == ["Krea2RMSNorm"]
     assert set(adapter_swaps()) == set(flux.swaps + wan.swaps + krea2.swaps)
+    helios = adapters["HeliosTransformer3DModel"]
+    assert helios.blocks == ("HeliosTransformerBlock",) and helios.pattern_forms == {"rope": ("wan_chunk",)}
+    assert helios.preconditions and "cos[..., 2i] == cos[..., 2i+1]" in helios.preconditions[0]
+    kandinsky5 = adapters["Kandinsky5Transformer3DModel"]
+    assert kandinsky5.pattern_forms == {"rope": ("rotation_matrix",)} and not kandinsky5.preconditions
     # layers.py keeps model-independent modules only: no swap of a model family's class
     assert not {s.source for s in SWAPS} & {"FluxAttnProcessor", "WanAttnProcessor"}
 

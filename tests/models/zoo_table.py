@@ -390,11 +390,21 @@ TINY: dict[str, Tiny] = {
     "Kandinsky5Transformer3DModel": Tiny(
         init=dict(in_visual_dim=16, in_text_dim=32, in_text_dim2=16, time_dim=16, out_visual_dim=16,
                   patch_size=(1, 2, 2), model_dim=16, ff_dim=32, num_text_blocks=1, num_visual_blocks=2,
-                  axes_dims=(1, 1, 2), visual_cond=False, attention_type="regular"),
+                  # even axes dims as in the released configs ((16, 24, 24)): with odd ones the
+                  # visual rotary table has fewer pairs than the head dim and only broadcasts
+                  axes_dims=(2, 2, 4), visual_cond=False, attention_type="regular"),
         inputs=lambda gen: dict(hidden_states=_r(gen, 1, 1, 8, 8, 16), encoder_hidden_states=_r(gen, 1, 6, 32),
                                 pooled_projections=_r(gen, 1, 16), timestep=torch.tensor([500.0]),
                                 visual_rope_pos=[torch.arange(1), torch.arange(4), torch.arange(4)],
                                 text_rope_pos=torch.arange(6)),
+    ),
+    "SanaWMTransformer3DModel": Tiny(
+        init=dict(in_channels=4, num_layers=2, hidden_size=32, num_attention_heads=2, linear_head_dim=16,
+                  softmax_every_n=2, caption_channels=16, chunk_plucker_channels=8, chunk_plucker_post_attn_blocks=2,
+                  image_size=16, mixed_precision="fp32"),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 4, 2, 4, 4), timestep=torch.tensor([[[500, 500]]]),
+                                encoder_hidden_states=_r(gen, 1, 1, 6, 16), encoder_attention_mask=torch.ones(1, 6),
+                                camera_conditions=_r(gen, 1, 2, 20), chunk_plucker=_r(gen, 1, 8, 2, 4, 4)),
     ),
 }
 
@@ -409,7 +419,6 @@ NOT_COVERED: dict[str, str] = {
     "RFD4ProteinaAutoencoder": "not a diffusion transformer (protein structure); " + _TODO,
     "RFD4ProteinaTransformer": "not a diffusion transformer (protein structure); " + _TODO,
     "SanaWMLTX2RefinerTransformer3DModel": _TODO,
-    "SanaWMTransformer3DModel": _TODO,
     "WanAnimate2Transformer3DModel": _TODO,
     "WanAnimateTransformer3DModel": _TODO + " (the smallest inputs need 21 frames and a 77-frame face clip)",
 }
@@ -461,9 +470,9 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         swaps={'gelu_tanh': 1},
         left={'adaln': 2}),
     "HeliosTransformer3DModel": dict(
-        matches={'adaln': 2, 'mul_add': 4},
+        matches={'adaln': 2, 'mul_add': 2, 'rope': 2},
         swaps={'gelu_tanh': 3, 'rms_norm': 8},
-        left={'adaln': 1, 'rope': 2}),
+        left={'adaln': 1}),
     "HunyuanImageTransformer2DModel": dict(
         matches={'adaln': 5, 'mul_add': 5, 'rope': 4},
         swaps={'gelu_tanh': 3, 'rms_norm': 6},
@@ -489,7 +498,7 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         swaps={'gelu_tanh': 5, 'rms_norm': 8},
         left={}),
     "Kandinsky5Transformer3DModel": dict(
-        matches={'adaln': 5, 'mul_add': 5},
+        matches={'adaln': 5, 'mul_add': 5, 'rope': 4},
         swaps={'rms_norm': 10},
         left={}),
     "Krea2Transformer2DModel": dict(
@@ -536,6 +545,10 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         matches={'adaln': 4, 'mul_add': 4, 'rope': 4},
         swaps={'gelu_tanh': 4, 'rms_norm': 9},
         left={}),
+    "SanaWMTransformer3DModel": dict(
+        matches={'adaln': 4, 'rope': 10},
+        swaps={'gelu_tanh': 1, 'rms_norm': 13},
+        left={'rope': 4}),
     "SkyReelsV2Transformer3DModel": dict(
         matches={'adaln': 4, 'mul_add': 4, 'rope': 4},
         swaps={'gelu_tanh': 3, 'rms_norm': 8},

@@ -13,6 +13,10 @@ Forms matched (aot graph: ``native_layer_norm(x, [D], None, None, eps)[0] -> add
   ``out_dtype=torch.float32``.
 - scale first (Flux 2 and newer): ``(1 + scale) * norm(x) + shift``, ``scale``/``shift`` of
   ``x``'s rank (the matcher does not commute ``mul``: a form of its own).
+- per frame (Sana-WM's ``SanaVideoMSCamCtrlBlock`` and ``T2IFinalLayer``): ``(norm(x).reshape(B, F, -1, D)
+  * (1 + scale) + shift).reshape(B, N, D)`` with ``scale``/``shift`` of shape (B, F, 1, D): tokens
+  grouped by frame, one modulation per frame. The op runs on ``x`` viewed (B, F, N/F, D) (the norm is
+  over D only, so the view commutes with it).
 - scale only (no shift): ``norm(x) * (1 + scale)`` and ``(1 + scale) * norm(x)``; the op gets
   a zero shift. These run after every form with a shift, which they would otherwise cut short.
 
@@ -24,7 +28,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import FusionPass, FusionPattern, tensor_arg
+from .base import FusionPass, FusionPattern, matched_nodes, tensor_arg
 
 __all__ = ["AdaLNPattern", "AdaLNFusionPass"]
 
@@ -43,13 +47,19 @@ class AdaLNPattern(FusionPattern):
         form: ``"flux"``, ``"continuous"``, ``"broadcast"``, ``"upcast"`` (Wan, cast back to ``x.dtype``),
             ``"upcast_fp32_out"`` (Wan without the cast back), ``"scale_first"`` (``(1 + scale) * norm(x) +
             shift``), ``"scale_only"`` (``norm(x) * (1 + scale)``) or ``"scale_only_first"``
-            (``(1 + scale) * norm(x)``).
+            (``(1 + scale) * norm(x)``) or ``"per_frame"`` (``(norm(x).reshape(B, F, -1, D) * (1 + scale)
+            + shift).reshape(B, N, D)``).
         dtype: example dtype of ``x``.
     """
 
     FORMS = ("flux", "continuous", "broadcast", "upcast", "upcast_fp32_out", "scale_first", "scale_only",
-             "scale_only_first")
+             "scale_only_first", "per_frame")
     scalars = ("eps",)
+
+    @property
+    def retrace(self) -> bool:
+        # the frame split's sizes are computed from shapes: symbolic expressions in dynamic graphs
+        return self.form != "per_frame"
 
     @property
     def has_shift(self) -> bool:
@@ -59,6 +69,9 @@ class AdaLNPattern(FusionPattern):
         x = torch.randn(2, 5, 8, dtype=self.dtype)
         if self.form in ("flux", "continuous"):
             scale, shift = torch.randn(2, 8, dtype=self.dtype), torch.randn(2, 8, dtype=self.dtype)
+        elif self.form == "per_frame":  # 6 tokens in 3 frames
+            x = torch.randn(2, 6, 8, dtype=self.dtype)
+            scale, shift = torch.randn(2, 3, 1, 8, dtype=self.dtype), torch.randn(2, 3, 1, 8, dtype=self.dtype)
         else:
             mdt = torch.float32 if self.form.startswith("upcast") else self.dtype
             scale, shift = torch.randn(2, 1, 8, dtype=mdt), torch.randn(2, 1, 8, dtype=mdt)
@@ -91,11 +104,17 @@ class AdaLNPattern(FusionPattern):
             return F.layer_norm(x, d, eps=eps) * (1 + scale)[:, None, :] + shift[:, None, :]
         if self.form == "broadcast":
             return F.layer_norm(x, d, eps=eps) * (1 + scale) + shift
+        if self.form == "per_frame":
+            y = F.layer_norm(x, d, eps=eps).reshape(x.shape[0], scale.shape[1], -1, x.shape[-1])
+            return (y * (1 + scale) + shift).reshape(x.shape)
         y = F.layer_norm(x.float(), d, eps=eps) * (1 + scale) + shift
         return y.type_as(x) if self.form == "upcast" else y
 
     def _replace(self, x, scale, shift, eps):
         op = torch.ops.ascend_kernels.adaln_modulate
+        if self.form == "per_frame":
+            frames = x.reshape(x.shape[0], scale.shape[1], -1, x.shape[-1])
+            return op(frames, scale, shift, eps, None, None, _promote(x, scale, shift)).reshape(x.shape)
         if self.form in ("flux", "continuous"):
             # Unsqueezed here, so the op sees scale/shift of x's rank and only broadcasts.
             scale, shift = scale[:, None], shift[:, None]
@@ -113,11 +132,35 @@ class AdaLNPattern(FusionPattern):
         if any(t is None for t in tensors):
             return False
         x, mods = tensors[0], tensors[1:]
+        if self.form == "per_frame":
+            return self._check_per_frame(match, x, mods)
         if self.form in ("flux", "continuous"):
             return all(t.dim() == 2 for t in mods)
         # The op reads scale/shift of rank x.dim()-1 as (B, 1, D); plain broadcasting needs x's rank.
         # Last dim: one value per channel (D) or one for all (1); anything else is no modulation of x.
         return all(t.dim() == x.dim() and t.shape[-1] in (1, x.shape[-1]) for t in mods)
+
+
+    @staticmethod
+    def _check_per_frame(match, x, mods) -> bool:
+        # Generic match (sizes wildcarded): the norm's output is split (B, F, N/F, D) with F the
+        # modulation's frame dim, and scale/shift are (B or 1, F, 1, D or 1): one row per frame.
+        if x.dim() != 3:
+            return False
+        frames = mods[0].shape[1] if mods[0].dim() == 4 else 0
+        if not frames or x.shape[1] % frames:
+            return False
+        split = (x.shape[0], frames, x.shape[1] // frames, x.shape[2])
+        if not all(t.dim() == 4 and t.shape[0] in (1, x.shape[0]) and t.shape[1] == frames and t.shape[2] == 1
+                   and t.shape[3] in (1, x.shape[2]) for t in mods):
+            return False
+        layer_norms = matched_nodes(match, torch.ops.aten.native_layer_norm.default)
+        if len(layer_norms) != 1:
+            return False
+        # native_layer_norm -> getitem(0) -> view: the view's shape is the split
+        normed = [g for g in layer_norms[0].users if g.args[1] == 0]
+        views = [v for g in normed for v in g.users if isinstance(v.meta.get("val"), torch.Tensor)]
+        return len(views) == 1 and tuple(views[0].meta["val"].shape) == split
 
 
 class AdaLNFusionPass(FusionPass):
@@ -129,7 +172,7 @@ class AdaLNFusionPass(FusionPass):
     def patterns(cls):
         # Forms with casts first: their fp32 graphs equal the broadcast form's. Shift-less forms
         # last: they match inside every form with a shift.
-        for form in ("upcast", "upcast_fp32_out", "flux", "continuous", "broadcast", "scale_first", "scale_only",
-                     "scale_only_first"):
+        for form in ("upcast", "upcast_fp32_out", "flux", "continuous", "broadcast", "scale_first", "per_frame",
+                     "scale_only", "scale_only_first"):
             for dtype in (torch.float32, torch.bfloat16):
                 yield AdaLNPattern(form, dtype)

@@ -14,6 +14,14 @@ Forms matched (aot graphs):
   ``sin[2i] == sin[2i+1]``. ``WanRotaryPosEmbed`` builds them with ``repeat_interleave(2)``, so
   it holds for every Wan model; the values are not known at compile time, so the pass cannot check
   it: disable the ``rope`` fusion for a model that feeds Wan's processor other tables.
+- Helios (``apply_rotary_emb_transposed``): Wan's even/odd writes with ``cos``/``sin`` taken by
+  ``freqs.chunk(2, dim=-1)`` of one table and sliced inline (``x_2 * cos[..., 0::2]``) -> layout
+  ``"interleaved"`` on the two halves of ``freqs``. Same precondition as Wan: ``HeliosRotaryPosEmbed``
+  builds both halves with ``repeat_interleave(2)``.
+- 2x2 rotation matrices (Kandinsky 5's ``apply_rotary``): ``(rope * x.reshape(..., -1, 1, 2).float())
+  .sum(-1).reshape(x.shape).to(torch.bfloat16)`` with ``rope[..., i, :, :]`` the matrix of pair i
+  -> layout ``"interleaved"`` with ``cos = (r00, r11)`` and ``sin = (-r01, r10)`` interleaved per
+  pair: exact for any 2x2 matrices, no precondition. The hard-coded bf16 cast is kept.
 - rotate-half (``x * cos + cat(-x2, x1) * sin``, in the input dtype or upcast) -> layout ``"half"``;
   also with the halves taken by slices (``x[..., :d // 2]``) instead of ``chunk``.
 - ``apply_rotary_emb(use_real=True, use_real_unbind_dim=-2)`` (Stable Audio, CogView4, Cosmos):
@@ -45,23 +53,29 @@ class RopePattern(FusionPattern):
 
     Args:
         form: ``"flux"`` (diffusers ``apply_rotary_emb``, use_real, unbind dim -1), ``"wan"``
-            (``WanAttnProcessor``'s closure), ``"half"`` (rotate-half in the input dtype) or
-            ``"half_upcast"`` (rotate-half on ``x.float()``, cast back).
+            (``WanAttnProcessor``'s closure), ``"wan_chunk"`` (Helios: Wan's writes, ``cos``/``sin``
+            chunked from one table), ``"half"`` (rotate-half in the input dtype) or
+            ``"half_upcast"`` (rotate-half on ``x.float()``, cast back); the other `FORMS` are
+            described in the module docstring.
         dtype: example dtype of ``x`` (``cos``/``sin`` are fp32 as diffusers builds them).
     """
 
-    FORMS = ("flux", "wan", "half", "half_upcast", "half_slice", "half_unbind", "complex")
+    FORMS = ("flux", "wan", "wan_chunk", "half", "half_upcast", "half_slice", "half_unbind", "complex", "rotation_matrix")
 
     @property
     def retrace(self) -> bool:
         # `x.reshape(*x.shape[:-1], -1, 2)` sizes are symbolic expressions in dynamic graphs.
-        return self.form not in ("flux", "half_unbind", "complex")
+        return self.form not in ("flux", "half_unbind", "complex", "rotation_matrix")
 
     def check(self, match) -> bool:
         if self.form == "complex":
             return self._check_complex(match)
         if self.form == "half_unbind":
             return self._check_half_unbind(match)
+        if self.form == "wan_chunk":
+            return self._check_wan_chunk(match)
+        if self.form == "rotation_matrix":
+            return self._check_rotation_matrix(match)
         if self.form != "flux":
             return True
         # Generic match (ints, lists, dtypes wildcarded): check what makes it Flux's rope.
@@ -110,8 +124,35 @@ class RopePattern(FusionPattern):
         return (tuple(pairs.shape) == (*x.shape[:-1], 2, x.shape[-1] // 2)
                 and normalized_dim(unbinds[0].args[1], pairs.dim()) == pairs.dim() - 2)
 
+    def _check_wan_chunk(self, match) -> bool:
+        # The two halves of `freqs` are x-sized tables: the fused op then reads each in full (the
+        # written form reads every other element; equal by the Wan precondition in the module doc).
+        x, freqs = tensor_arg(match, "x"), tensor_arg(match, "freqs")
+        return x is not None and freqs is not None and freqs.shape[-1] == 2 * x.shape[-1]
+
+    def _check_rotation_matrix(self, match) -> bool:
+        # Generic match: x's pairs as rows (..., D/2, 1, 2) times (..., D/2, 2, 2) matrices, summed
+        # over the last dim; x upcast to fp32 (the op computes in fp32), result cast to bf16.
+        x, rope = tensor_arg(match, "x"), tensor_arg(match, "rope")
+        if x is None or rope is None or x.dim() < 2 or rope.dim() < 3 or tuple(rope.shape[-3:]) != (x.shape[-1] // 2, 2, 2):
+            return False
+        aten = torch.ops.aten
+        sums = matched_nodes(match, aten.sum.dim_IntList)
+        if len(sums) != 1:
+            return False
+        prod = sums[0].args[0].meta["val"]
+        if [normalized_dim(d, prod.dim()) for d in sums[0].args[1]] != [prod.dim() - 1] or prod.dtype != torch.float32:
+            return False
+        rows = [n for n in matched_nodes(match, aten.view) + matched_nodes(match, aten.reshape)
+                if tuple(n.meta["val"].shape) == (*x.shape[:-1], x.shape[-1] // 2, 1, 2)]
+        return len(rows) == 1 and match.output_nodes()[0].meta["val"].dtype == torch.bfloat16
+
     def example_inputs(self):
         x = torch.randn(2, 6, 3, 8, dtype=self.dtype)  # (B, S, H, D)
+        if self.form == "rotation_matrix":
+            return [x, torch.randn(1, 6, 1, 4, 2, 2)]  # (1, S, 1, D/2, 2, 2), fp32
+        if self.form == "wan_chunk":
+            return [x, torch.randn(1, 6, 1, 16)]  # (1, S, 1, 2D): cos then sin, fp32
         if self.form == "complex":
             freqs = torch.polar(torch.ones(6, 1, 4), torch.randn(6, 1, 4))  # (S, 1, D/2), as unsqueezed
             return [x, freqs]
@@ -120,14 +161,42 @@ class RopePattern(FusionPattern):
         sin = torch.randn(1, 6, 1, 8, dtype=cdt)
         return [x, cos, sin]
 
-    # The matcher binds the parameter names of `search`: the complex form takes `freqs`.
+    # The matcher binds the parameter names of `search`: the complex and wan_chunk forms take
+    # `freqs`, rotation_matrix takes `rope`.
     @property
     def search(self):
-        return self._search_complex if self.form == "complex" else self._search
+        return {"complex": self._search_complex, "wan_chunk": self._search_wan_chunk,
+                "rotation_matrix": self._search_rotation_matrix}.get(self.form, self._search)
 
     @property
     def replace(self):
-        return self._replace_complex if self.form == "complex" else self._replace
+        return {"complex": self._replace_complex, "wan_chunk": self._replace_wan_chunk,
+                "rotation_matrix": self._replace_rotation_matrix}.get(self.form, self._replace)
+
+    def _search_rotation_matrix(self, x, rope):
+        x_ = x.reshape(*x.shape[:-1], -1, 1, 2).to(torch.float32)
+        x_out = (rope * x_).sum(dim=-1)
+        return x_out.reshape(*x.shape).to(torch.bfloat16)
+
+    def _replace_rotation_matrix(self, x, rope):
+        # out[2i] = r00 x[2i] + r01 x[2i+1], out[2i+1] = r10 x[2i] + r11 x[2i+1]: the interleaved
+        # rotation x * cos + rot(x) * sin with rot(x) = (-x[2i+1], x[2i]).
+        cos = torch.stack([rope[..., 0, 0], rope[..., 1, 1]], dim=-1).flatten(-2)
+        sin = torch.stack([-rope[..., 0, 1], rope[..., 1, 0]], dim=-1).flatten(-2)
+        return _rope(x, cos, sin, "interleaved").to(torch.bfloat16)
+
+    def _search_wan_chunk(self, x, freqs):
+        # as Helios writes it: the slices of cos/sin repeated inline in both writes
+        x_1, x_2 = x.unflatten(-1, (-1, 2)).unbind(-1)
+        cos, sin = freqs.chunk(2, dim=-1)
+        out = torch.empty_like(x)
+        out[..., 0::2] = x_1 * cos[..., 0::2] - x_2 * sin[..., 1::2]
+        out[..., 1::2] = x_1 * sin[..., 1::2] + x_2 * cos[..., 0::2]
+        return out.type_as(x)
+
+    def _replace_wan_chunk(self, x, freqs):
+        cos, sin = freqs.chunk(2, dim=-1)
+        return _rope(x, cos, sin, "interleaved")
 
     def _search_complex(self, x, freqs):
         xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
