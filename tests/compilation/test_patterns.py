@@ -3,27 +3,38 @@ exact replacement count, the unfused ops gone, the fused op present, numerics vs
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from .conftest import SnapshotBackend, assert_close, compile_module
+from .conftest import SnapshotBackend, assert_close, compile_module, tolerances
 
 aten = torch.ops.aten
 DTYPES = [torch.float32, torch.bfloat16]
 
 
-def run(module, *inputs, fusions, dtype, expected, gone=(), fusion=None):
+def run(module, *inputs, fusions, dtype, expected, gone=(), fusion=None, reference="eager"):
+    """Compiles `module`, asserts the exact match count and the numerics: against eager, or with
+    ``reference="fp64"`` as close to an fp64 run as eager is (for code that rounds every step in
+    low precision, where the fused op's single rounding differs from eager by more than the
+    tolerance although it is the more accurate of the two)."""
     fusion = fusion or fusions[0]
     module = module.to(dtype)
     backend = SnapshotBackend(fusions=list(fusions), executor="eager")
     with torch.no_grad():
         out = compile_module(module, backend)(*inputs)
         ref = module(*inputs)
+        exact = copy.deepcopy(module).double()(*(i.double() for i in inputs)) if reference == "fp64" else None
     assert backend.report.matches[fusion] == expected
     backend.assert_fused(fusion, expected, gone=gone)
     assert out.dtype == ref.dtype and out.shape == ref.shape
-    assert_close(out, ref, dtype)
+    if exact is None:
+        assert_close(out, ref, dtype)
+    else:
+        err, eager_err = (out.double() - exact).abs().max(), (ref.double() - exact).abs().max()
+        assert err <= eager_err + tolerances(dtype)["atol"], (float(err), float(eager_err))
     return backend
 
 
@@ -405,7 +416,8 @@ def test_rope_rotate_half_by_slices(dtype):
 
     x = torch.randn(2, 6, 3, 8, dtype=dtype)
     cos, sin = torch.randn(1, 6, 1, 8, dtype=dtype), torch.randn(1, 6, 1, 8, dtype=dtype)
-    run(M(), x, cos, sin, fusions=["rope"], dtype=dtype, expected=1, gone=[aten.cat.default])
+    # Written in the input dtype: eager rounds three times, the op once (fp32 inside).
+    run(M(), x, cos, sin, fusions=["rope"], dtype=dtype, expected=1, gone=[aten.cat.default], reference="fp64")
 
 
 def test_rope_slices_that_do_not_swap_halves_are_left_alone():
