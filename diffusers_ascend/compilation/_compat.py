@@ -42,6 +42,9 @@ __all__ = [
     "dynamo_recompile_limit",
     "fold_parameters",
     "fresh_inductor_cache",
+    "fused_rms_norm",
+    "fused_rms_norm_pattern",
+    "one_op_graph",
     "inductor_cache_dir",
     "inductor_freezing_enabled",
     "inductor_freezing_scope",
@@ -340,6 +343,69 @@ def compiled_blocks_share_graphs() -> bool:
     known by release.
     """
     return torch_version() >= (2, 8)
+
+
+def fused_rms_norm() -> Callable | None:
+    """``aten._fused_rms_norm`` as ``F.rms_norm`` reaches it on CUDA, or None where it is not that op.
+
+    From 2.9 (seen on 2.11 on an H100, and on 2.14), ``F.rms_norm`` / ``torch.nn.RMSNorm`` on a
+    CUDA tensor does not decompose: the aot graph holds ``_fused_rms_norm(x, [D], w, eps)[0]``
+    (``(input, normalized_shape, weight?, eps?) -> (Tensor, Tensor)``). 2.8 has an op of that name
+    with another schema (``normalized_shape_ndim``, one output; MPS only); 2.6 and 2.7 have none.
+    """
+    op = getattr(torch.ops.aten, "_fused_rms_norm", None)
+    if op is None:
+        return None
+    schema = op.default._schema
+    if [a.name for a in schema.arguments[:2]] != ["input", "normalized_shape"] or len(schema.returns) != 2:
+        return None
+    return op.default
+
+
+def fused_rms_norm_pattern():
+    """The search pattern ``_fused_rms_norm(x, <shape>, w, eps)[0]`` (binding x, w and eps), or None.
+
+    Built by hand, not traced: the op is CompositeImplicit on CPU (it decomposes when traced
+    there) and keeps its node only on devices with a kernel for it (CUDA in CUDA builds).
+    """
+    op = fused_rms_norm()
+    if op is None:
+        return None
+    import operator
+
+    pm = _pm()
+    fused = pm.CallFunction(op, pm.KeywordArg("x"), pm.Ignored(), pm.KeywordArg("w"), pm.KeywordArg("eps"))
+    return pm.CallFunction(operator.getitem, fused, 0)
+
+
+def one_op_graph(op: Callable, args: Sequence[Any], index: int | None = None) -> torch.fx.Graph:
+    """A graph of the single call ``op(*args)`` (``[index]`` of its result when given), tensors as
+    placeholders, with the fake tensor metadata aot graphs carry, built without tracing (for ops
+    that tracing on this machine would decompose)."""
+    import operator
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode()
+    graph, fx_args, values = torch.fx.Graph(), [], []
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            node = graph.placeholder(f"arg{i}")
+            node.meta["val"] = mode.from_tensor(a)
+            fx_args.append(node)
+            values.append(node.meta["val"])
+        else:
+            fx_args.append(a)
+            values.append(a)
+    with mode:
+        out = op(*values)
+    node = graph.call_function(op, tuple(fx_args))
+    node.meta["val"] = out
+    if index is not None:
+        node = graph.call_function(operator.getitem, (node, index))
+        node.meta["val"] = out[index]
+    graph.output((node,))
+    return torch.fx.GraphModule(torch.nn.Module(), graph).graph  # the pattern matcher wants an owner
 
 
 def dynamo_recompile_limit() -> int:

@@ -111,6 +111,10 @@ class FusionPattern:
         """Extra condition on a match (beyond structure, dtype and shape); True by default."""
         return True
 
+    def search_pattern(self):
+        """A hand-built search pattern, for forms tracing cannot produce here; None: traced."""
+        return None
+
     def variant(self) -> str:
         """The written form this pattern matches, without the dtype (e.g. ``"torch,weight"``)."""
         return self.form or ""
@@ -159,8 +163,8 @@ class FusionPattern:
 
     def register(self, pm_pass) -> None:
         scalar_workaround = {name: EPS_PLACEHOLDER for name in self.scalars}
-        pattern = None
-        if not self.retrace:
+        pattern = self.search_pattern()
+        if pattern is None and not self.retrace:
             pattern = _compat.gen_search_pattern(
                 self.search, self.example_inputs(), trace_functional, scalar_workaround,
                 get_decomp_fn=no_decompositions,
