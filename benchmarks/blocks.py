@@ -30,8 +30,9 @@ TRITON_FUSIONS = ("rms_norm", "rope", "adaln", "mul_add")
 FULL = dict(dim_head=128, heads=24, img=4096, txt=512, axes_dim=(16, 56, 56))
 
 
-def _variants(device_type: str) -> dict[str, tuple[Any, dict[str, str]]]:
-    """name -> (fusions for AscendBackend or None for plain eager/Inductor, provider choice)."""
+def _variants(device_type: str) -> dict[str, tuple[Any, dict[str, str], bool]]:
+    """name -> (fusions for AscendBackend, or None for eager, "inductor" for torch.compile, or
+    "inductor_cudagraphs" for its mode="reduce-overhead"; provider choice; graph capture)."""
     from diffusers_ascend.config import FUSION_TO_OP
 
     on_cuda = device_type == "cuda"
@@ -39,11 +40,19 @@ def _variants(device_type: str) -> dict[str, tuple[Any, dict[str, str]]]:
     def choice(fusions):
         return {FUSION_TO_OP[f]: "triton" for f in fusions} if on_cuda else {}
 
-    variants: dict[str, tuple[Any, dict[str, str]]] = {"eager": (None, {}), "inductor": ("inductor", {}),
-                                                        "ascend_auto": ("auto", {})}
+    variants: dict[str, tuple[Any, dict[str, str], bool]] = {
+        "eager": (None, {}, False), "inductor": ("inductor", {}, False), "ascend_auto": ("auto", {}, False)}
     for f in TRITON_FUSIONS:
-        variants[f"triton_{f}"] = ([f], choice([f]))
-    variants["triton_all4"] = (list(TRITON_FUSIONS), choice(TRITON_FUSIONS))
+        variants[f"triton_{f}"] = ([f], choice([f]), False)
+    variants["triton_all4"] = (list(TRITON_FUSIONS), choice(TRITON_FUSIONS), False)
+    if on_cuda:
+        # Under capture the host cost of launching (Triton's launcher, the op's dispatch) is gone:
+        # these rows compare device time, against Inductor's own CUDA graphs.
+        variants["inductor_cudagraphs"] = ("inductor_cudagraphs", {}, False)
+        variants["ascend_auto_capture"] = ("auto", {}, True)
+        for f in ("rope", "adaln"):
+            variants[f"triton_{f}_capture"] = ([f], choice([f]), True)
+        variants["triton_all4_capture"] = (list(TRITON_FUSIONS), choice(TRITON_FUSIONS), True)
     return variants
 
 
@@ -126,24 +135,32 @@ def run(tiny: bool = False, variants: Sequence[str] | None = None) -> dict[str, 
             ref = block(**inputs)
         eager_ms = None
         for name in names:
-            fusions, providers = chosen[name]
+            fusions, providers, capture = chosen[name]
             torch._dynamo.reset()
             backend = None
             if fusions is None:
                 fn = block
             elif fusions == "inductor":
                 fn = torch.compile(block)
+            elif fusions == "inductor_cudagraphs":
+                fn = torch.compile(block, mode="reduce-overhead")
             else:
-                backend = AscendBackend(fusions=fusions, executor="inductor", on_error="raise")
+                backend = AscendBackend(fusions=fusions, executor="inductor", on_error="raise",
+                                        graph_capture="graph_with_compile" if capture else None)
                 fn = torch.compile(block, backend=backend)
             with torch.no_grad(), use_providers(**providers):
+                call = fn
+                if fusions == "inductor_cudagraphs":  # its outputs live in the graph's pool until the next step
+                    def call(**kw):
+                        torch.compiler.cudagraph_mark_step_begin()
+                        return fn(**kw)
                 t0 = time.perf_counter()
-                out = fn(**inputs)
+                out = call(**inputs)
                 first_s = time.perf_counter() - t0
-                times = timer(lambda: fn(**inputs), warmup, runs)
+                diff = max(float((o.float() - r.float()).abs().max()) for o, r in zip(_as_tuple(out), _as_tuple(ref)))
+                times = timer(lambda: call(**inputs), warmup, runs)
             median = statistics.median(times)
             eager_ms = median if name == "eager" else eager_ms
-            diff = max(float((o.float() - r.float()).abs().max()) for o, r in zip(_as_tuple(out), _as_tuple(ref)))
             rows.append(dict(
                 block=block_name, variant=name, median_ms=median, min_ms=min(times),
                 vs_eager=median / eager_ms if eager_ms else None, first_call_s=first_s,

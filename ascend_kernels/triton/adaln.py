@@ -40,7 +40,8 @@ def _adaln_kernel(
     hs0, hs1, hs2, hsd,
     os0, os1, os2,
     eps,
-    HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, MOD_SHARED: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_D)
@@ -49,6 +50,9 @@ def _adaln_kernel(
         w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
     if HAS_BIAS:
         b = tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    if MOD_SHARED:  # one scale/shift row for every row (batch 1): read once per program, not per row
+        scale_row = tl.load(scale_ptr + cols * csd, mask=cmask, other=0.0).to(tl.float32)
+        shift_row = tl.load(shift_ptr + cols * hsd, mask=cmask, other=0.0).to(tl.float32)
     n_blocks = tl.cdiv(n_rows, BLOCK_R)
     for blk in range(pid, n_blocks, tl.num_programs(0)):
         rmask, i0, i1, i2 = row_coords(blk, n_rows, n1, n2, BLOCK_R)
@@ -63,11 +67,14 @@ def _adaln_kernel(
             y = y * w[None, :]
         if HAS_BIAS:
             y = y + b[None, :]
-        c_off = row_offsets(i0, i1, i2, cs0, cs1, cs2) + cols[None, :] * csd
-        h_off = row_offsets(i0, i1, i2, hs0, hs1, hs2) + cols[None, :] * hsd
-        scale = tl.load(scale_ptr + c_off, mask=mask, other=0.0).to(tl.float32)
-        shift = tl.load(shift_ptr + h_off, mask=mask, other=0.0).to(tl.float32)
-        y = y * (1.0 + scale) + shift
+        if MOD_SHARED:
+            y = y * (1.0 + scale_row[None, :]) + shift_row[None, :]
+        else:
+            c_off = row_offsets(i0, i1, i2, cs0, cs1, cs2) + cols[None, :] * csd
+            h_off = row_offsets(i0, i1, i2, hs0, hs1, hs2) + cols[None, :] * hsd
+            scale = tl.load(scale_ptr + c_off, mask=mask, other=0.0).to(tl.float32)
+            shift = tl.load(shift_ptr + h_off, mask=mask, other=0.0).to(tl.float32)
+            y = y * (1.0 + scale) + shift
         o_off = row_offsets(i0, i1, i2, os0, os1, os2) + cols[None, :]
         tl.store(out_ptr + o_off, y.to(out_ptr.dtype.element_ty), mask=mask)
 
@@ -107,9 +114,13 @@ def plan_adaln_modulate(
     block_d = _common.block(d)
     block_r = _common.rows_per_tile(block_d, x.device.type)
     w, b = (weight if weight is not None else x), (bias if bias is not None else x)
+    # Every row reads the same modulation row when no leading dim of x with more than one index
+    # moves the scale/shift pointers (Flux and Wan at batch 1).
+    shared = all(n == 1 or (c == 0 and h == 0) for n, c, h in zip(_common.lead3(x.shape, x.stride())[0], cs, hs))
     return out, _common.Launch(
         _adaln_kernel, _common.grid(triton.cdiv(n_rows, block_r), x.device),
         (x, scale, shift, w, b, out, n_rows, n1, n2, d, *xs, x.stride(-1), *cs, csd, *hs, hsd, *os, float(eps)),
-        dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK_R=block_r, BLOCK_D=block_d),
+        dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, MOD_SHARED=shared, BLOCK_R=block_r,
+             BLOCK_D=block_d),
         _common.num_warps(block_r * block_d), _common.options(x.device),
     )

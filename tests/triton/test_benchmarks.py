@@ -38,8 +38,8 @@ def test_refuses_without_cuda(monkeypatch, capsys, name, argv):
 def test_measurement_rows_load_as_records():
     kernels = _load("kernels")
     result = dict(device="NVIDIA H100 80GB HBM3", versions="torch 2.13.0, triton 3.9.0", rows=[
-        dict(op="rope", case="flux_rope", kernel_ms=0.041234, compiled_ms=0.062),
-        dict(op="mul_add", case="wan_gate", kernel_ms=0.5, compiled_ms=0.4),
+        dict(op="rope", case="flux_rope", kernel_dev_ms=0.041234, compiled_dev_ms=0.062),
+        dict(op="mul_add", case="wan_gate", kernel_dev_ms=0.5, compiled_dev_ms=0.4),
     ])
     rows = [eval(line.rstrip(","), {"Measurement": Measurement}) for line in kernels.measurement_rows(result)]
     assert [(m.op, m.size, m.device_type, m.kernel_ms) for m in rows] == [
@@ -61,6 +61,10 @@ def test_blocks_tiny_plumbing():
     assert [(r["block"], r["variant"]) for r in result["rows"]] == [("flux_double", "eager"), ("flux_single", "eager")]
     assert all(r["max_abs_diff"] == 0 and r["median_ms"] > 0 for r in result["rows"])
     cuda = blocks._variants("cuda")
-    assert cuda["triton_all4"] == (["rms_norm", "rope", "adaln", "mul_add"],
-                                   dict(rms_norm="triton", rope="triton", adaln_modulate="triton", mul_add="triton"))
-    assert blocks._variants("cpu")["triton_rope"] == (["rope"], {})  # the kernels do not run on CPU
+    all4 = (["rms_norm", "rope", "adaln", "mul_add"],
+            dict(rms_norm="triton", rope="triton", adaln_modulate="triton", mul_add="triton"))
+    assert cuda["triton_all4"] == (*all4, False) and cuda["triton_all4_capture"] == (*all4, True)
+    assert cuda["inductor_cudagraphs"] == ("inductor_cudagraphs", {}, False)
+    cpu = blocks._variants("cpu")
+    assert cpu["triton_rope"] == (["rope"], {}, False)  # the kernels do not run on CPU
+    assert not any(capture for _, _, capture in cpu.values())  # nor do CUDA graphs
