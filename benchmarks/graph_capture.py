@@ -35,6 +35,13 @@ CONFIGS = {
     "inductor_default": None,
     "inductor": dict(executor="inductor"),
     "inductor_capture": dict(executor="inductor", graph_capture="graph_with_compile"),
+    # Capture adds a copy of each block input into its static buffer (no copy where the caller
+    # passes that buffer) and, with safe_output, a clone of each output: per block under
+    # compile="blocks", once per forward under compile="model".
+    "inductor_capture_unsafe": dict(executor="inductor", graph_capture="graph_with_compile", safe_output=False),
+    "inductor_model": dict(executor="inductor", compile="model"),
+    "eager_capture_model": dict(executor="eager", graph_capture="graph_with_compile", compile="model"),
+    "inductor_capture_model": dict(executor="inductor", graph_capture="graph_with_compile", compile="model"),
 }
 
 
@@ -88,7 +95,16 @@ def _time(model, common, timesteps, warmup: int, iters: int) -> float:
     return statistics.median(times)
 
 
-def run(layers: int = 2, single_layers: int = 4, iters: int = 20, warmup: int = 5, sizes=tuple(SIZES)) -> dict:
+def _ratios(ms: dict) -> dict:
+    pairs = [("eager_capture", "eager"), ("eager_capture_model", "eager"), ("inductor_capture", "inductor"),
+             ("inductor_capture", "inductor_default"), ("inductor_capture_unsafe", "inductor_default"),
+             ("inductor_capture_model", "inductor_default"),
+             ("inductor_capture_model", "inductor_model"), ("eager_capture", "inductor_default")]
+    return {f"{a}/{b}": ms[a] / ms[b] for a, b in pairs if a in ms and b in ms}
+
+
+def run(layers: int = 2, single_layers: int = 4, iters: int = 20, warmup: int = 5, sizes=tuple(SIZES),
+        configs=tuple(CONFIGS)) -> dict:
     import torch
 
     import diffusers_ascend
@@ -102,7 +118,7 @@ def run(layers: int = 2, single_layers: int = 4, iters: int = 20, warmup: int = 
     result = {
         "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "dtype": "bfloat16",
         "model": f"FluxTransformer2DModel full width (3072), {layers} double + {single_layers} single blocks, random weights",
-        "compile": "blocks", "iters": iters, "warmup": warmup, "sizes": {},
+        "configs": {name: CONFIGS[name] for name in configs}, "iters": iters, "warmup": warmup, "sizes": {},
     }
     with torch.no_grad():
         for size in sizes:
@@ -110,7 +126,8 @@ def run(layers: int = 2, single_layers: int = 4, iters: int = 20, warmup: int = 
             ms = {"uncompiled": _time(model, common, timesteps, warmup, iters)}
             ref = model(timestep=timesteps[0], **common)[0].float()
             diff = {}
-            for name, overrides in CONFIGS.items():
+            for name in configs:
+                overrides = CONFIGS[name]
                 torch._dynamo.reset()
                 if overrides is None:
                     model.compile_repeated_blocks(fullgraph=True)
@@ -132,12 +149,7 @@ def run(layers: int = 2, single_layers: int = 4, iters: int = 20, warmup: int = 
                 "resolution": f"{h}x{w}", "tokens": {"image": (h // 16) * (w // 16), "text": TXT_TOKENS[size]},
                 "ms": ms,
                 "max_abs_diff_vs_uncompiled": diff,
-                "ratios": {
-                    "eager_capture/eager": ms["eager_capture"] / ms["eager"],
-                    "inductor_capture/inductor": ms["inductor_capture"] / ms["inductor"],
-                    "inductor_capture/inductor_default": ms["inductor_capture"] / ms["inductor_default"],
-                    "eager_capture/inductor_default": ms["eager_capture"] / ms["inductor_default"],
-                },
+                "ratios": _ratios(ms),
             }
             torch._dynamo.reset()
     return result
@@ -151,10 +163,18 @@ def main(argv=None) -> int:
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     args = parser.parse_args(argv)
-    result = run(args.layers, args.single_layers, args.iters, args.warmup, tuple(args.sizes))
+    result = run(args.layers, args.single_layers, args.iters, args.warmup, tuple(args.sizes), tuple(args.configs))
     text = json.dumps(result, indent=2, default=str)
-    print(text)
+    print(f"{result['gpu']}, torch {result['torch']}, {result['model']}")
+    for size, r in result["sizes"].items():
+        print(f"\n{size} ({r['resolution']})")
+        for name, ms in r["ms"].items():
+            if isinstance(ms, float):
+                print(f"  {name:<26} {ms:8.3f} ms   max |diff| {r['max_abs_diff_vs_uncompiled'].get(name, 0.0):.4g}")
+        for name, ratio in r["ratios"].items():
+            print(f"  {name:<42} {ratio:.3f}")
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
