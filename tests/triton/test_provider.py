@@ -64,8 +64,16 @@ def test_measured_faster_at_every_size_runs_on_cuda(triton_installed, monkeypatc
     assert not measurements.beats_compiler("adaln_modulate", "npu")
 
 
-def test_nothing_recorded_yet():
-    assert measurements.MEASUREMENTS == ()  # issue 14 ran without a GPU: fill from benchmarks/kernels.py
+def test_recorded_h100_rows_keep_auto_empty_on_cuda(triton_installed):
+    """The H100 rows (benchmarks/kernels.py, 2026-11-23): every op has both model sizes recorded, and
+    none beats Inductor's code at both, so on CUDA the provider runs only when chosen."""
+    rows = measurements.MEASUREMENTS
+    assert {m.op for m in rows} == set(tri.KERNELS) and all(m.device_type == "cuda" for m in rows)
+    assert all({m.size.split("_")[0] for m in rows if m.op == op} == {"flux", "wan"} for op in tri.KERNELS)
+    assert [m.size for m in rows if m.speedup > 1] == ["flux_rope", "flux_adaln"]
+    for op in tri.KERNELS:
+        assert not measurements.beats_compiler(op, "cuda")
+        assert available_providers(op, "cuda") == ["native"]
 
 
 def test_npu_needs_triton_ascend(triton_installed, monkeypatch):
