@@ -163,6 +163,16 @@ TINY: dict[str, Tiny] = {
         init=dict(_WAN, num_layers=4, vace_layers=[0, 2], vace_in_channels=48),
         inputs=lambda gen: dict(_wan_inputs()(gen), control_hidden_states=_r(gen, 1, 48, 2, 8, 8)),
     ),
+    "WanAnimateTransformer3DModel": Tiny(
+        # one face frame: the face encoder keeps 1 frame, plus its leading pad frame = the 2 latent frames
+        # (pose covers the 1 after the reference frame); motion encoder at 8x8 runs one res block
+        init=dict(_WAN, in_channels=12, latent_channels=4, out_channels=4, image_dim=16, added_kv_proj_dim=24,
+                  motion_encoder_channel_sizes={"4": 8, "8": 8}, motion_encoder_size=8, motion_style_dim=16,
+                  motion_dim=4, motion_encoder_dim=16, face_encoder_hidden_dim=8, face_encoder_num_heads=2,
+                  inject_face_latents_blocks=1),
+        inputs=lambda gen: dict(_wan_inputs(channels=12)(gen), encoder_hidden_states_image=_r(gen, 1, 4, 16),
+                                pose_hidden_states=_r(gen, 1, 4, 1, 8, 8), face_pixel_values=_r(gen, 1, 3, 1, 8, 8)),
+    ),
     "SkyReelsV2Transformer3DModel": Tiny(
         init=dict(_WAN, in_channels=4, out_channels=4, text_dim=16), inputs=_wan_inputs(channels=4, text_dim=16),
     ),
@@ -420,7 +430,6 @@ NOT_COVERED: dict[str, str] = {
     "RFD4ProteinaTransformer": "not a diffusion transformer (protein structure); " + _TODO,
     "SanaWMLTX2RefinerTransformer3DModel": _TODO,
     "WanAnimate2Transformer3DModel": _TODO,
-    "WanAnimateTransformer3DModel": _TODO + " (the smallest inputs need 21 frames and a 77-frame face clip)",
 }
 
 # Recorded with DIFFUSERS_ASCEND_ZOO_RECORD=1 (diffusers 0.42.1, torch 2.13).
@@ -561,6 +570,10 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         matches={},
         swaps={},
         left={'adaln': 6}),
+    "WanAnimateTransformer3DModel": dict(
+        matches={'adaln': 2, 'mul_add': 2, 'rope': 2},
+        swaps={'gelu_tanh': 3, 'rms_norm': 14},
+        left={'adaln': 1}),
     "WanTransformer3DModel": dict(
         matches={'adaln': 2, 'mul_add': 2},
         swaps={'gelu_tanh': 3, 'rms_norm': 8, 'rope': 4},
