@@ -126,6 +126,21 @@ def _flux2_inputs(gen):
                 timestep=torch.tensor([1.0]), guidance=torch.tensor([1.0]))
 
 
+def _wan_animate2_inputs(gen, layers=2, heads=2, head_dim=12):
+    # a generation ("cached") step: 2 latent frames of 2x2 tokens against 1 reference frame whose
+    # pre-RoPE K/V (what the reference "extract" pass stores) is drawn into the cache; origin_len 0
+    # and a 32x32 origin_area give the full-video grid (1 + 1 frames of 2x2) the flex block mask covers
+    from diffusers.models.transformers.transformer_wan_animate_2 import WanAnimate2KVCache
+
+    cache = WanAnimate2KVCache(layers)
+    for layer in cache.layer_caches:
+        layer.store(_r(gen, 1, 4, heads, head_dim), _r(gen, 1, 4, heads, head_dim))
+    return dict(hidden_states=[_r(gen, 4, 2, 4, 4)], timestep=torch.tensor([500.0]),
+                encoder_hidden_states=[_r(gen, 8, 16)], condition_latents=[_r(gen, 4, 2, 4, 4)], kv_cache=cache,
+                kv_cache_mode="cached", seq_len=8, encoder_hidden_states_image=_r(gen, 1, 2, 1280),
+                reference_grid_sizes=torch.tensor([[1, 2, 2]]), origin_len=0, origin_area=[32, 32])
+
+
 def _wan_inputs(channels=16, text_dim=32, size=8):
     def inputs(gen):
         return dict(hidden_states=_r(gen, 1, channels, 2, size, size), encoder_hidden_states=_r(gen, 1, 12, text_dim),
@@ -172,6 +187,11 @@ TINY: dict[str, Tiny] = {
                   inject_face_latents_blocks=1),
         inputs=lambda gen: dict(_wan_inputs(channels=12)(gen), encoder_hidden_states_image=_r(gen, 1, 4, 16),
                                 pose_hidden_states=_r(gen, 1, 4, 1, 8, 8), face_pixel_values=_r(gen, 1, 3, 1, 8, 8)),
+    ),
+    "WanAnimate2Transformer3DModel": Tiny(
+        init=dict(patch_size=(1, 2, 2), text_len=12, in_dim=8, dim=24, ffn_dim=32, freq_dim=16, text_dim=16, out_dim=4,
+                  num_heads=2, num_layers=2),
+        inputs=_wan_animate2_inputs,
     ),
     "SkyReelsV2Transformer3DModel": Tiny(
         init=dict(_WAN, in_channels=4, out_channels=4, text_dim=16), inputs=_wan_inputs(channels=4, text_dim=16),
@@ -429,7 +449,6 @@ NOT_COVERED: dict[str, str] = {
     "RFD4ProteinaAutoencoder": "not a diffusion transformer (protein structure); " + _TODO,
     "RFD4ProteinaTransformer": "not a diffusion transformer (protein structure); " + _TODO,
     "SanaWMLTX2RefinerTransformer3DModel": _TODO,
-    "WanAnimate2Transformer3DModel": _TODO,
 }
 
 # Recorded with DIFFUSERS_ASCEND_ZOO_RECORD=1 (diffusers 0.42.1, torch 2.13).
@@ -570,6 +589,10 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         matches={},
         swaps={},
         left={'adaln': 6}),
+    "WanAnimate2Transformer3DModel": dict(
+        matches={'adaln': 2, 'mul_add': 2},
+        swaps={'gelu_tanh': 3, 'rms_norm': 10},
+        left={'adaln': 1, 'rope': 2}),
     "WanAnimateTransformer3DModel": dict(
         matches={'adaln': 2, 'mul_add': 2, 'rope': 2},
         swaps={'gelu_tanh': 3, 'rms_norm': 14},
