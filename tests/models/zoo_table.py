@@ -126,6 +126,52 @@ def _flux2_inputs(gen):
                 timestep=torch.tensor([1.0]), guidance=torch.tensor([1.0]))
 
 
+def _wan_animate2_inputs(gen, layers=2, heads=2, head_dim=12):
+    # a generation ("cached") step: 2 latent frames of 2x2 tokens against 1 reference frame whose
+    # pre-RoPE K/V (what the reference "extract" pass stores) is drawn into the cache; origin_len 0
+    # and a 32x32 origin_area give the full-video grid (1 + 1 frames of 2x2) the flex block mask covers
+    from diffusers.models.transformers.transformer_wan_animate_2 import WanAnimate2KVCache
+
+    cache = WanAnimate2KVCache(layers)
+    for layer in cache.layer_caches:
+        layer.store(_r(gen, 1, 4, heads, head_dim), _r(gen, 1, 4, heads, head_dim))
+    return dict(hidden_states=[_r(gen, 4, 2, 4, 4)], timestep=torch.tensor([500.0]),
+                encoder_hidden_states=[_r(gen, 8, 16)], condition_latents=[_r(gen, 4, 2, 4, 4)], kv_cache=cache,
+                kv_cache_mode="cached", seq_len=8, encoder_hidden_states_image=_r(gen, 1, 2, 1280),
+                reference_grid_sizes=torch.tensor([[1, 2, 2]]), origin_len=0, origin_area=[32, 32])
+
+
+def _sana_wm_refiner_inputs(gen, layers=2, dim=16, heads=2, size=4):
+    # an "inject" denoising step of the AR refiner: active frames 2-3 attend to [sink frame 0 (pre-RoPE,
+    # re-RoPE'd at its own positions) + history frame 1 (post-RoPE) + themselves]; the RoPE tables are the
+    # model's own (its build_rotary_emb_for_absolute_positions over a rope module of the same config)
+    from types import SimpleNamespace
+
+    from diffusers.models.transformers.transformer_sana_wm_refiner import (
+        SanaWMLTX2AudioVideoRotaryPosEmbed,
+        SanaWMLTX2RefinerTransformer3DModel,
+        SanaWMRefinerKVCache,
+    )
+
+    rope = SimpleNamespace(rope=SanaWMLTX2AudioVideoRotaryPosEmbed(dim=dim, modality="video", num_attention_heads=heads))
+
+    def pe(frames):
+        return SanaWMLTX2RefinerTransformer3DModel.build_rotary_emb_for_absolute_positions(
+            rope, 1, frames, size, size, torch.device("cpu"), fps=25.0)
+
+    tokens = size * size
+    cache = SanaWMRefinerKVCache(layers)
+    cache.sink_pe = pe([0])
+    for layer in cache.layer_caches:
+        layer.store_sink(_r(gen, 1, tokens, dim), _r(gen, 1, tokens, dim))
+        layer.store_history(_r(gen, 1, tokens, dim), _r(gen, 1, tokens, dim))
+    mask = torch.ones(1, 8)
+    mask[:, 6:] = 0
+    return dict(hidden_states=_r(gen, 1, 2 * tokens, 4), encoder_hidden_states=_r(gen, 1, 8, 16),
+                timestep=torch.full((1, 2 * tokens), 500.0), video_rotary_emb=pe([2, 3]), encoder_attention_mask=mask,
+                kv_cache=cache, kv_cache_mode="inject")
+
+
 def _wan_inputs(channels=16, text_dim=32, size=8):
     def inputs(gen):
         return dict(hidden_states=_r(gen, 1, channels, 2, size, size), encoder_hidden_states=_r(gen, 1, 12, text_dim),
@@ -162,6 +208,21 @@ TINY: dict[str, Tiny] = {
     "WanVACETransformer3DModel": Tiny(
         init=dict(_WAN, num_layers=4, vace_layers=[0, 2], vace_in_channels=48),
         inputs=lambda gen: dict(_wan_inputs()(gen), control_hidden_states=_r(gen, 1, 48, 2, 8, 8)),
+    ),
+    "WanAnimateTransformer3DModel": Tiny(
+        # one face frame: the face encoder keeps 1 frame, plus its leading pad frame = the 2 latent frames
+        # (pose covers the 1 after the reference frame); motion encoder at 8x8 runs one res block
+        init=dict(_WAN, in_channels=12, latent_channels=4, out_channels=4, image_dim=16, added_kv_proj_dim=24,
+                  motion_encoder_channel_sizes={"4": 8, "8": 8}, motion_encoder_size=8, motion_style_dim=16,
+                  motion_dim=4, motion_encoder_dim=16, face_encoder_hidden_dim=8, face_encoder_num_heads=2,
+                  inject_face_latents_blocks=1),
+        inputs=lambda gen: dict(_wan_inputs(channels=12)(gen), encoder_hidden_states_image=_r(gen, 1, 4, 16),
+                                pose_hidden_states=_r(gen, 1, 4, 1, 8, 8), face_pixel_values=_r(gen, 1, 3, 1, 8, 8)),
+    ),
+    "WanAnimate2Transformer3DModel": Tiny(
+        init=dict(patch_size=(1, 2, 2), text_len=12, in_dim=8, dim=24, ffn_dim=32, freq_dim=16, text_dim=16, out_dim=4,
+                  num_heads=2, num_layers=2),
+        inputs=_wan_animate2_inputs,
     ),
     "SkyReelsV2Transformer3DModel": Tiny(
         init=dict(_WAN, in_channels=4, out_channels=4, text_dim=16), inputs=_wan_inputs(channels=4, text_dim=16),
@@ -398,6 +459,13 @@ TINY: dict[str, Tiny] = {
                                 visual_rope_pos=[torch.arange(1), torch.arange(4), torch.arange(4)],
                                 text_rope_pos=torch.arange(6)),
     ),
+    "SanaWMLTX2RefinerTransformer3DModel": Tiny(
+        init=dict(in_channels=4, out_channels=4, patch_size=1, patch_size_t=1, num_attention_heads=2,
+                  attention_head_dim=8, cross_attention_dim=16, audio_in_channels=4, audio_out_channels=4,
+                  audio_num_attention_heads=2, audio_attention_head_dim=4, audio_cross_attention_dim=8, num_layers=2,
+                  qk_norm="rms_norm_across_heads", caption_channels=16),
+        inputs=_sana_wm_refiner_inputs,
+    ),
     "SanaWMTransformer3DModel": Tiny(
         init=dict(in_channels=4, num_layers=2, hidden_size=32, num_attention_heads=2, linear_head_dim=16,
                   softmax_every_n=2, caption_channels=16, chunk_plucker_channels=8, chunk_plucker_post_attn_blocks=2,
@@ -418,9 +486,6 @@ NOT_COVERED: dict[str, str] = {
     "QwenImage21Transformer2DModel": _TODO + " (needs VLM image-slot masks)",
     "RFD4ProteinaAutoencoder": "not a diffusion transformer (protein structure); " + _TODO,
     "RFD4ProteinaTransformer": "not a diffusion transformer (protein structure); " + _TODO,
-    "SanaWMLTX2RefinerTransformer3DModel": _TODO,
-    "WanAnimate2Transformer3DModel": _TODO,
-    "WanAnimateTransformer3DModel": _TODO + " (the smallest inputs need 21 frames and a 77-frame face clip)",
 }
 
 # Recorded with DIFFUSERS_ASCEND_ZOO_RECORD=1 (diffusers 0.42.1, torch 2.13).
@@ -545,6 +610,10 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         matches={'adaln': 4, 'mul_add': 4, 'rope': 4},
         swaps={'gelu_tanh': 4, 'rms_norm': 9},
         left={}),
+    "SanaWMLTX2RefinerTransformer3DModel": dict(
+        matches={'mul_add': 4, 'rope': 3},
+        swaps={'gelu_tanh': 6, 'rms_norm': 40},
+        left={'rope': 1}),
     "SanaWMTransformer3DModel": dict(
         matches={'adaln': 4, 'rope': 10},
         swaps={'gelu_tanh': 1, 'rms_norm': 13},
@@ -561,6 +630,14 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         matches={},
         swaps={},
         left={'adaln': 6}),
+    "WanAnimate2Transformer3DModel": dict(
+        matches={'adaln': 2, 'mul_add': 2},
+        swaps={'gelu_tanh': 3, 'rms_norm': 10},
+        left={'adaln': 1, 'rope': 2}),
+    "WanAnimateTransformer3DModel": dict(
+        matches={'adaln': 2, 'mul_add': 2, 'rope': 2},
+        swaps={'gelu_tanh': 3, 'rms_norm': 14},
+        left={'adaln': 1}),
     "WanTransformer3DModel": dict(
         matches={'adaln': 2, 'mul_add': 2},
         swaps={'gelu_tanh': 3, 'rms_norm': 8, 'rope': 4},
