@@ -398,6 +398,16 @@ TINY: dict[str, Tiny] = {
                                 visual_rope_pos=[torch.arange(1), torch.arange(4), torch.arange(4)],
                                 text_rope_pos=torch.arange(6)),
     ),
+    "Kandinsky6Transformer3DModel": Tiny(
+        # the released flags (ca_rope, cross_gates, fix_modulation) and an audio stream: every path of the fused block
+        init=dict(in_visual_dim=4, out_visual_dim=4, in_text_dim=32, in_text_dim2=16, time_dim=16, patch_size=(1, 2, 2),
+                  model_dim=16, ff_dim=32, num_text_blocks=1, num_visual_blocks=2, axes_dims=(2, 2, 4),
+                  visual_cond=True, in_audio_dim=6, out_audio_dim=6, ca_rope=True, cross_gates=True,
+                  fix_modulation=True),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 1, 4, 4, 9), encoder_hidden_states=_r(gen, 1, 6, 32),
+                                pooled_projections=_r(gen, 1, 16), timestep=torch.tensor([500.0]),
+                                audio_hidden_states=_r(gen, 1, 5, 6)),
+    ),
     "SanaWMTransformer3DModel": Tiny(
         init=dict(in_channels=4, num_layers=2, hidden_size=32, num_attention_heads=2, linear_head_dim=16,
                   softmax_every_n=2, caption_channels=16, chunk_plucker_channels=8, chunk_plucker_post_attn_blocks=2,
@@ -414,7 +424,6 @@ NOT_COVERED: dict[str, str] = {
     "BriaFibo2Transformer2DModel": _TODO,
     "DreamLiteUNetModel": _TODO,
     "Kandinsky6SRTransformer3DModel": _TODO,
-    "Kandinsky6Transformer3DModel": _TODO,
     "QwenImage21Transformer2DModel": _TODO + " (needs VLM image-slot masks)",
     "RFD4ProteinaAutoencoder": "not a diffusion transformer (protein structure); " + _TODO,
     "RFD4ProteinaTransformer": "not a diffusion transformer (protein structure); " + _TODO,
@@ -500,6 +509,10 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
     "Kandinsky5Transformer3DModel": dict(
         matches={'adaln': 5, 'mul_add': 5, 'rope': 4},
         swaps={'rms_norm': 10},
+        left={}),
+    "Kandinsky6Transformer3DModel": dict(
+        matches={'adaln': 10, 'mul_add': 10},
+        swaps={'rms_norm': 28},
         left={}),
     "Krea2Transformer2DModel": dict(
         matches={'mul_add': 4, 'rope': 2},
