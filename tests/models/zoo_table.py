@@ -408,6 +408,12 @@ TINY: dict[str, Tiny] = {
                                 pooled_projections=_r(gen, 1, 16), timestep=torch.tensor([500.0]),
                                 audio_hidden_states=_r(gen, 1, 5, 6)),
     ),
+    "Kandinsky6SRTransformer3DModel": Tiny(
+        # NABLA attention groups 8x8 token tiles: the smallest grid is one 8x8 frame
+        init=dict(in_visual_dim=4, out_visual_dim=4, time_dim=16, patch_size=(1, 1, 1), model_dim=16, ff_dim=32,
+                  num_visual_blocks=2, axes_dims=(2, 2, 4)),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 1, 8, 8, 9), timestep=torch.tensor([500.0])),
+    ),
     "SanaWMTransformer3DModel": Tiny(
         init=dict(in_channels=4, num_layers=2, hidden_size=32, num_attention_heads=2, linear_head_dim=16,
                   softmax_every_n=2, caption_channels=16, chunk_plucker_channels=8, chunk_plucker_post_attn_blocks=2,
@@ -423,7 +429,6 @@ NOT_COVERED: dict[str, str] = {
     "AutoencoderKLMiniMaxH3": "a VAE (its transformer blocks run inside encode/decode); " + _TODO,
     "BriaFibo2Transformer2DModel": _TODO,
     "DreamLiteUNetModel": _TODO,
-    "Kandinsky6SRTransformer3DModel": _TODO,
     "QwenImage21Transformer2DModel": _TODO + " (needs VLM image-slot masks)",
     "RFD4ProteinaAutoencoder": "not a diffusion transformer (protein structure); " + _TODO,
     "RFD4ProteinaTransformer": "not a diffusion transformer (protein structure); " + _TODO,
@@ -509,6 +514,10 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
     "Kandinsky5Transformer3DModel": dict(
         matches={'adaln': 5, 'mul_add': 5, 'rope': 4},
         swaps={'rms_norm': 10},
+        left={}),
+    "Kandinsky6SRTransformer3DModel": dict(
+        matches={'adaln': 2, 'mul_add': 2},
+        swaps={'rms_norm': 4},
         left={}),
     "Kandinsky6Transformer3DModel": dict(
         matches={'adaln': 10, 'mul_add': 10},
