@@ -307,6 +307,14 @@ TINY: dict[str, Tiny] = {
                   axes_dims_rope=[0, 4, 4]),
         inputs=lambda gen: _bria_fibo_inputs(gen),
     ),
+    "BriaFibo2Transformer2DModel": Tiny(
+        # one injection block, a context image (per-token noisy/clean modulation in the refiner too), 8 gist tokens
+        init=dict(in_channels=4, patch_size=2, dim=32, n_layers=2, n_refiner_layers=1, n_heads=2, cap_feat_dim=16,
+                  injection_layer_ids=(1,), perceiver_num_layers=1, min_num_gist_tokens=4, max_num_gist_tokens=8,
+                  gist_step=4, gist_min_text_len=4, gist_max_text_len=12, axes_dims=(4, 6, 6), axes_lens=(16, 8, 8)),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 4, 4, 4), timestep=torch.tensor([0.5]),
+                                encoder_hidden_states=_r(gen, 1, 2, 6, 16), context_latents=[_r(gen, 1, 4, 4, 4)]),
+    ),
     "UNet2DConditionModel": Tiny(
         init=dict(block_out_channels=(4, 8), norm_num_groups=4, layers_per_block=1, sample_size=16, in_channels=4,
                   out_channels=4, down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
@@ -427,7 +435,6 @@ TINY: dict[str, Tiny] = {
 _TODO = "tiny config and inputs not written yet"
 NOT_COVERED: dict[str, str] = {
     "AutoencoderKLMiniMaxH3": "a VAE (its transformer blocks run inside encode/decode); " + _TODO,
-    "BriaFibo2Transformer2DModel": _TODO,
     "DreamLiteUNetModel": _TODO,
     "QwenImage21Transformer2DModel": _TODO + " (needs VLM image-slot masks)",
     "RFD4ProteinaAutoencoder": "not a diffusion transformer (protein structure); " + _TODO,
@@ -447,6 +454,10 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         matches={'adaln': 4, 'mul_add': 4},
         swaps={'gelu_tanh': 3, 'rms_norm': 8},
         left={'adaln': 2, 'rope': 4}),
+    "BriaFibo2Transformer2DModel": dict(
+        matches={'mul_add': 7, 'rope': 6},
+        swaps={'rms_norm': 30},
+        left={}),
     "BriaFiboTransformer2DModel": dict(
         matches={'adaln': 5, 'mul_add': 5, 'rope': 4},
         swaps={'gelu_tanh': 3, 'rms_norm': 6},
