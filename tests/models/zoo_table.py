@@ -368,6 +368,14 @@ TINY: dict[str, Tiny] = {
                   axes_dims_rope=[0, 4, 4]),
         inputs=lambda gen: _bria_fibo_inputs(gen),
     ),
+    "BriaFibo2Transformer2DModel": Tiny(
+        # one injection block, a context image (per-token noisy/clean modulation in the refiner too), 8 gist tokens
+        init=dict(in_channels=4, patch_size=2, dim=32, n_layers=2, n_refiner_layers=1, n_heads=2, cap_feat_dim=16,
+                  injection_layer_ids=(1,), perceiver_num_layers=1, min_num_gist_tokens=4, max_num_gist_tokens=8,
+                  gist_step=4, gist_min_text_len=4, gist_max_text_len=12, axes_dims=(4, 6, 6), axes_lens=(16, 8, 8)),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 4, 4, 4), timestep=torch.tensor([0.5]),
+                                encoder_hidden_states=_r(gen, 1, 2, 6, 16), context_latents=[_r(gen, 1, 4, 4, 4)]),
+    ),
     "UNet2DConditionModel": Tiny(
         init=dict(block_out_channels=(4, 8), norm_num_groups=4, layers_per_block=1, sample_size=16, in_channels=4,
                   out_channels=4, down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
@@ -466,6 +474,22 @@ TINY: dict[str, Tiny] = {
                   qk_norm="rms_norm_across_heads", caption_channels=16),
         inputs=_sana_wm_refiner_inputs,
     ),
+    "Kandinsky6Transformer3DModel": Tiny(
+        # the released flags (ca_rope, cross_gates, fix_modulation) and an audio stream: every path of the fused block
+        init=dict(in_visual_dim=4, out_visual_dim=4, in_text_dim=32, in_text_dim2=16, time_dim=16, patch_size=(1, 2, 2),
+                  model_dim=16, ff_dim=32, num_text_blocks=1, num_visual_blocks=2, axes_dims=(2, 2, 4),
+                  visual_cond=True, in_audio_dim=6, out_audio_dim=6, ca_rope=True, cross_gates=True,
+                  fix_modulation=True),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 1, 4, 4, 9), encoder_hidden_states=_r(gen, 1, 6, 32),
+                                pooled_projections=_r(gen, 1, 16), timestep=torch.tensor([500.0]),
+                                audio_hidden_states=_r(gen, 1, 5, 6)),
+    ),
+    "Kandinsky6SRTransformer3DModel": Tiny(
+        # NABLA attention groups 8x8 token tiles: the smallest grid is one 8x8 frame
+        init=dict(in_visual_dim=4, out_visual_dim=4, time_dim=16, patch_size=(1, 1, 1), model_dim=16, ff_dim=32,
+                  num_visual_blocks=2, axes_dims=(2, 2, 4)),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 1, 8, 8, 9), timestep=torch.tensor([500.0])),
+    ),
     "SanaWMTransformer3DModel": Tiny(
         init=dict(in_channels=4, num_layers=2, hidden_size=32, num_attention_heads=2, linear_head_dim=16,
                   softmax_every_n=2, caption_channels=16, chunk_plucker_channels=8, chunk_plucker_post_attn_blocks=2,
@@ -479,10 +503,7 @@ TINY: dict[str, Tiny] = {
 _TODO = "tiny config and inputs not written yet"
 NOT_COVERED: dict[str, str] = {
     "AutoencoderKLMiniMaxH3": "a VAE (its transformer blocks run inside encode/decode); " + _TODO,
-    "BriaFibo2Transformer2DModel": _TODO,
     "DreamLiteUNetModel": _TODO,
-    "Kandinsky6SRTransformer3DModel": _TODO,
-    "Kandinsky6Transformer3DModel": _TODO,
     "QwenImage21Transformer2DModel": _TODO + " (needs VLM image-slot masks)",
     "RFD4ProteinaAutoencoder": "not a diffusion transformer (protein structure); " + _TODO,
     "RFD4ProteinaTransformer": "not a diffusion transformer (protein structure); " + _TODO,
@@ -498,6 +519,10 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         matches={'adaln': 4, 'mul_add': 4},
         swaps={'gelu_tanh': 3, 'rms_norm': 8},
         left={'adaln': 2, 'rope': 4}),
+    "BriaFibo2Transformer2DModel": dict(
+        matches={'mul_add': 7, 'rope': 6},
+        swaps={'rms_norm': 30},
+        left={}),
     "BriaFiboTransformer2DModel": dict(
         matches={'adaln': 5, 'mul_add': 5, 'rope': 4},
         swaps={'gelu_tanh': 3, 'rms_norm': 6},
@@ -565,6 +590,14 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
     "Kandinsky5Transformer3DModel": dict(
         matches={'adaln': 5, 'mul_add': 5, 'rope': 4},
         swaps={'rms_norm': 10},
+        left={}),
+    "Kandinsky6SRTransformer3DModel": dict(
+        matches={'adaln': 2, 'mul_add': 2},
+        swaps={'rms_norm': 4},
+        left={}),
+    "Kandinsky6Transformer3DModel": dict(
+        matches={'adaln': 10, 'mul_add': 10},
+        swaps={'rms_norm': 28},
         left={}),
     "Krea2Transformer2DModel": dict(
         matches={'mul_add': 4, 'rope': 2},
