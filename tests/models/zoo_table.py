@@ -120,6 +120,16 @@ def _minimax_h3_inputs(gen, text=4, audio=6, video=8):
                 audio_indices=audio_idx, text_indices=text_idx)
 
 
+def _qwenimage21_inputs(gen):
+    # a 6-slot VLM prompt whose slot 2 is a 2x2 condition image, then the 4x4 target image's 4 slots
+    # (each slot stands for 2x2 latent tokens); the last text token is padding
+    img_mask = torch.zeros(1, 10, dtype=torch.bool)
+    img_mask[:, 2] = img_mask[:, 6:] = True
+    return dict(hidden_states=_r(gen, 1, 4 + 16, 4), encoder_hidden_states=_r(gen, 1, 6, 16),
+                timestep=torch.tensor([0.5]), img_shapes=[[(1, 2, 2), (1, 4, 4)]], img_mask=img_mask,
+                encoder_hidden_states_mask=torch.tensor([[True] * 5 + [False]]))
+
+
 def _flux2_inputs(gen):
     img, txt = _flux2_ids(4, 4, 8)
     return dict(hidden_states=_r(gen, 1, 16, 4), encoder_hidden_states=_r(gen, 1, 8, 32), img_ids=img, txt_ids=txt,
@@ -176,6 +186,11 @@ TINY: dict[str, Tiny] = {
         inputs=lambda gen: dict(hidden_states=_r(gen, 1, 16, 16), encoder_hidden_states=_r(gen, 1, 8, 16),
                                 encoder_hidden_states_mask=torch.ones(1, 8, dtype=torch.long),
                                 timestep=torch.tensor([1.0]), img_shapes=[(1, 4, 4)]),
+    ),
+    "QwenImage21Transformer2DModel": Tiny(
+        init=dict(in_channels=4, out_channels=4, num_layers=2, attention_head_dim=8, num_attention_heads=2,
+                  context_in_dim=16, axes_dims_rope=(2, 2, 4)),
+        inputs=_qwenimage21_inputs,
     ),
     "ZImageTransformer2DModel": Tiny(
         init=dict(all_patch_size=(2,), all_f_patch_size=(1,), in_channels=16, dim=16, n_layers=1, n_refiner_layers=1,
@@ -415,7 +430,6 @@ NOT_COVERED: dict[str, str] = {
     "DreamLiteUNetModel": _TODO,
     "Kandinsky6SRTransformer3DModel": _TODO,
     "Kandinsky6Transformer3DModel": _TODO,
-    "QwenImage21Transformer2DModel": _TODO + " (needs VLM image-slot masks)",
     "RFD4ProteinaAutoencoder": "not a diffusion transformer (protein structure); " + _TODO,
     "RFD4ProteinaTransformer": "not a diffusion transformer (protein structure); " + _TODO,
     "SanaWMLTX2RefinerTransformer3DModel": _TODO,
@@ -540,6 +554,10 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
     "OvisImageTransformer2DModel": dict(
         matches={'adaln': 5, 'mul_add': 5, 'rope': 4},
         swaps={'rms_norm': 7},
+        left={}),
+    "QwenImage21Transformer2DModel": dict(
+        matches={'adaln': 2, 'mul_add': 2, 'rope': 2},
+        swaps={'gelu_tanh': 1, 'rms_norm': 4},
         left={}),
     "QwenImageTransformer2DModel": dict(
         matches={'adaln': 4, 'mul_add': 4, 'rope': 4},
