@@ -329,6 +329,15 @@ TINY: dict[str, Tiny] = {
         inputs=lambda gen: dict(sample=_r(gen, 1, 4, 16, 16), timestep=torch.tensor([10]),
                                 encoder_hidden_states=_r(gen, 1, 4, 8)),
     ),
+    "DreamLiteUNetModel": Tiny(
+        # both attention variants (with and without self-attention), GQA (2 query heads, 1 kv head), qk RMSNorm
+        init=dict(block_out_channels=(8, 16), norm_num_groups=4, layers_per_block=1, sample_size=8, in_channels=4,
+                  out_channels=4, cross_attention_dim=8, attention_head_dim=2, ff_mult=2,
+                  down_block_types=("DreamLiteCrossAttnNoSelfAttnDownBlock2D", "DreamLiteCrossAttnDownBlock2D"),
+                  up_block_types=("DreamLiteCrossAttnUpBlock2D", "DreamLiteCrossAttnNoSelfAttnUpBlock2D")),
+        inputs=lambda gen: dict(sample=_r(gen, 1, 4, 8, 8), timestep=torch.tensor([10]),
+                                encoder_hidden_states=_r(gen, 1, 4, 8)),
+    ),
 
     "JoyImageEditTransformer3DModel": Tiny(
         init=dict(patch_size=[1, 2, 2], in_channels=16, hidden_size=32, num_attention_heads=2, text_dim=16,
@@ -427,7 +436,6 @@ _TODO = "tiny config and inputs not written yet"
 NOT_COVERED: dict[str, str] = {
     "AutoencoderKLMiniMaxH3": "a VAE (its transformer blocks run inside encode/decode); " + _TODO,
     "BriaFibo2Transformer2DModel": _TODO,
-    "DreamLiteUNetModel": _TODO,
     "Kandinsky6SRTransformer3DModel": _TODO,
     "Kandinsky6Transformer3DModel": _TODO,
     "RFD4ProteinaAutoencoder": "not a diffusion transformer (protein structure); " + _TODO,
@@ -463,6 +471,10 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         matches={'rms_norm': 6, 'rope': 5},
         swaps={},
         left={}),
+    "DreamLiteUNetModel": dict(
+        matches={},
+        swaps={'rms_norm': 22},
+        left={'adaln': 6}),
     "ErnieImageTransformer2DModel": dict(
         matches={'mul_add': 4, 'rope': 2},
         swaps={'rms_norm': 4},
