@@ -130,6 +130,16 @@ def _qwenimage21_inputs(gen):
                 encoder_hidden_states_mask=torch.tensor([[True] * 5 + [False]]))
 
 
+def _rfd4_inputs(gen, n=6):
+    # `n` tokens, the last one padding; the pair features read bond path lengths from `conditioning`
+    return dict(bb_ca=_r(gen, 1, n, 3), local_latents=_r(gen, 1, n, 4), bb_ca_time=torch.tensor([0.3]),
+                local_latents_time=torch.tensor([0.6]), padding_mask=torch.tensor([[True] * (n - 1) + [False]]),
+                token_type=torch.zeros(1, n, dtype=torch.long),
+                conditioning=dict(is_in_context_conditioning=torch.zeros(1, n, dtype=torch.bool),
+                                  supports_local_latent=torch.ones(1, n, dtype=torch.bool),
+                                  token_bond_path_length=(torch.arange(n)[:, None] - torch.arange(n)).abs()[None]))
+
+
 def _flux2_inputs(gen):
     img, txt = _flux2_ids(4, 4, 8)
     return dict(hidden_states=_r(gen, 1, 16, 4), encoder_hidden_states=_r(gen, 1, 8, 32), img_ids=img, txt_ids=txt,
@@ -441,6 +451,16 @@ TINY: dict[str, Tiny] = {
                                 encoder_hidden_states=_r(gen, 1, 1, 6, 16), encoder_attention_mask=torch.ones(1, 6),
                                 camera_conditions=_r(gen, 1, 2, 20), chunk_plucker=_r(gen, 1, 8, 2, 4, 4)),
     ),
+    "RFD4ProteinaTransformer": Tiny(
+        # a flow-matching velocity denoiser over protein tokens (backbone CA + local latents, a pair representation
+        # biasing attention): numerics compare the predicted velocities and logits. Trunk layers and the pair update.
+        init=dict(nlayers=2, token_dim=16, nheads=2, dim_cond=8, pair_repr_dim=8, latent_dim=4, token_type_emb_dim=4,
+                  cath_emb_dim=4, t_emb_dim=8, seq_sep_dim=8, xt_pair_dist_dim=8, tri_mult_c=8,
+                  num_sequence_classes=5, feats_seq=("xt_bb_ca", "xt_local_latents", "token_type"),
+                  feats_cond_seq=("time_emb_bb_ca", "time_emb_local_latents"),
+                  feats_pair_repr=("xt_bb_ca_pair_dists", "token_bond_path_length")),
+        inputs=_rfd4_inputs,
+    ),
 }
 
 _TODO = "tiny config and inputs not written yet"
@@ -449,7 +469,6 @@ NOT_COVERED: dict[str, str] = {
     "Kandinsky6SRTransformer3DModel": _TODO,
     "Kandinsky6Transformer3DModel": _TODO,
     "RFD4ProteinaAutoencoder": "not a diffusion transformer (protein structure); " + _TODO,
-    "RFD4ProteinaTransformer": "not a diffusion transformer (protein structure); " + _TODO,
     "SanaWMLTX2RefinerTransformer3DModel": _TODO,
     "WanAnimate2Transformer3DModel": _TODO,
     "WanAnimateTransformer3DModel": _TODO + " (the smallest inputs need 21 frames and a 77-frame face clip)",
@@ -589,6 +608,10 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         matches={'adaln': 4, 'mul_add': 4, 'rope': 4},
         swaps={'gelu_tanh': 4, 'rms_norm': 9},
         left={}),
+    "RFD4ProteinaTransformer": dict(
+        matches={'mul_add': 8},
+        swaps={'rms_norm': 25},
+        left={'adaln': 6}),
     "SanaWMTransformer3DModel": dict(
         matches={'adaln': 4, 'rope': 10},
         swaps={'gelu_tanh': 1, 'rms_norm': 13},
