@@ -130,14 +130,19 @@ def _qwenimage21_inputs(gen):
                 encoder_hidden_states_mask=torch.tensor([[True] * 5 + [False]]))
 
 
-def _rfd4_inputs(gen, n=6):
-    # `n` tokens, the last one padding; the pair features read bond path lengths from `conditioning`
-    return dict(bb_ca=_r(gen, 1, n, 3), local_latents=_r(gen, 1, n, 4), bb_ca_time=torch.tensor([0.3]),
-                local_latents_time=torch.tensor([0.6]), padding_mask=torch.tensor([[True] * (n - 1) + [False]]),
-                token_type=torch.zeros(1, n, dtype=torch.long),
+def _rfd4_masks(n=6):
+    # `n` tokens, the last one padding, none of them in-context conditioning
+    return dict(padding_mask=torch.tensor([[True] * (n - 1) + [False]]), token_type=torch.zeros(1, n, dtype=torch.long),
                 conditioning=dict(is_in_context_conditioning=torch.zeros(1, n, dtype=torch.bool),
-                                  supports_local_latent=torch.ones(1, n, dtype=torch.bool),
-                                  token_bond_path_length=(torch.arange(n)[:, None] - torch.arange(n)).abs()[None]))
+                                  supports_local_latent=torch.ones(1, n, dtype=torch.bool)))
+
+
+def _rfd4_inputs(gen, n=6):
+    inputs = _rfd4_masks(n)
+    # the pair features read bond path lengths from `conditioning`
+    inputs["conditioning"]["token_bond_path_length"] = (torch.arange(n)[:, None] - torch.arange(n)).abs()[None]
+    return dict(inputs, bb_ca=_r(gen, 1, n, 3), local_latents=_r(gen, 1, n, 4), bb_ca_time=torch.tensor([0.3]),
+                local_latents_time=torch.tensor([0.6]))
 
 
 def _flux2_inputs(gen):
@@ -451,6 +456,15 @@ TINY: dict[str, Tiny] = {
                                 encoder_hidden_states=_r(gen, 1, 1, 6, 16), encoder_attention_mask=torch.ones(1, 6),
                                 camera_conditions=_r(gen, 1, 2, 20), chunk_plucker=_r(gen, 1, 8, 2, 4, 4)),
     ),
+    "RFD4ProteinaAutoencoder": Tiny(
+        # forward = decode (local latents + CA positions -> atom37 coordinates, residue types, atom masks); only the
+        # decoder's trunk layers run (the encoder, reached through `encode`, is not exercised). The discrete outputs
+        # (argmax residue type, thresholded atom presence) sit >= 0.01 from a flip on this draw.
+        init=dict(atom37_mask=[[slot < 4 + residue for slot in range(37)] for residue in range(5)],
+                  allowed_residue_types=[[True] * 5] * 7, latent_dim=4, n_residue_types=5, nlayers=2, token_dim=16,
+                  nheads=2, dim_cond=8, pair_repr_dim=8, token_type_emb_dim=4),
+        inputs=lambda gen: dict(_rfd4_masks(), z_latent=_r(gen, 1, 6, 4), ca_coors_nm=_r(gen, 1, 6, 3)),
+    ),
     "RFD4ProteinaTransformer": Tiny(
         # a flow-matching velocity denoiser over protein tokens (backbone CA + local latents, a pair representation
         # biasing attention): numerics compare the predicted velocities and logits. Trunk layers and the pair update.
@@ -468,7 +482,6 @@ NOT_COVERED: dict[str, str] = {
     "BriaFibo2Transformer2DModel": _TODO,
     "Kandinsky6SRTransformer3DModel": _TODO,
     "Kandinsky6Transformer3DModel": _TODO,
-    "RFD4ProteinaAutoencoder": "not a diffusion transformer (protein structure); " + _TODO,
     "SanaWMLTX2RefinerTransformer3DModel": _TODO,
     "WanAnimate2Transformer3DModel": _TODO,
     "WanAnimateTransformer3DModel": _TODO + " (the smallest inputs need 21 frames and a 77-frame face clip)",
@@ -608,6 +621,10 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         matches={'adaln': 4, 'mul_add': 4, 'rope': 4},
         swaps={'gelu_tanh': 4, 'rms_norm': 9},
         left={}),
+    "RFD4ProteinaAutoencoder": dict(
+        matches={'mul_add': 4},
+        swaps={},
+        left={'adaln': 7}),
     "RFD4ProteinaTransformer": dict(
         matches={'mul_add': 8},
         swaps={'rms_norm': 25},
