@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Adapter", "adapter_for", "register_adapter", "registered_adapters", "adapter_swaps"]
 
 # One module per family; imported (and so registered) on first use.
-_FAMILIES: tuple[str, ...] = ("flux", "wan", "krea2", "helios", "kandinsky5")
+_FAMILIES: tuple[str, ...] = ("flux", "wan", "krea2", "helios", "kandinsky5", "kandinsky6")
 
 
 @dataclass(frozen=True)

@@ -598,17 +598,41 @@ class KandinskyRope(torch.nn.Module):
         return x_out.reshape(*x.shape).to(torch.bfloat16)
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_rope_rotation_matrices(dtype):
-    x = torch.randn(1, 6, 2, 8, dtype=dtype)  # (B, S, H, D)
-    run(KandinskyRope(), x, _kandinsky_rope(6, 8), fusions=["rope"], dtype=dtype, expected=1,
-        gone=[aten.sum.dim_IntList])
-
-
 def test_rope_rotation_matrices_need_no_precondition():
     # any 2x2 matrices, not only rotations: the replacement's tables reproduce them exactly
     x = torch.randn(1, 6, 2, 8)
     run(KandinskyRope(), x, torch.randn(1, 6, 1, 4, 2, 2), fusions=["rope"], dtype=torch.float32, expected=1)
+
+
+class Kandinsky6Rope(torch.nn.Module):
+    """diffusers' `transformer_kandinsky6.apply_rotary`, verbatim: fp32 product, cast back to x's dtype."""
+
+    def forward(self, x, rope):
+        from diffusers.models.transformers.transformer_kandinsky6 import apply_rotary
+
+        return apply_rotary(x, rope)
+
+
+@pytest.mark.parametrize("module", [KandinskyRope, Kandinsky6Rope], ids=["kandinsky5_bf16", "kandinsky6_typed"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rope_rotation_matrices(dtype, module):
+    x = torch.randn(1, 6, 2, 8, dtype=dtype)  # (B, S, H, D)
+    run(module(), x, _kandinsky_rope(6, 8), fusions=["rope"], dtype=dtype, expected=1,
+        gone=[aten.sum.dim_IntList])
+
+
+def test_rope_rotation_matrices_cast_back_look_alikes_are_left_alone():
+    # one matrix for all pairs: broadcasts, not per-pair tables
+    x = torch.randn(1, 6, 2, 8)
+    run(Kandinsky6Rope(), x, _kandinsky_rope(6, 2), fusions=["rope"], dtype=torch.float32, expected=0)
+
+    # summed over the rows (dim -2): x's pair times the transposed matrix, another rotation
+    class Transposed(torch.nn.Module):
+        def forward(self, x, rope):
+            x_ = x.reshape(*x.shape[:-1], -1, 2, 1).float()
+            return (rope.float() * x_).sum(dim=-2).reshape(*x.shape).to(dtype=x.dtype)
+
+    run(Transposed(), x, _kandinsky_rope(6, 8), fusions=["rope"], dtype=torch.float32, expected=0)
 
 
 def test_rope_rotation_matrix_look_alikes_are_left_alone():
@@ -621,13 +645,15 @@ def test_rope_rotation_matrix_look_alikes_are_left_alone():
     x = torch.randn(1, 6, 2, 8)
     run(Transposed(), x, _kandinsky_rope(6, 8), fusions=["rope"], dtype=torch.float32, expected=0)
 
-    # cast to fp16 instead of bf16: another result dtype than the replacement's
+    # cast to fp16 instead of bf16: not Kandinsky 5's form; on fp32 x the fp32 rotation before the
+    # cast is Kandinsky 6's form, fused with the fp16 cast left after it (the same result)
     class ToHalf(torch.nn.Module):
         def forward(self, x, rope):
             x_ = x.reshape(*x.shape[:-1], -1, 1, 2).to(torch.float32)
             return (rope * x_).sum(dim=-1).reshape(*x.shape).to(torch.float16)
 
-    run(ToHalf(), x, _kandinsky_rope(6, 8), fusions=["rope"], dtype=torch.float32, expected=0)
+    run(ToHalf(), x, _kandinsky_rope(6, 8), fusions=["rope"], dtype=torch.float32, expected=1)
+    run(ToHalf(), x.bfloat16(), _kandinsky_rope(6, 8), fusions=["rope"], dtype=torch.bfloat16, expected=0)
     # one matrix for all pairs (a table built with odd axes dims): broadcasts, not per-pair tables
     run(KandinskyRope(), x, _kandinsky_rope(6, 2), fusions=["rope"], dtype=torch.float32, expected=0)
 

@@ -663,11 +663,11 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         swaps={'rms_norm': 10},
         left={}),
     "Kandinsky6SRTransformer3DModel": dict(
-        matches={'adaln': 2, 'mul_add': 2},
+        matches={'adaln': 2, 'mul_add': 2, 'rope': 2},
         swaps={'rms_norm': 4},
         left={}),
     "Kandinsky6Transformer3DModel": dict(
-        matches={'adaln': 10, 'mul_add': 10},
+        matches={'adaln': 10, 'mul_add': 10, 'rope': 10},
         swaps={'rms_norm': 28},
         left={}),
     "Krea2Transformer2DModel": dict(

@@ -22,6 +22,9 @@ Forms matched (aot graphs):
   .sum(-1).reshape(x.shape).to(torch.bfloat16)`` with ``rope[..., i, :, :]`` the matrix of pair i
   -> layout ``"interleaved"`` with ``cos = (r00, r11)`` and ``sin = (-r01, r10)`` interleaved per
   pair: exact for any 2x2 matrices, no precondition. The hard-coded bf16 cast is kept.
+  Kandinsky 6 (``transformer_kandinsky6.apply_rotary``) writes the same product on ``x.float()``
+  and ``rope.float()`` (a no-op on its fp32 tables) and casts back to ``x.dtype``: form
+  ``rotation_matrix_typed``.
 - rotate-half (``x * cos + cat(-x2, x1) * sin``, in the input dtype or upcast) -> layout ``"half"``;
   also with the halves taken by slices (``x[..., :d // 2]``) instead of ``chunk``.
 - ``apply_rotary_emb(use_real=True, use_real_unbind_dim=-2)`` (Stable Audio, CogView4, Cosmos):
@@ -60,12 +63,13 @@ class RopePattern(FusionPattern):
         dtype: example dtype of ``x`` (``cos``/``sin`` are fp32 as diffusers builds them).
     """
 
-    FORMS = ("flux", "wan", "wan_chunk", "half", "half_upcast", "half_slice", "half_unbind", "complex", "rotation_matrix")
+    FORMS = ("flux", "wan", "wan_chunk", "half", "half_upcast", "half_slice", "half_unbind", "complex", "rotation_matrix",
+             "rotation_matrix_typed")
 
     @property
     def retrace(self) -> bool:
         # `x.reshape(*x.shape[:-1], -1, 2)` sizes are symbolic expressions in dynamic graphs.
-        return self.form not in ("flux", "half_unbind", "complex", "rotation_matrix")
+        return self.form not in ("flux", "half_unbind", "complex", "rotation_matrix", "rotation_matrix_typed")
 
     def check(self, match) -> bool:
         if self.form == "complex":
@@ -74,7 +78,7 @@ class RopePattern(FusionPattern):
             return self._check_half_unbind(match)
         if self.form == "wan_chunk":
             return self._check_wan_chunk(match)
-        if self.form == "rotation_matrix":
+        if self.form in ("rotation_matrix", "rotation_matrix_typed"):
             return self._check_rotation_matrix(match)
         if self.form != "flux":
             return True
@@ -132,7 +136,8 @@ class RopePattern(FusionPattern):
 
     def _check_rotation_matrix(self, match) -> bool:
         # Generic match: x's pairs as rows (..., D/2, 1, 2) times (..., D/2, 2, 2) matrices, summed
-        # over the last dim; x upcast to fp32 (the op computes in fp32), result cast to bf16.
+        # over the last dim; x upcast to fp32 (the op computes in fp32), result cast to bf16
+        # (Kandinsky 5) or back to x's dtype (Kandinsky 6).
         x, rope = tensor_arg(match, "x"), tensor_arg(match, "rope")
         if x is None or rope is None or x.dim() < 2 or rope.dim() < 3 or tuple(rope.shape[-3:]) != (x.shape[-1] // 2, 2, 2):
             return False
@@ -145,11 +150,12 @@ class RopePattern(FusionPattern):
             return False
         rows = [n for n in matched_nodes(match, aten.view) + matched_nodes(match, aten.reshape)
                 if tuple(n.meta["val"].shape) == (*x.shape[:-1], x.shape[-1] // 2, 1, 2)]
-        return len(rows) == 1 and match.output_nodes()[0].meta["val"].dtype == torch.bfloat16
+        out_dtype = torch.bfloat16 if self.form == "rotation_matrix" else x.dtype
+        return len(rows) == 1 and match.output_nodes()[0].meta["val"].dtype == out_dtype
 
     def example_inputs(self):
         x = torch.randn(2, 6, 3, 8, dtype=self.dtype)  # (B, S, H, D)
-        if self.form == "rotation_matrix":
+        if self.form in ("rotation_matrix", "rotation_matrix_typed"):
             return [x, torch.randn(1, 6, 1, 4, 2, 2)]  # (1, S, 1, D/2, 2, 2), fp32
         if self.form == "wan_chunk":
             return [x, torch.randn(1, 6, 1, 16)]  # (1, S, 1, 2D): cos then sin, fp32
@@ -166,12 +172,14 @@ class RopePattern(FusionPattern):
     @property
     def search(self):
         return {"complex": self._search_complex, "wan_chunk": self._search_wan_chunk,
-                "rotation_matrix": self._search_rotation_matrix}.get(self.form, self._search)
+                "rotation_matrix": self._search_rotation_matrix,
+                "rotation_matrix_typed": self._search_rotation_matrix_typed}.get(self.form, self._search)
 
     @property
     def replace(self):
         return {"complex": self._replace_complex, "wan_chunk": self._replace_wan_chunk,
-                "rotation_matrix": self._replace_rotation_matrix}.get(self.form, self._replace)
+                "rotation_matrix": self._replace_rotation_matrix,
+                "rotation_matrix_typed": self._replace_rotation_matrix_typed}.get(self.form, self._replace)
 
     def _search_rotation_matrix(self, x, rope):
         x_ = x.reshape(*x.shape[:-1], -1, 1, 2).to(torch.float32)
@@ -184,6 +192,15 @@ class RopePattern(FusionPattern):
         cos = torch.stack([rope[..., 0, 0], rope[..., 1, 1]], dim=-1).flatten(-2)
         sin = torch.stack([-rope[..., 0, 1], rope[..., 1, 0]], dim=-1).flatten(-2)
         return _rope(x, cos, sin, "interleaved").to(torch.bfloat16)
+
+    def _search_rotation_matrix_typed(self, x, rope):
+        x_ = x.reshape(*x.shape[:-1], -1, 1, 2).float()
+        return (rope.float() * x_).sum(dim=-1).reshape(*x.shape).to(dtype=x.dtype)
+
+    def _replace_rotation_matrix_typed(self, x, rope):
+        cos = torch.stack([rope[..., 0, 0], rope[..., 1, 1]], dim=-1).flatten(-2)
+        sin = torch.stack([-rope[..., 0, 1], rope[..., 1, 0]], dim=-1).flatten(-2)
+        return _rope(x, cos, sin, "interleaved")
 
     def _search_wan_chunk(self, x, freqs):
         # as Helios writes it: the slices of cos/sin repeated inline in both writes
