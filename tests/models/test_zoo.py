@@ -1,5 +1,6 @@
 """The model zoo: every model class of the installed diffusers that declares `_repeated_blocks`,
-built tiny (configs in `zoo_table.TINY`), enabled with ``fusions="all"`` under ``compile="blocks"``
+built tiny (configs in `zoo_table.TINY`; parameters a fresh model sets to zero, such as
+adaLN-Zero gates and layer scales, drawn at random so every block contributes), enabled with ``fusions="all"`` under ``compile="blocks"``
 (fp32, eager executor) and checked for: no error and no fallback, numerics equal to eager within
 fp32 tolerance, no recompilation on a repeated call, a clean disable (stock output bit for bit,
 stock classes back), a save/load round trip that re-enables the same config, and the exact
@@ -87,6 +88,14 @@ def _build(name: str):
 
     torch.manual_seed(0)
     model = getattr(diffusers, name)(**TINY[name].init).eval()
+    # Parameters a fresh model initialises to zero (adaLN-Zero gates, layer scales, output
+    # projections) would let a block add nothing to the output, and "equal to eager" would then
+    # hold whatever the fused block computed: draw them instead.
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.numel() and not p.any():
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
     return model, TINY[name].inputs(torch.Generator().manual_seed(0))
 
 

@@ -491,8 +491,7 @@ TINY: dict[str, Tiny] = {
     "AutoencoderKLMiniMaxH3": Tiny(
         # forward = encode (causal 3D CNN, two 3-frame clips, one latent frame dropped) then decode (the ViT decoder
         # whose blocks are the repeated blocks) of the posterior mode: numerics compare the reconstruction. Its layer
-        # scales (`scale1`, `scale2`) start at zero, so on a fresh model the blocks add nothing to the output (the same
-        # checks pass with the scales and register tokens drawn at random).
+        # scales (`scale1`, `scale2`) start at zero; the zoo draws every all-zero parameter, so the blocks count.
         init=dict(latent_channels=4, block_out_channels=(8,), layers_per_block=1, spatial_downsample_factors=(2,),
                   temporal_downsample_factors=(2,), norm_num_groups=4, decoder_num_layers=2,
                   decoder_num_attention_heads=2, decoder_attention_head_dim=8, decoder_num_register_tokens=2,
