@@ -71,11 +71,13 @@ class RMSNormPattern(FusionPattern):
         # only a last-dim norm with a float eps (None means a dtype-dependent default) and a
         # (D,) weight or none is the op.
         (node,) = matched_nodes(match, _compat.fused_rms_norm())
-        x, w, eps = tensor_arg(match, "x"), match.kwargs.get("w"), match.kwargs.get("eps")
+        x, eps = tensor_arg(match, "x"), match.kwargs.get("eps")
         if x is None or not isinstance(eps, float) or len(node.args[1]) != 1 or node.args[1][0] != x.shape[-1]:
             return False
-        w = tensor_arg(match, "w") if w is not None else None
-        return match.kwargs.get("w") is None or (w is not None and w.dim() == 1 and w.shape[0] == x.shape[-1])
+        if match.kwargs.get("w") is None:
+            return True
+        w = tensor_arg(match, "w")
+        return w is not None and w.dim() == 1 and w.shape[0] == x.shape[-1]
 
     def search_pattern(self):
         return _compat.fused_rms_norm_pattern() if self.form == "fused" else None

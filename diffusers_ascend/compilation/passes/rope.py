@@ -186,21 +186,23 @@ class RopePattern(FusionPattern):
         x_out = (rope * x_).sum(dim=-1)
         return x_out.reshape(*x.shape).to(torch.bfloat16)
 
-    def _replace_rotation_matrix(self, x, rope):
+    @staticmethod
+    def _matrix_rope(x, rope):
         # out[2i] = r00 x[2i] + r01 x[2i+1], out[2i+1] = r10 x[2i] + r11 x[2i+1]: the interleaved
-        # rotation x * cos + rot(x) * sin with rot(x) = (-x[2i+1], x[2i]).
+        # rotation x * cos + rot(x) * sin with rot(x) = (-x[2i+1], x[2i]), in x's dtype.
         cos = torch.stack([rope[..., 0, 0], rope[..., 1, 1]], dim=-1).flatten(-2)
         sin = torch.stack([-rope[..., 0, 1], rope[..., 1, 0]], dim=-1).flatten(-2)
-        return _rope(x, cos, sin, "interleaved").to(torch.bfloat16)
+        return _rope(x, cos, sin, "interleaved")
+
+    def _replace_rotation_matrix(self, x, rope):
+        return self._matrix_rope(x, rope).to(torch.bfloat16)
 
     def _search_rotation_matrix_typed(self, x, rope):
         x_ = x.reshape(*x.shape[:-1], -1, 1, 2).float()
         return (rope.float() * x_).sum(dim=-1).reshape(*x.shape).to(dtype=x.dtype)
 
     def _replace_rotation_matrix_typed(self, x, rope):
-        cos = torch.stack([rope[..., 0, 0], rope[..., 1, 1]], dim=-1).flatten(-2)
-        sin = torch.stack([-rope[..., 0, 1], rope[..., 1, 0]], dim=-1).flatten(-2)
-        return _rope(x, cos, sin, "interleaved")
+        return self._matrix_rope(x, rope)
 
     def _search_wan_chunk(self, x, freqs):
         # as Helios writes it: the slices of cos/sin repeated inline in both writes
