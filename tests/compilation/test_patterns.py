@@ -582,6 +582,38 @@ def test_rope_chunked_tables_look_alikes_are_left_alone():
     run(HeliosRope(), x, torch.randn(1, 8, 4), fusions=["rope"], dtype=torch.float32, expected=0)
 
 
+# RoPE: LTX-2's split layout (half-size tables, addcmul_ into the halves)
+class LTX2SplitRope(torch.nn.Module):
+    """diffusers' `transformer_ltx2.apply_split_rotary_emb`, called as its attention processor does."""
+
+    def forward(self, x, cos, sin):
+        from diffusers.models.transformers.transformer_ltx2 import apply_split_rotary_emb
+
+        return apply_split_rotary_emb(x, (cos, sin))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rope_ltx2_split(dtype):
+    x = torch.randn(1, 2, 6, 16, dtype=dtype)  # (B, H, T, D)
+    cos, sin = torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8)  # (B, H, T, D/2), fp32
+    run(LTX2SplitRope(), x, cos, sin, fusions=["rope"], dtype=dtype, expected=1,
+        gone=[aten.addcmul.default, aten.slice_scatter.default])
+
+
+def test_rope_ltx2_split_look_alike_is_left_alone():
+    # the halves swapped in the second write (x1 * sin added to the first half): not a rotation
+    class Swapped(torch.nn.Module):
+        def forward(self, x, cos, sin):
+            split_x = x.reshape(*x.shape[:-1], 2, x.shape[-1] // 2).float()
+            out = split_x * cos.unsqueeze(-2)
+            out[..., :1, :].addcmul_(-sin.unsqueeze(-2), split_x[..., :1, :])
+            out[..., 1:, :].addcmul_(sin.unsqueeze(-2), split_x[..., 1:, :])
+            return out.reshape(x.shape).to(x.dtype)
+
+    x, cos, sin = torch.randn(1, 2, 6, 16), torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8)
+    run(Swapped(), x, cos, sin, fusions=["rope"], dtype=torch.float32, expected=0)
+
+
 # RoPE: 2x2 rotation matrices (Kandinsky 5)
 def _kandinsky_rope(seq, dim):
     from diffusers.models.transformers.transformer_kandinsky import Kandinsky5RoPE1D

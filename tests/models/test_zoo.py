@@ -187,3 +187,26 @@ def _check_model(name, tmp_path, fusions="all"):
     assert coverage == COVERAGE.get(name), (
         f"{name}: coverage changed (fused sites lost or gained); measured {coverage}"
     )
+
+
+def test_ltx2_split_rope_is_fused():
+    """LTX-2 with ``rope_type="split"`` (the zoo's table builds the default, interleaved): its 8
+    rotary sites (video and audio self/cross attention) are fused as with interleaved, and the
+    output equals eager."""
+    import diffusers
+
+    import diffusers_ascend  # noqa: F401
+
+    name = "LTX2VideoTransformer3DModel"
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = getattr(diffusers, name)(**{**TINY[name].init, "rope_type": "split"}).eval()
+    inputs = TINY[name].inputs(torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = model(**inputs)
+    model.enable_ascend_compile(fusions=["rope"], executor="eager", compile="blocks")
+    with torch.no_grad():
+        out = model(**inputs)
+    report = model.ascend_report()
+    assert report.matches["rope"] == COVERAGE[name]["matches"]["rope"] == 8 and not report.fallbacks
+    _assert_same(out, ref)

@@ -27,6 +27,10 @@ Forms matched (aot graphs):
   ``rotation_matrix_typed``.
 - rotate-half (``x * cos + cat(-x2, x1) * sin``, in the input dtype or upcast) -> layout ``"half"``;
   also with the halves taken by slices (``x[..., :d // 2]``) instead of ``chunk``.
+- LTX-2's ``apply_split_rotary_emb`` (``rope_type="split"``): ``x`` viewed as ``(..., 2, D/2)`` on
+  ``x.float()``, times half-size ``cos``, then ``addcmul_`` of ``-sin * x2`` into the first half and
+  ``sin * x1`` into the second (functionalized to slice_scatter), cast back -> layout ``"half"``
+  with ``cos``/``sin`` repeated over both halves (form ``split``).
 - ``apply_rotary_emb(use_real=True, use_real_unbind_dim=-2)`` (Stable Audio, CogView4, Cosmos):
   ``reshape(x, [..., 2, -1]).unbind(-2)`` then ``cat([-im, re], -1)``: rotate-half -> layout ``"half"``.
 - complex multiplication (Qwen-Image ``use_real=False``, Z-Image, Lumina):
@@ -64,7 +68,7 @@ class RopePattern(FusionPattern):
     """
 
     FORMS = ("flux", "wan", "wan_chunk", "half", "half_upcast", "half_slice", "half_unbind", "complex", "rotation_matrix",
-             "rotation_matrix_typed")
+             "rotation_matrix_typed", "split")
 
     @property
     def retrace(self) -> bool:
@@ -162,6 +166,9 @@ class RopePattern(FusionPattern):
         if self.form == "complex":
             freqs = torch.polar(torch.ones(6, 1, 4), torch.randn(6, 1, 4))  # (S, 1, D/2), as unsqueezed
             return [x, freqs]
+        if self.form == "split":  # LTX-2: (B, H, T, D) with half-size (B, H, T, D/2) fp32 tables
+            x = torch.randn(2, 3, 6, 8, dtype=self.dtype)
+            return [x, torch.randn(2, 3, 6, 4), torch.randn(2, 3, 6, 4)]
         cdt = self.dtype if self.form in ("half", "half_slice") else torch.float32
         cos = torch.randn(1, 6, 1, 8, dtype=cdt)
         sin = torch.randn(1, 6, 1, 8, dtype=cdt)
@@ -228,6 +235,15 @@ class RopePattern(FusionPattern):
         return _rope(x, cos, sin, "interleaved")
 
     def _search(self, x, cos, sin):
+        if self.form == "split":  # diffusers.models.transformers.transformer_ltx2.apply_split_rotary_emb
+            last = x.shape[-1]
+            split_x = x.reshape(*x.shape[:-1], 2, last // 2).float()
+            first_x, second_x = split_x[..., :1, :], split_x[..., 1:, :]
+            cos_u, sin_u = cos.unsqueeze(-2), sin.unsqueeze(-2)
+            out = split_x * cos_u
+            out[..., :1, :].addcmul_(-sin_u, second_x)
+            out[..., 1:, :].addcmul_(sin_u, first_x)
+            return out.reshape(*out.shape[:-2], last).to(dtype=x.dtype)
         if self.form == "half_unbind":
             x_real, x_imag = x.reshape(*x.shape[:-1], 2, -1).unbind(-2)
             x_rotated = torch.cat([-x_imag, x_real], dim=-1)
@@ -255,6 +271,8 @@ class RopePattern(FusionPattern):
         return (x.float() * cos + rotated.float() * sin).to(x.dtype)
 
     def _replace(self, x, cos, sin):
+        if self.form == "split":  # one half-size table for both halves
+            return _rope(x, torch.cat([cos, cos], dim=-1), torch.cat([sin, sin], dim=-1), "half")
         return _rope(x, cos, sin, "half" if self.form.startswith("half") else "interleaved")
 
 
