@@ -38,6 +38,32 @@ def assert_close(actual, expected, dtype=None, **kw):
     torch.testing.assert_close(actual.float(), expected.float(), **tol)
 
 
+def as_tuple(out) -> tuple:
+    """A module's output as a tuple of tensors (blocks return one tensor or a pair)."""
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def to_fp64(inputs: dict) -> dict:
+    """Block kwargs with every floating tensor (also inside tuples, e.g. rotary tables) in fp64."""
+    def cast(v):
+        if isinstance(v, tuple):
+            return tuple(cast(t) for t in v)
+        return v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+
+    return {k: cast(v) for k, v in inputs.items()}
+
+
+def assert_as_accurate_as_eager(out, ref, ref64, dtype):
+    """Low-precision numerics of a compiled block. The fused ops and Inductor's kernels round once
+    where eager rounds after every op, so they may differ from eager by more than the bf16
+    tolerance while being the more accurate: against an fp64 run of the same weights (`ref64`) the
+    output must be about as close as eager's (`ref`) is, and within a loose tolerance of eager."""
+    err = (out.double() - ref64).abs().max().item()
+    eager_err = (ref.double() - ref64).abs().max().item()
+    assert err <= 1.5 * eager_err + 1e-3, (err, eager_err)
+    assert_close(out, ref, dtype, atol=0.1, rtol=0.05)
+
+
 def _targets(graph: torch.fx.Graph) -> collections.Counter:
     return collections.Counter(
         n.target for n in graph.nodes if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)

@@ -10,18 +10,14 @@ import torch
 from diffusers_ascend.compilation import AscendBackend
 from diffusers_ascend.tiny import flux_block_inputs, tiny_flux_blocks, tiny_wan_block, wan_block_inputs
 
-from .conftest import EXPECTED_BLOCK_COUNTS, assert_close
-
-
-def _as_tuple(out):
-    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+from .conftest import EXPECTED_BLOCK_COUNTS, as_tuple, assert_close
 
 
 def _grads(block, inputs, grad_inputs, compiled=None):
     """Loss gradients w.r.t. `grad_inputs` and every parameter, through `compiled` or eager `block`."""
     inputs = {k: (v.detach().clone().requires_grad_(True) if k in grad_inputs else v) for k, v in inputs.items()}
     block.zero_grad(set_to_none=True)
-    outs = _as_tuple((block if compiled is None else compiled)(**inputs))
+    outs = as_tuple((block if compiled is None else compiled)(**inputs))
     loss = sum((o.float() * torch.linspace(-1, 1, o.shape[-1])).square().sum() for o in outs)
     loss.backward()
     return outs, [inputs[k].grad for k in grad_inputs] + [p.grad for p in block.parameters()]
@@ -81,8 +77,8 @@ def test_inductor_executor_inference():
     inputs = flux_block_inputs()
     backend = AscendBackend(fusions="all", executor="inductor")
     with torch.no_grad():
-        out = _as_tuple(torch.compile(single, backend=backend, fullgraph=True)(**inputs))
-        ref = _as_tuple(single(**inputs))
+        out = as_tuple(torch.compile(single, backend=backend, fullgraph=True)(**inputs))
+        ref = as_tuple(single(**inputs))
     assert backend.report.matches == EXPECTED_BLOCK_COUNTS["flux_single"]
     assert backend.report.graphs[0]["executor"] == "inductor"
     for o, r in zip(out, ref):

@@ -24,7 +24,7 @@ from diffusers_ascend.tiny import (
     wan_pipeline_inputs,
 )
 
-from .conftest import assert_close
+from .conftest import as_tuple, assert_as_accurate_as_eager, assert_close, to_fp64
 
 pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("fresh_dynamo_no_grad")]
 MODES = ["graph_only", "graph_with_compile"]
@@ -40,31 +40,20 @@ def _cuda(inputs: dict) -> dict:
     return {k: move(v) for k, v in inputs.items()}
 
 
-def _tuple(t):
-    return tuple(t) if isinstance(t, (tuple, list)) else (t,)
-
-
 def _check(outs, refs, dtype):
-    for o, r in zip(_tuple(outs), _tuple(refs)):
+    for o, r in zip(as_tuple(outs), as_tuple(refs)):
         assert_close(o, r, dtype)
 
 
 def _check_block(outs, block, x, dtype):
-    """Replayed outputs of ``block(**x)`` against eager. In bf16 the fused ops and Inductor's kernels
-    round once where eager rounds after every op, so they may differ from eager by more than the
-    bf16 tolerance while being the more accurate: there the rule of the CPU block test applies
-    (as close to an fp64 run of the same weights as eager is, give or take)."""
+    """Replayed outputs of ``block(**x)`` against eager; in bf16 by the rule of the CPU block test
+    (`assert_as_accurate_as_eager`: Inductor's kernels round once where eager rounds per op)."""
     refs = block(**x)
     if dtype == torch.float32:
         return _check(outs, refs, dtype)
-    to64 = lambda v: v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else (  # noqa: E731
-        tuple(to64(t) for t in v) if isinstance(v, tuple) else v)
-    refs64 = copy.deepcopy(block).double()(**{k: to64(v) for k, v in x.items()})
-    for o, r, r64 in zip(_tuple(outs), _tuple(refs), _tuple(refs64)):
-        err = (o.double() - r64).abs().max().item()
-        eager_err = (r.double() - r64).abs().max().item()
-        assert err <= 1.5 * eager_err + 1e-3, (err, eager_err)
-        assert_close(o, r, dtype, atol=0.1, rtol=0.05)
+    refs64 = copy.deepcopy(block).double()(**to_fp64(x))
+    for o, r, r64 in zip(as_tuple(outs), as_tuple(refs), as_tuple(refs64)):
+        assert_as_accurate_as_eager(o, r, r64, dtype)
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
