@@ -345,6 +345,7 @@ def compiled_blocks_share_graphs() -> bool:
     return torch_version() >= (2, 8)
 
 
+@functools.cache  # asked on every rms_norm match; the op table does not change in a process
 def fused_rms_norm() -> Callable | None:
     """``aten._fused_rms_norm`` as ``F.rms_norm`` reaches it on CUDA, or None where it is not that op.
 

@@ -83,11 +83,11 @@ def _left_ops(log_dir: str) -> dict[str, int]:
     return counts
 
 
-def _build(name: str):
+def _build(name: str, **init_overrides):
     import diffusers
 
     torch.manual_seed(0)
-    model = getattr(diffusers, name)(**TINY[name].init).eval()
+    model = getattr(diffusers, name)(**{**TINY[name].init, **init_overrides}).eval()
     # Parameters a fresh model initialises to zero (adaLN-Zero gates, layer scales, output
     # projections) would let a block add nothing to the output, and "equal to eager" would then
     # hold whatever the fused block computed: draw them instead.
@@ -193,15 +193,11 @@ def test_ltx2_split_rope_is_fused():
     """LTX-2 with ``rope_type="split"`` (the zoo's table builds the default, interleaved): its 8
     rotary sites (video and audio self/cross attention) are fused as with interleaved, and the
     output equals eager."""
-    import diffusers
-
     import diffusers_ascend  # noqa: F401
 
     name = "LTX2VideoTransformer3DModel"
     torch._dynamo.reset()
-    torch.manual_seed(0)
-    model = getattr(diffusers, name)(**{**TINY[name].init, "rope_type": "split"}).eval()
-    inputs = TINY[name].inputs(torch.Generator().manual_seed(0))
+    model, inputs = _build(name, rope_type="split")
     with torch.no_grad():
         ref = model(**inputs)
     model.enable_ascend_compile(fusions=["rope"], executor="eager", compile="blocks")
