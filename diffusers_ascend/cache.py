@@ -45,26 +45,30 @@ __all__ = [
     "MANIFEST_NAME",
     "cache_info",
     "load_ascend_cache",
+    "package_counters",
     "save_ascend_cache",
 ]
 
 MANIFEST_NAME = "ascend_cache.json"
 ARTIFACTS_NAME = "ascend_inductor_cache.bin"
 KERNELS_NAME = "ascend_cpp_kernels.tar"
-FORMAT = 1
-MECHANISM = "inductor-mega-cache"
+FORMAT = 2
+MECHANISM = "inductor-mega-cache+aoti-blocks"
+_PACKAGE_NAME = re.compile(r"^ascend_aoti_[0-9]{1,4}\.pt2$")
 # What must equal the running process for the artifacts to be used (manifest key -> meaning).
 KEY_FIELDS = {
     "torch": "torch version",
     "platform": "platform",
     "machine": "machine architecture",
+    "device": "device capability (AOTInductor packages hold code for it)",
     "python": "Python version",
     "diffusers_ascend": "diffusers-ascend version",
     "config_hash": "AscendConfig.cache_key()",
     "pass_hash": "fusion pass source hash (FusionPassManager.uuid())",
     "executor": "executor",
 }
-_MANIFEST_KEYS = {"format", "mechanism", "files", *KEY_FIELDS}
+_MANIFEST_KEYS = {"format", "mechanism", "files", "blocks", *KEY_FIELDS}
+_BLOCK_KEYS = {"model", "class", "file", "signature", "state", "outputs", "matches", "ops_before", "ops_after"}
 _FILE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 
@@ -90,12 +94,43 @@ def expected_keys(cfg) -> dict[str, str]:
         "torch": torch.__version__,
         "platform": plat,
         "machine": _platform.machine(),
+        "device": _device_capability(plat),
         "python": "%d.%d" % sys.version_info[:2],
         "diffusers_ascend": __version__,
         "config_hash": cfg.cache_key(),
         "pass_hash": FusionPassManager(ordered_fusions(cfg.resolved_fusions(plat))).uuid(),
         "executor": cfg.resolved_executor(plat),
     }
+
+
+def _device_capability(plat: str) -> str:
+    """What compiled code is specific to beyond the architecture. Inductor builds CPU code (the
+    C++ kernels, AOTInductor packages and their host-side wrappers) with ``-march=native``, so it
+    may use any instruction of the building CPU: its ATen capability and a hash of its feature
+    flags must both match. On an accelerator, its generation too."""
+    parts = [f"cpu:{torch.backends.cpu.get_cpu_capability()}:{_cpu_features()}"]
+    if plat == "cuda" and torch.cuda.is_available():
+        parts.append("cuda:sm_%d%d" % torch.cuda.get_device_capability())
+    elif plat == "npu":
+        npu = getattr(torch, "npu", None)
+        parts.append(f"npu:{npu.get_device_name() if npu is not None and hasattr(npu, 'get_device_name') else 'unknown'}")
+    return ";".join(parts)
+
+
+def _cpu_features() -> str:
+    """A short hash of the CPU's feature flags (Linux ``/proc/cpuinfo``: ``flags`` on x86,
+    ``Features`` on Arm), else of the processor name."""
+    text = _platform.processor() or _platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    text = " ".join(sorted(value.split()))
+                    break
+    except OSError:
+        pass
+    return _sha256(text.encode())[:16]
 
 
 def _enabled_states(obj) -> list:
@@ -161,11 +196,14 @@ def save_ascend_cache(obj, save_directory: str | os.PathLike) -> dict[str, Any]:
     kernels = _pack_kernels(_compat.compiled_cpp_libraries() + _built_this_process(root), root)
     if kernels is not None:
         blobs[KERNELS_NAME] = kernels
+    # After the kernels are collected: packaging builds libraries of its own, inside the package.
+    blocks = _build_packages(obj, blobs)
     manifest = {
         "format": FORMAT,
         "mechanism": MECHANISM,
         **keys,
         "files": {name: {"sha256": _sha256(data), "size": len(data)} for name, data in blobs.items()},
+        "blocks": blocks,
     }
     os.makedirs(save_directory, exist_ok=True)
     for name, data in blobs.items():
@@ -173,6 +211,45 @@ def save_ascend_cache(obj, save_directory: str | os.PathLike) -> dict[str, Any]:
     # The manifest last: a directory with a manifest always has the files it names.
     _write_atomic(os.path.join(save_directory, MANIFEST_NAME), (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
     return manifest
+
+
+def _build_packages(obj, blobs: dict[str, bytes]) -> list[dict[str, Any]]:
+    """One AOTInductor package per block class whose first inference call was recorded
+    (`compilation/aot_blocks.py`), added to `blobs`; returns their manifest entries. A class that
+    cannot be packaged is left to torch's caches, with a warning naming the cause."""
+    from .compilation import _compat
+    from .compilation.aot_blocks import build_package
+    from .compilation.backend import describe_failure
+    from .mixin import _models
+
+    entries: list[dict[str, Any]] = []
+    for model_name, model in _models(obj):
+        state = getattr(model, "_ascend_state", None)
+        if state is None or not state.signatures:
+            continue
+        if _compat.aoti_api() is None:
+            warnings.warn(f"diffusers_ascend: torch {torch.__version__} has no AOTInductor packaging: the cache holds "
+                          "torch's compile caches only.", stacklevel=3)
+            return entries
+        state.backend.ensure_verified()
+        for label, signature, ref in [(k, sig, ref) for k, v in sorted(state.signatures.items()) for sig, ref in v]:
+            block = ref()
+            if block is None:
+                continue
+            name = f"ascend_aoti_{len(entries)}.pt2"
+            with tempfile.TemporaryDirectory(prefix="ascend-aoti-") as tmp:
+                path = os.path.join(tmp, name)
+                try:
+                    info = build_package(block, signature, state.backend.manager, path)
+                except Exception as e:  # noqa: BLE001 - any failure leaves the class to the JIT caches
+                    warnings.warn(f"diffusers_ascend: {model_name or type(model).__name__}.{label} was not packaged "
+                                  f"ahead of time ({describe_failure(e)}); a process loading this cache compiles it "
+                                  "from torch's caches.", stacklevel=3)
+                    continue
+                with open(path, "rb") as f:
+                    blobs[name] = f.read()
+            entries.append({"model": model_name, "class": label, "file": name, "signature": signature.to_json(), **info})
+    return entries
 
 
 def _write_atomic(path: str, data: bytes) -> None:
@@ -243,6 +320,9 @@ def _resolve(source, name: str, **hub_kwargs) -> str:
 def read_manifest(path: str) -> dict[str, Any]:
     """The manifest at `path`, checked to be exactly what `save_ascend_cache` writes.
 
+    A manifest of an older format (1: no block packages, no ``device`` key) is returned as read,
+    for `mismatches` to report; nothing of it is loaded.
+
     Raises:
         ValueError: not a JSON object of the expected keys and types (names the problem).
     """
@@ -250,6 +330,8 @@ def read_manifest(path: str) -> dict[str, Any]:
 
     data = read_json_object(path, what="an ascend cache manifest")
     where = f"{path} is not a valid {MANIFEST_NAME} (tampered or corrupt?)"
+    if data.get("format") == 1 and isinstance(data.get("diffusers_ascend"), str):
+        return data  # an older diffusers-ascend wrote it: a mismatch, never loaded
     if set(data) != _MANIFEST_KEYS:
         missing, extra = sorted(_MANIFEST_KEYS - set(data)), sorted(set(data) - _MANIFEST_KEYS)
         raise ValueError(f"{where}: missing keys {missing}, unknown keys {extra}")
@@ -259,9 +341,17 @@ def read_manifest(path: str) -> dict[str, Any]:
     for key in KEY_FIELDS:
         if not isinstance(data[key], str):
             raise ValueError(f"{where}: {key!r} must be a string, got {type(data[key]).__name__}")
-    files = data["files"]
-    if not isinstance(files, dict) or ARTIFACTS_NAME not in files or not set(files) <= {ARTIFACTS_NAME, KERNELS_NAME}:
-        raise ValueError(f"{where}: 'files' must name {ARTIFACTS_NAME!r} (and optionally {KERNELS_NAME!r})")
+    files, blocks = data["files"], data["blocks"]
+    if not isinstance(blocks, list):
+        raise ValueError(f"{where}: 'blocks' must be a list")
+    for i, block in enumerate(blocks):
+        _check_block_entry(block, where=f"{where}: blocks[{i}]")
+    packages = {b["file"] for b in blocks}
+    allowed = {ARTIFACTS_NAME, KERNELS_NAME} | packages
+    if (not isinstance(files, dict) or ARTIFACTS_NAME not in files or not set(files) <= allowed
+            or not packages <= set(files) or len(packages) != len(blocks)):
+        raise ValueError(f"{where}: 'files' must name {ARTIFACTS_NAME!r}, optionally {KERNELS_NAME!r}, and each "
+                         "block's package exactly once")
     for name, entry in files.items():
         if (not isinstance(entry, dict) or set(entry) != {"sha256", "size"} or not isinstance(entry["sha256"], str)
                 or not _SHA.match(entry["sha256"]) or type(entry["size"]) is not int or entry["size"] < 0):
@@ -269,8 +359,35 @@ def read_manifest(path: str) -> dict[str, Any]:
     return data
 
 
+def _check_block_entry(block: Any, where: str) -> None:
+    """A ``blocks`` entry: the keys `_build_packages` writes, each of its type (the signature and
+    the output spec are parsed, as data, by `aot_blocks`)."""
+    from .compilation.aot_blocks import CallSignature, parse_outputs, parse_state
+
+    if not isinstance(block, dict) or set(block) != _BLOCK_KEYS:
+        raise ValueError(f"{where} must have exactly the keys {sorted(_BLOCK_KEYS)}")
+    if not all(isinstance(block[k], str) for k in ("model", "class", "file", "outputs")):
+        raise ValueError(f"{where}: 'model', 'class', 'file' and 'outputs' must be strings")
+    if not _PACKAGE_NAME.match(block["file"]):
+        raise ValueError(f"{where}: package file {block['file']!r} is not named ascend_aoti_<n>.pt2")
+    matches = block["matches"]
+    if not isinstance(matches, dict) or not all(isinstance(k, str) and type(v) is int and v >= 0 for k, v in matches.items()):
+        raise ValueError(f"{where}: 'matches' must map fusion names to counts")
+    if not all(type(block[k]) is int and block[k] >= 0 for k in ("ops_before", "ops_after")):
+        raise ValueError(f"{where}: 'ops_before' and 'ops_after' must be counts")
+    try:
+        CallSignature.from_json(block["signature"])
+        parse_state(block["state"])
+        parse_outputs(block["outputs"])
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
+
+
 def mismatches(manifest: dict[str, Any], cfg) -> list[str]:
     """``"<meaning>: saved X, here Y"`` for each key of `manifest` that differs from this process."""
+    if manifest.get("format") != FORMAT:
+        return [f"manifest format: saved {manifest.get('format')!r} by diffusers-ascend "
+                f"{manifest.get('diffusers_ascend')!r}, here {FORMAT}"]
     here = expected_keys(cfg)
     return [f"{KEY_FIELDS[k]}: saved {manifest[k]!r}, here {here[k]!r}" for k in KEY_FIELDS if manifest[k] != here[k]]
 
@@ -327,7 +444,28 @@ def load_ascend_cache(source, cfg, *, trust_remote_artifacts: bool = False, **hu
     members = _check_kernels(blobs[KERNELS_NAME]) if KERNELS_NAME in blobs else []
     api[1](blobs[ARTIFACTS_NAME])
     installed = _install_kernels(blobs[KERNELS_NAME], members, _compat.inductor_cache_dir()) if members else 0
-    return {"source": os.fspath(source), "artifacts": sorted(blobs), "kernels_installed": installed}
+    return {"source": os.fspath(source), "artifacts": sorted(blobs), "kernels_installed": installed,
+            "blocks": _load_packages(manifest["blocks"], blobs, source)}
+
+
+def _load_packages(entries: list[dict[str, Any]], blobs: dict[str, bytes], source) -> list[dict[str, Any]]:
+    """Loads each block package (already checked against the manifest) from a private copy of its
+    verified bytes. One that fails to load is left out with a warning: its class compiles normally."""
+    from .compilation.aot_blocks import AotBlock, CallSignature, temporary_file
+    from .compilation.backend import describe_failure
+
+    out = []
+    for entry in entries:
+        with temporary_file(blobs[entry["file"]], suffix=".pt2") as path:
+            try:
+                block = AotBlock.load(path, CallSignature.from_json(entry["signature"]), entry["state"], entry["outputs"])
+            except Exception as e:  # noqa: BLE001 - the JIT caches still serve this class
+                warnings.warn(f"diffusers_ascend: the package of {entry['class']} at {source!r} did not load "
+                              f"({describe_failure(e)}); it compiles normally.", stacklevel=4)
+                continue
+        out.append({**{k: entry[k] for k in ("model", "class", "file", "matches", "ops_before", "ops_after")},
+                    "block": block})
+    return out
 
 
 def _check_kernels(data: bytes) -> list[tarfile.TarInfo]:
@@ -357,6 +495,18 @@ def _install_kernels(data: bytes, members: list[tarfile.TarInfo], root: str) -> 
             os.chmod(dest, 0o755)
             n += 1
     return n
+
+
+def package_counters(obj) -> dict[str, int]:
+    """Block packages loaded into an enabled pipeline or model, the calls they ran and the calls
+    they passed on to the compiled path (another signature, gradients, hooks).
+
+    >>> from diffusers_ascend.tiny import tiny_flux_transformer
+    >>> package_counters(tiny_flux_transformer())
+    {'packages': 0, 'calls': 0, 'passed_on': 0}
+    """
+    blocks = [b for s in _enabled_states(obj) for v in s.aot_blocks.values() for b in v]
+    return {"packages": len(blocks), "calls": sum(b.hits for b in blocks), "passed_on": sum(b.misses for b in blocks)}
 
 
 # -- info -------------------------------------------------------------------------------------------

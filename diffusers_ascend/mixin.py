@@ -36,6 +36,11 @@ class _State:
         self.attention: dict[Any, Any] | None = None  # processor -> its previous _attention_backend
         self.swapped: list[tuple[object, type]] = []  # (object, original class), see layers.apply_swaps
         self.swaps: dict[str, int] = {}
+        # Warm start (compilation/aot_blocks.py): the first inference call's signature per compiled
+        # block class, `save_ascend_cache` packages them; and the packages loaded from a cache.
+        self.record_signatures = False
+        self.signatures: dict[str, list[tuple[Any, Any]]] = {}  # class name -> [(CallSignature, weakref to a block)]
+        self.aot_blocks: dict[str, list[Any]] = {}  # class name -> [AotBlock]
 
     def __getstate__(self):
         # Pickling an enabled model (pickle, torch.save) keeps the config, the layer swaps (the
@@ -46,6 +51,8 @@ class _State:
         state = dict(self.__dict__)
         state["backend"] = None
         state["compiled"] = []
+        state["signatures"] = {}
+        state["aot_blocks"] = {}
         return state
 
 
@@ -128,6 +135,7 @@ def _release_recompile_limit(state: _State) -> None:
 def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg) -> None:
     """Like `module.compile(...)` (no `_orig_mod.` keys), with per-module fallback at first call."""
     from .compilation._compat import TorchCompatError
+    from .compilation.aot_blocks import MISS
     from .compilation.backend import describe_failure, graph_label, root_cause
 
     compiled = torch.compile(module._call_impl, backend=state.backend, dynamic=cfg.dynamic, fullgraph=cfg.fullgraph)
@@ -141,11 +149,16 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg) ->
 
     @functools.wraps(module._call_impl)
     def call(*args, **kwargs):
+        if state.aot_blocks and label in state.aot_blocks and _plain_call(module):
+            for aot in state.aot_blocks[label]:
+                out = aot(module, args, kwargs)
+                if out is not MISS:
+                    return out
         token = graph_label.set(label)
         first_graph = len(state.backend.report.graphs)  # graphs compiled from here on belong to this call
         try:
             with scope():
-                return compiled(*args, **kwargs)
+                out = compiled(*args, **kwargs)
         except Exception as e:
             cause = root_cause(e)
             if isinstance(cause, TorchCompatError):
@@ -167,9 +180,37 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg) ->
             return out
         finally:
             graph_label.reset(token)
+        if state.record_signatures and len(state.backend.report.graphs) > first_graph:
+            _record_signature(state, label, module, args, kwargs)  # this call compiled a graph
+        return out
 
     module._compiled_call_impl = call
     state.compiled.append(module)
+
+
+def _plain_call(module: torch.nn.Module) -> bool:
+    """Whether calling `module` is exactly calling its class's ``forward``: no module hooks and no
+    instance ``forward`` (a diffusers hook registry or offloading wrapper): a package runs only then."""
+    from torch.nn.modules import module as nn_module
+
+    return not (module._forward_pre_hooks or module._forward_hooks or "forward" in module.__dict__
+                or nn_module._global_forward_pre_hooks or nn_module._global_forward_hooks)
+
+
+def _record_signature(state: _State, label: str, module: torch.nn.Module, args, kwargs) -> None:
+    """Keeps the signature of an inference call of block class `label` that compiled a graph (a
+    first call, or a recompilation for other shapes or strides), for the packages
+    `save_ascend_cache` builds. Calls that need gradients or hold other leaf types are skipped."""
+    from .compilation.aot_blocks import CallSignature
+
+    if not _plain_call(module):
+        return
+    if torch.is_grad_enabled() and any(p.requires_grad for p in module.parameters()):
+        return
+    sig = CallSignature.of(args, kwargs, training=module.training)
+    recorded = state.signatures.setdefault(label, [])
+    if sig is not None and all(sig != s for s, _ in recorded):
+        recorded.append((sig, weakref.ref(module)))
 
 
 def _set_attention(model, cfg, state: _State) -> None:
@@ -189,15 +230,17 @@ def _set_attention(model, cfg, state: _State) -> None:
     model.set_attention_backend(backend)
 
 
-def _enable_model(model, cfg, name: str = "") -> None:
+def _enable_model(model, cfg, name: str = "", verify: bool = True) -> None:
     """Enables `model`; its state is recorded first, so a failure half-way can be undone by `_disable_model`."""
     from .adapters import adapter_for
     from .compilation import AscendBackend
     from .layers import apply_swaps
 
     adapter = adapter_for(model)
-    backend = AscendBackend(cfg) if cfg.compile != "none" else None
+    backend = AscendBackend(cfg, verify=verify) if cfg.compile != "none" else None
     state = _State(cfg, backend)
+    state.record_signatures = (cfg.compile == "blocks" and backend.executor == "inductor"
+                               and backend.graph_capture is None and not cfg.freezing)
     model._ascend_state = state
     state.swapped, state.swaps = apply_swaps(model, cfg.resolved_fusions())
     _set_attention(model, cfg, state)
@@ -224,6 +267,25 @@ def _enable_model(model, cfg, name: str = "") -> None:
     if cfg.compile == "model":
         _compile_in_place(model, name, state, cfg)
     model.register_to_config(**{ASCEND_CONFIG_KEY: cfg.to_dict()})
+
+
+def _install_packages(models, blocks) -> None:
+    """Puts each loaded block package (`load_ascend_cache`'s ``"blocks"``) in front of the compiled
+    path of its model's block class, and lists it in the model's report."""
+    by_name = dict(models)
+    for entry in blocks:
+        model = by_name.get(entry["model"])
+        state = getattr(model, "_ascend_state", None)
+        if state is None or state.backend is None:
+            continue
+        block = entry["block"]
+        state.aot_blocks.setdefault(entry["class"], []).append(block)
+        # Saving again from this process packages this signature again (from a block of the class).
+        instance = next((m for m in state.compiled if type(m).__name__ == entry["class"]), None)
+        if instance is not None and state.record_signatures:
+            state.signatures.setdefault(entry["class"], []).append((block.signature, weakref.ref(instance)))
+        state.backend.report.add_graph(f"{entry['class']}:aoti", entry["matches"], entry["ops_before"], entry["ops_after"],
+                                       executor="aoti", package=entry["file"], training=False, dynamic=False)
 
 
 def _disable_model(model) -> None:
@@ -268,10 +330,18 @@ def enable_ascend_compile(pipe_or_model, config=None, *, cache=None, trust_remot
     from .config import AscendConfig
 
     cfg = AscendConfig.coerce(config, **overrides)  # validates before anything changes
+    loaded = None
+    if cache is not None:  # validated (and refused, for a remote source without opt-in) before anything changes
+        from .cache import load_ascend_cache
+
+        loaded = load_ascend_cache(cache, cfg, trust_remote_artifacts=trust_remote_artifacts)
+    # Artifacts that match this process were built by these passes on this torch, which verified
+    # them there: pattern registration (seconds) waits for the first graph that is not in them.
+    verify = loaded is None
     if cfg.compile != "none":
         from .compilation import AscendBackend
 
-        AscendBackend(cfg)  # constructor errors (freezing, graph_capture) before anything changes
+        AscendBackend(cfg, verify=verify)  # constructor errors (freezing, graph_capture) before anything changes
     from .adapters import adapter_for
 
     if cfg.freezing and cfg.compile == "blocks":
@@ -283,10 +353,6 @@ def enable_ascend_compile(pipe_or_model, config=None, *, cache=None, trust_remot
     models = _models(pipe_or_model)
     if not models:
         raise ValueError(f"{type(pipe_or_model).__name__} holds no model with an Ascend adapter.")
-    if cache is not None:  # validated (and refused, for a remote source without opt-in) before anything changes
-        from .cache import load_ascend_cache
-
-        load_ascend_cache(cache, cfg, trust_remote_artifacts=trust_remote_artifacts)
     if cfg.compile == "blocks":
         for name, model in models:
             if adapter_for(model) is None:
@@ -298,7 +364,9 @@ def enable_ascend_compile(pipe_or_model, config=None, *, cache=None, trust_remot
     disable_ascend_compile(pipe_or_model)
     try:
         for name, model in models:
-            _enable_model(model, cfg, name)
+            _enable_model(model, cfg, name, verify=verify)
+        if loaded:
+            _install_packages(models, loaded.get("blocks", []))
         if _is_pipeline(pipe_or_model):
             pipe_or_model._ascend_config_obj = cfg
             pipe_or_model.register_to_config(**{ASCEND_CONFIG_KEY: cfg.to_dict()})

@@ -23,6 +23,7 @@ import torch
 import diffusers_ascend
 from diffusers_ascend import cache
 from diffusers_ascend.cli import main
+from diffusers_ascend.compilation import _compat
 from diffusers_ascend.config import AscendConfig
 from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, tiny_flux_transformer
 
@@ -35,25 +36,45 @@ _SCRIPT = textwrap.dedent(
     import torch
     import diffusers_ascend
     from diffusers_ascend.benchmarks._common import flux_model_inputs
+    from diffusers_ascend.cache import package_counters
     from diffusers_ascend.compilation._compat import compile_cache_counters, inductor_cache_dir
     from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, tiny_flux_transformer
 
     mode, art, out = sys.argv[1:4]
+    torch.manual_seed(0)
     layers = dict(num_layers=1, num_single_layers=1)
     model = tiny_flux_transformer(**layers)
-    inputs = flux_model_inputs({**FLUX_TRANSFORMER_CONFIG, **layers}, 8, 8)
+    config = {**FLUX_TRANSFORMER_CONFIG, **layers}
     diffusers_ascend.enable_ascend_compile(model, fusions="all", executor="inductor", compile="blocks",
-                                           cache=art if mode == "load" else None)
+                                           cache=art if mode != "save" else None)
+    if mode == "load-hooked":  # a hook on every block: the packages step aside for the compiled path
+        for block in model.transformer_blocks + model.single_transformer_blocks:
+            block.register_forward_pre_hook(lambda module, args: None)
     def libs():
         root = inductor_cache_dir()
         return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs if f.endswith(".so"))
     before = libs()
+    state = model._ascend_state
     with torch.no_grad():
-        result = model(**inputs)[0]
-    info = dict(compile_cache_counters(), libs_before=before, libs_after=libs(),
-                graphs=diffusers_ascend.ascend_report(model).graphs_compiled)
+        result = model(**flux_model_inputs(config, 8, 8))[0]
+    report = diffusers_ascend.ascend_report(model)
+    info = dict(compile_cache_counters(), libs_before=before, libs_after=libs(), packages=package_counters(model),
+                graphs=[(g["name"], g["executor"], g["matches"]) for g in report.graphs],
+                verified=state.backend._verified)
     if mode == "save":
         info["manifest"] = diffusers_ascend.save_ascend_cache(model, art)
+    else:  # another size: no package or cache entry has it, so it compiles (the deferred verify runs here)
+        torch.manual_seed(1)
+        other = flux_model_inputs(config, 4, 4)
+        with torch.no_grad():
+            compiled = model(**other)[0]
+        info["other_size_packages"] = package_counters(model)
+        info["other_size_graphs"] = [(g["name"], g["executor"]) for g in diffusers_ascend.ascend_report(model).graphs]
+        info["other_size_verified"] = state.backend._verified
+        diffusers_ascend.disable_ascend_compile(model)
+        with torch.no_grad():
+            eager = model(**other)[0]
+        info["other_size_err"] = (compiled - eager).abs().max().item()
     torch.save(result, out)
     print("RESULT", json.dumps(info))
     """
@@ -75,30 +96,63 @@ def test_saved_artifacts_make_a_fresh_process_skip_compilation(tmp_path):
     cold, cold_out = _run(tmp_path, "save", "cold")
     assert cold["autograd_cache_miss"] >= 2 and cold["autograd_cache_hit"] == 0  # one per block class at least
     manifest = cold["manifest"]
-    assert manifest["executor"] == "inductor" and set(manifest["files"]) == {cache.ARTIFACTS_NAME, cache.KERNELS_NAME}
     on_disk = json.loads((tmp_path / "art" / cache.MANIFEST_NAME).read_text())
-    assert on_disk == manifest
+    assert on_disk == manifest and manifest["executor"] == "inductor"
+    # One package per graph the cold process compiled (each is a block class at one signature),
+    # with the same fusions as that graph.
+    compiled = sorted((name.split(":")[0], json.dumps(m, sort_keys=True)) for name, _, m in cold["graphs"])
+    packaged = sorted((b["class"], json.dumps(b["matches"], sort_keys=True)) for b in manifest["blocks"])
+    assert packaged == compiled and len(packaged) >= 2
+    assert set(manifest["files"]) == {cache.ARTIFACTS_NAME, cache.KERNELS_NAME, *(b["file"] for b in manifest["blocks"])}
 
+    # Warm: every block call runs its package. Nothing is traced or compiled, the patterns are
+    # never registered, and the output is the cold process's, bit for bit.
     warm, warm_out = _run(tmp_path, "load", "warm")
-    # Every graph the cold process compiled comes from the artifacts: no AOTAutograd or Inductor
-    # compile, and no C++ kernel library built (all were on disk before the first call).
-    assert warm["graphs"] == cold["graphs"]
-    assert warm["autograd_cache_hit"] == cold["autograd_cache_miss"] and warm["autograd_cache_miss"] == 0
-    assert warm["fxgraph_cache_miss"] == 0
-    assert warm["libs_before"] and warm["libs_after"] == warm["libs_before"]
     torch.testing.assert_close(warm_out, cold_out, rtol=0, atol=0)
+    assert all(v == 0 for k, v in warm.items() if k.endswith(("_hit", "_miss")))
+    assert [e for _, e, _ in warm["graphs"]] == ["aoti"] * len(manifest["blocks"])
+    assert warm["packages"]["calls"] == 2 and warm["packages"]["passed_on"] == 0  # one double, one single block
+    assert warm["verified"] is False
+    # Another size passes the packages by and compiles normally, fused, verified on the way.
+    assert warm["other_size_packages"]["passed_on"] == 2 and warm["other_size_verified"] is True
+    assert [e for _, e in warm["other_size_graphs"]] == ["aoti"] * len(manifest["blocks"]) + ["inductor"] * 2
+    assert warm["other_size_err"] < 1e-4
+
+    # Warm without the packages (a hook on every block): torch's caches serve every graph: no
+    # AOTAutograd or Inductor compile, no C++ kernel built (all were on disk before the call).
+    hooked, hooked_out = _run(tmp_path, "load-hooked", "hooked")
+    torch.testing.assert_close(hooked_out, cold_out, rtol=0, atol=0)
+    assert hooked["packages"]["calls"] == 0
+    assert hooked["autograd_cache_hit"] == cold["autograd_cache_miss"] and hooked["autograd_cache_miss"] == 0
+    assert hooked["fxgraph_cache_miss"] == 0
+    assert hooked["libs_before"] and hooked["libs_after"] == hooked["libs_before"]
 
 
 # -- validation without compiling ---------------------------------------------------------------------
-def _write_cache(directory, keys, payload=b"mega-cache bytes", kernels=None, **manifest_overrides):
-    """A cache directory in `save_ascend_cache`'s layout with `keys` as the manifest's keys."""
+def _block_entry(file="ascend_aoti_0.pt2", **overrides):
+    """A ``blocks`` entry as `save_ascend_cache` writes it (a one-tensor call of a block with one weight)."""
+    from diffusers_ascend.compilation.aot_blocks import CallSignature
+
+    sig = CallSignature.of((torch.zeros(2, 3),), {}, training=False)
+    leaves, spec = _compat.tree_flatten(torch.zeros(2, 3))
+    return {"model": "", "class": "FluxTransformerBlock", "file": file, "signature": sig.to_json(),
+            "state": {"names": ["weight"], "keys": [["tensor", "torch.float32", "cpu", [3], [1]]]},
+            "outputs": _compat.treespec_dumps(spec), "matches": {"rms_norm": 1}, "ops_before": 5, "ops_after": 2,
+            **overrides}
+
+
+def _write_cache(directory, keys, payload=b"mega-cache bytes", kernels=None, packages=None, **manifest_overrides):
+    """A cache directory in `save_ascend_cache`'s layout with `keys` as the manifest's keys and
+    `packages` ({file name: bytes}) as block packages, one `_block_entry` each."""
     os.makedirs(directory, exist_ok=True)
-    blobs = {cache.ARTIFACTS_NAME: payload, **({cache.KERNELS_NAME: kernels} if kernels is not None else {})}
+    packages = packages or {}
+    blobs = {cache.ARTIFACTS_NAME: payload, **({cache.KERNELS_NAME: kernels} if kernels is not None else {}), **packages}
     for name, data in blobs.items():
         with open(os.path.join(directory, name), "wb") as f:
             f.write(data)
     manifest = {"format": cache.FORMAT, "mechanism": cache.MECHANISM, **keys,
                 "files": {n: {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d)} for n, d in blobs.items()},
+                "blocks": [_block_entry(name) for name in packages],
                 **manifest_overrides}
     with open(os.path.join(directory, cache.MANIFEST_NAME), "w") as f:
         json.dump(manifest, f)
@@ -127,7 +181,15 @@ def test_stale_artifacts_warn_and_compile_normally(tmp_path, loads):
     keys = cache.expected_keys(cfg)
     _write_cache(tmp_path / "old-torch", {**keys, "torch": "2.0.0"})
     _write_cache(tmp_path / "other-config", cache.expected_keys(cfg.replace(fusions=["rms_norm"])))
-    for name, needle in [("old-torch", "torch version: saved '2.0.0'"), ("other-config", "AscendConfig.cache_key()")]:
+    _write_cache(tmp_path / "other-cpu", {**keys, "device": "cpu:AVX2:0123456789abcdef"})
+    # What an older diffusers-ascend wrote (format 1: no packages, no device key).
+    _write_cache(tmp_path / "format-1", {k: v for k, v in keys.items() if k != "device"}, format=1,
+                 mechanism="inductor-mega-cache", blocks=None)
+    old = json.loads((tmp_path / "format-1" / cache.MANIFEST_NAME).read_text())
+    del old["blocks"]
+    (tmp_path / "format-1" / cache.MANIFEST_NAME).write_text(json.dumps(old))
+    for name, needle in [("old-torch", "torch version: saved '2.0.0'"), ("other-config", "AscendConfig.cache_key()"),
+                         ("other-cpu", "device capability"), ("format-1", "manifest format: saved 1")]:
         model = tiny_flux_transformer(**LAYERS)
         with pytest.warns(UserWarning, match="made for another setup") as rec:
             diffusers_ascend.enable_ascend_compile(model, cfg, cache=str(tmp_path / name))
@@ -153,13 +215,28 @@ def test_matching_artifacts_reach_torch_caches(tmp_path, loads):
     (lambda d, m: (d / cache.MANIFEST_NAME).write_text(json.dumps({**m, "extra": 1})), "unknown keys \\['extra'\\]"),
     (lambda d, m: (d / cache.MANIFEST_NAME).write_text(json.dumps({**m, "torch": 2})), "'torch' must be a string"),
     (lambda d, m: (d / cache.MANIFEST_NAME).write_text(json.dumps(
-        {**m, "files": {cache.ARTIFACTS_NAME: {"sha256": "x", "size": 1}}})), "64 hex digits"),
+        {**m, "files": {**m["files"], cache.ARTIFACTS_NAME: {"sha256": "x", "size": 1}}})), "64 hex digits"),
+    (lambda d, m: (d / cache.MANIFEST_NAME).write_text(json.dumps(
+        {**m, "files": {cache.ARTIFACTS_NAME: m["files"][cache.ARTIFACTS_NAME]}})), "each block's package exactly once"),
     (lambda d, m: (d / cache.MANIFEST_NAME).write_text(json.dumps({**m, "format": 99})), "format 99"),
     (lambda d, m: (d / cache.ARTIFACTS_NAME).write_bytes(b"mega-cache bytez"), "does not match the sha256"),
+    (lambda d, m: (d / "ascend_aoti_0.pt2").write_bytes(b"package bytez"), "does not match the sha256"),
+    (lambda d, m: (d / cache.MANIFEST_NAME).write_text(json.dumps(
+        {**m, "blocks": [{**m["blocks"][0], "file": "../evil.pt2"}]})), "not named ascend_aoti_<n>.pt2"),
+    (lambda d, m: (d / cache.MANIFEST_NAME).write_text(json.dumps(
+        {**m, "blocks": [{**m["blocks"][0], "extra": 1}]})), "must have exactly the keys"),
+    (lambda d, m: (d / cache.MANIFEST_NAME).write_text(json.dumps({**m, "blocks": [{**m["blocks"][0], "signature": {
+        **m["blocks"][0]["signature"], "leaves": [["tensor", "os.system", "cpu", [2, 3], [3, 1]]]}}]})), "not a torch dtype"),
+    (lambda d, m: (d / cache.MANIFEST_NAME).write_text(json.dumps({**m, "blocks": [{**m["blocks"][0], "signature": {
+        **m["blocks"][0]["signature"], "tree": "{not a spec"}}]})), "not a pytree spec"),
+    (lambda d, m: (d / cache.MANIFEST_NAME).write_text(json.dumps({**m, "blocks": [{**m["blocks"][0], "signature": {
+        **m["blocks"][0]["signature"], "leaves": [["value", {"__reduce__": 1}]]}}]})), "leaf must be"),
+    (lambda d, m: (d / cache.MANIFEST_NAME).write_text(json.dumps(
+        {**m, "blocks": [{**m["blocks"][0], "matches": {"rms_norm": -1}}]})), "'matches' must map"),
 ])
 def test_tampered_cache_is_a_clear_error_and_nothing_is_loaded(tmp_path, loads, tamper, needle):
     cfg = AscendConfig(fusions=["rms_norm"], executor="inductor", compile="blocks")
-    manifest = _write_cache(tmp_path, cache.expected_keys(cfg))
+    manifest = _write_cache(tmp_path, cache.expected_keys(cfg), packages={"ascend_aoti_0.pt2": b"package bytes"})
     tamper(tmp_path, manifest)
     model = tiny_flux_transformer(**LAYERS)
     with pytest.raises(ValueError, match=needle):
@@ -248,3 +325,85 @@ def test_save_refuses_what_has_no_artifacts(tmp_path):
     with pytest.raises(ValueError, match="compiled no graph yet: call it once"):
         model.save_ascend_cache(tmp_path)
     assert os.listdir(tmp_path) == []
+
+
+def test_a_package_that_does_not_load_is_left_to_the_compiler(tmp_path, loads):
+    # Bytes that match the manifest but are no AOTInductor archive: a warning, and the block class
+    # compiles normally (enable succeeds, nothing of the package is installed).
+    cfg = AscendConfig(fusions=["rms_norm"], executor="inductor", compile="blocks")
+    _write_cache(tmp_path, cache.expected_keys(cfg), packages={"ascend_aoti_0.pt2": b"not a zip archive"})
+    model = tiny_flux_transformer(**LAYERS)
+    with pytest.warns(UserWarning, match="package of FluxTransformerBlock .* did not load .* it compiles normally"):
+        diffusers_ascend.enable_ascend_compile(model, cfg, cache=str(tmp_path))
+    assert loads == [b"mega-cache bytes"] and cache.package_counters(model)["packages"] == 0
+
+
+# -- the dispatch rules of a loaded package -------------------------------------------------------------
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x, scale=1.0, extra=None):
+        return self.linear(x) * scale, x
+
+
+def _package_of(block, *args, **kwargs):
+    """An `AotBlock` whose runner is the block itself run functionally on the flat inputs: a test
+    double of a loaded AOTInductor package, for the rules deciding which calls it may take (the
+    real package is run by the subprocess round trip above)."""
+    from diffusers_ascend.compilation.aot_blocks import AotBlock, CallSignature, _state, _tensor_key
+
+    sig = CallSignature.of(args, kwargs, training=block.training)
+    names, state = _state(block)
+
+    def runner(*flat):
+        call_args, call_kwargs = sig.rebuild(flat[len(names):])
+        out = torch.func.functional_call(block, dict(zip(names, flat[:len(names)])), call_args, call_kwargs)
+        return list(_compat.tree_flatten(out)[0])
+
+    out_spec = _compat.tree_flatten(block(*args, **kwargs))[1]
+    return AotBlock(runner, sig, names, [_tensor_key(t) for t in state], out_spec)
+
+
+def test_a_package_takes_only_calls_with_its_exact_signature():
+    from diffusers_ascend.compilation.aot_blocks import MISS
+
+    block = _Block().eval()
+    x = torch.randn(2, 4)
+    package = _package_of(block, x, scale=2.0)
+    with torch.no_grad():
+        out = package(block, (torch.randn(2, 4),), {"scale": 2.0})
+        assert out is not MISS and isinstance(out, tuple) and out[0].shape == (2, 4)
+        misses = [
+            ((torch.randn(3, 4),), {"scale": 2.0}),  # another shape
+            ((torch.randn(4, 2).t(),), {"scale": 2.0}),  # another stride
+            ((torch.randn(2, 4, dtype=torch.float64),), {"scale": 2.0}),  # another dtype
+            ((x,), {"scale": 3.0}),  # another value
+            ((x,), {"scale": 2}),  # another type with an equal value
+            ((x,), {"scale": 2.0, "extra": None}),  # another pytree
+            ((x, 2.0), {}),  # the same value, passed positionally
+        ]
+        for args, kwargs in misses:
+            assert package(block, args, kwargs) is MISS, (args, kwargs)
+    assert package(block, (x,), {"scale": 2.0}) is MISS  # grad mode with weights that require grad
+    block.train()
+    with torch.no_grad():
+        assert package(block, (x,), {"scale": 2.0}) is MISS  # another training flag
+        block.eval().double()
+        assert package(block, (x,), {"scale": 2.0}) is MISS  # weights cast since the package was built
+    assert (package.hits, package.misses) == (1, len(misses) + 3)
+
+
+def test_call_signatures_are_data_and_refuse_what_they_cannot_describe():
+    from diffusers_ascend.compilation.aot_blocks import CallSignature
+
+    sig = CallSignature.of((torch.zeros(2, 3),), {"rotary": (torch.ones(3), torch.ones(3)), "mask": None, "n": 4},
+                           training=False)
+    assert CallSignature.from_json(json.loads(json.dumps(sig.to_json()))) == sig
+    args, kwargs = sig.rebuild([torch.ones(2, 3), torch.zeros(3), torch.zeros(3)])
+    assert kwargs["mask"] is None and kwargs["n"] == 4 and len(kwargs["rotary"]) == 2
+    assert CallSignature.of((torch.nn.Linear(2, 2),), {}, training=False) is None  # a module as an argument
+    assert CallSignature.of((torch.zeros(1),), {"s": float("nan")}, training=False) is None
+    with pytest.raises(ValueError, match="leaves"):
+        CallSignature.from_json({**sig.to_json(), "leaves": sig.to_json()["leaves"][:1]})

@@ -30,6 +30,8 @@ __all__ = [
     "TORCH_NEWEST_VERIFIED",
     "TorchCompatError",
     "aot_autograd",
+    "aoti_api",
+    "aoti_load",
     "cache_artifacts_api",
     "check_engine",
     "compile_cache_counters",
@@ -40,6 +42,7 @@ __all__ = [
     "custom_graph_pass_base",
     "detect_fake_mode",
     "dynamo_recompile_limit",
+    "export_program",
     "fold_parameters",
     "fresh_inductor_cache",
     "fused_rms_norm",
@@ -56,6 +59,10 @@ __all__ = [
     "one_op_graph",
     "pattern_matcher_pass",
     "register_replacement",
+    "tree_flatten",
+    "tree_unflatten",
+    "treespec_dumps",
+    "treespec_loads",
     "remove_noop_ops",
     "set_dynamo_recompile_limit",
     "support_status",
@@ -453,6 +460,78 @@ def cache_artifacts_api() -> tuple[Callable, Callable] | None:
     save = getattr(torch.compiler, "save_cache_artifacts", None)
     load = getattr(torch.compiler, "load_cache_artifacts", None)
     return (save, load) if save is not None and load is not None else None
+
+
+def aoti_api() -> tuple[Callable, Callable] | None:
+    """``(torch._inductor.aoti_compile_and_package, torch._inductor.aoti_load_package)``: an
+    exported program compiled ahead of time by Inductor into one ``.pt2`` file, and the loader
+    that runs it without dynamo or Inductor's compiler (2.6+; None where absent). Our
+    ``ascend_kernels`` ops are Python custom ops: the package calls them back through the
+    dispatcher, so they must be registered in the loading process (importing ``ascend_kernels``)."""
+    try:
+        import torch._inductor as inductor
+    except ImportError:  # pragma: no cover - Inductor is part of every supported torch
+        return None
+    compile_ = getattr(inductor, "aoti_compile_and_package", None)
+    load = getattr(inductor, "aoti_load_package", None)
+    return (compile_, load) if compile_ is not None and load is not None else None
+
+
+def aoti_load(path: str):
+    """Loads the AOTInductor package at `path` (a model named ``"model"``, one runner).
+
+    2.11+'s ``aoti_load_package`` first compares the package's CPU ISA with this host's, and
+    finds this host's by building and loading probe libraries in subprocesses (about a second,
+    once per process), only to log a warning when they differ. `diffusers_ascend.cache` has
+    already refused packages built on a host whose CPU features differ (its ``device`` key), so
+    where the loader takes the 2.8+ arguments ``(path, model_name, run_single_threaded,
+    num_runners, device_index)`` it is built directly, as ``load_package`` builds it for older
+    archives; elsewhere (2.6) ``aoti_load_package`` is called.
+    """
+    api = require("torch._inductor.aoti_load_package", aoti_api)
+    loader = getattr(getattr(torch._C, "_aoti", None), "AOTIModelPackageLoader", None)
+    try:
+        from torch._inductor.package import package as pkg
+    except ImportError:  # pragma: no cover - present on every release with aoti_load_package
+        pkg = None
+    model = getattr(pkg, "AOTICompiledModel", None)
+    if loader is None or model is None or torch_version() < (2, 8):
+        return api[1](path)
+    return model(loader(path, "model", False, 1, -1))
+
+
+def export_program(fn: torch.nn.Module, args: Sequence[Any]):
+    """``torch.export.export(fn, args, strict=False)`` (non-strict: traced by Python, as 2.7+
+    default; the keyword exists on 2.6+)."""
+    return require("torch.export.export", lambda: torch.export.export)(fn, tuple(args), strict=False)
+
+
+def tree_flatten(tree: Any) -> tuple[list[Any], Any]:
+    """``torch.utils._pytree.tree_flatten`` (leaves, spec)."""
+    from torch.utils import _pytree
+
+    return _pytree.tree_flatten(tree)
+
+
+def tree_unflatten(leaves: Sequence[Any], spec: Any) -> Any:
+    from torch.utils import _pytree
+
+    return _pytree.tree_unflatten(list(leaves), spec)
+
+
+def treespec_dumps(spec: Any) -> str:
+    """A pytree spec as JSON text (``_pytree.treespec_dumps``: type names and structure, no code)."""
+    from torch.utils import _pytree
+
+    return _pytree.treespec_dumps(spec)
+
+
+def treespec_loads(text: str) -> Any:
+    """The spec of `treespec_dumps` text. Only node types registered with pytree by name can be
+    named (tuple, list, dict...): parsing never imports or runs anything."""
+    from torch.utils import _pytree
+
+    return _pytree.treespec_loads(text)
 
 
 def compile_cache_counters() -> dict[str, int]:

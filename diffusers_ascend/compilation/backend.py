@@ -98,6 +98,10 @@ class AscendBackend:
     Args:
         config: an `AscendConfig`, a dict of its fields, a local directory or Hub id with an
             ``ascend_config.json``, or None for the defaults.
+        verify: check the torch APIs, register and probe every pattern now (the default: a broken
+            engine raises before any model is touched). ``False`` defers it to the first graph:
+            `enable_ascend_compile` does so when it loaded artifacts these passes built on this
+            torch, whose blocks may never need a graph compiled.
         **overrides: `AscendConfig` fields replacing those of `config`.
 
     The config fields the backend uses:
@@ -140,7 +144,7 @@ class AscendBackend:
     1
     """
 
-    def __init__(self, config=None, **overrides) -> None:
+    def __init__(self, config=None, *, verify: bool = True, **overrides) -> None:
         from diffusers_ascend.platform import current_platform, graph_capture_supported
 
         from .passes import ordered_fusions
@@ -164,19 +168,35 @@ class AscendBackend:
 
             self.graph_capture = GraphCaptureManager.from_config(self.config, self.platform, report=self.report)
         self._graph_index = 0
-        # A torch whose private APIs moved is a broken engine: say so now, before any model is
-        # touched, rather than compile every graph unfused. Registration is once per process.
-        _compat.check_engine(fusions=bool(self.fusions))
         from .passes.manager import FusionPassManager
 
         self.manager = FusionPassManager(self.fusions)
-        self.manager.verify()
+        self._verified = False
+        if verify:
+            self._verify()
+
+    def ensure_verified(self) -> None:
+        """Runs the deferred verification (`verify=False`) now, if it has not run."""
+        if not self._verified:
+            self._verify()
+
+    def _verify(self) -> None:
+        # A torch whose private APIs moved is a broken engine: say so now, before any model is
+        # touched, rather than compile every graph unfused. Registration is once per process.
+        # Deferred (verify=False), this runs at the first graph, outside dynamo's fake mode and
+        # tracing context: the probes trace real patterns of their own.
+        with _compat.unset_fake_mode(), _compat.no_tracing_context():
+            _compat.check_engine(fusions=bool(self.fusions))
+            self.manager.verify()
+        self._verified = True
 
     def __repr__(self) -> str:
         return f"AscendBackend(fusions={list(self.fusions)}, executor={self.executor!r}, platform={self.platform!r})"
 
     # -- torch.compile entry point -----------------------------------------------------------------
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+        if not self._verified:
+            self._verify()
         index = self._graph_index
         self._graph_index += 1
         name = self._graph_name(index)

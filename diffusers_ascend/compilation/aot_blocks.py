@@ -1,0 +1,326 @@
+"""Ahead-of-time compiled blocks: one AOTInductor package per compiled block class (warm start).
+
+A warm start from torch's JIT caches still pays dynamo's trace of every block class, the
+backend's pattern registration and the load of Inductor's compiler (docs/warm-start.md). A
+package skips all of it: the loading process runs the block's compiled code directly.
+
+Under ``compile="blocks"`` and ``executor="inductor"``, the integration records the signature of
+each block class's first inference call (`CallSignature`: the pytree of the arguments, each
+tensor's dtype, device, shape and strides, and every other leaf's value). `build_package` then
+makes the package of that class:
+
+    the block as a function of (its parameters and buffers, the call's tensors)
+      -> traced to a functional aten graph (`_compat.probe_trace`: the form aot_autograd gives
+         the backend, so the same patterns match)
+      -> the backend's fusion passes (`FusionPassManager`)
+      -> torch.export -> AOTInductor (``aoti_compile_and_package``) -> one ``.pt2`` file
+
+The weights are inputs, not constants: one package serves every block of the class and sees later
+weight changes (LoRA, `load_state_dict`). `AotBlock` runs a call through the package only when the
+call has exactly the recorded signature and needs no gradient; any other call returns `MISS` and
+takes the normal compiled path (dynamo and the backend), so a package can go unused but never runs
+on an input it was not built for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import tempfile
+import warnings
+from typing import Any
+
+import torch
+
+from . import _compat
+
+__all__ = ["MISS", "AotBlock", "CallSignature", "build_package"]
+
+MISS = object()  # `AotBlock.__call__`: this call is not the recorded signature; compile it normally
+_VALUE_TYPES = (type(None), bool, int, float, str)
+
+
+def _tensor_key(t: torch.Tensor) -> tuple:
+    return ("tensor", str(t.dtype), str(t.device), tuple(t.shape), tuple(t.stride()))
+
+
+def _leaf_key(leaf: Any) -> tuple | None:
+    if isinstance(leaf, torch.Tensor):
+        if type(leaf) is not torch.Tensor and not isinstance(leaf, torch.nn.Parameter):
+            return None  # a tensor subclass (DTensor, quantized...): its layout is not ours to describe
+        return _tensor_key(leaf)
+    if type(leaf) in _VALUE_TYPES:
+        if type(leaf) is float and not math.isfinite(leaf):
+            return None
+        return ("value", leaf)
+    return None
+
+
+class CallSignature:
+    """What a block call looked like: the pytree of ``(args, kwargs)``, each tensor's
+    ``(dtype, device, shape, stride)`` and every other leaf's value (None, bool, int, float, str).
+
+    Args:
+        spec: the pytree spec of ``(args, kwargs)``.
+        leaves: one key per leaf: ``("tensor", dtype, device, shape, stride)`` or ``("value", v)``.
+        training: the block's ``training`` flag at the call.
+
+    >>> sig = CallSignature.of((torch.zeros(2, 3),), {"scale": 1.0}, training=False)
+    >>> sig.tensors((torch.ones(2, 3),), {"scale": 1.0}) is not None
+    True
+    >>> sig.tensors((torch.ones(2, 4),), {"scale": 1.0}) is None
+    True
+    >>> CallSignature.from_json(sig.to_json()) == sig
+    True
+    """
+
+    def __init__(self, spec: Any, leaves: tuple, training: bool) -> None:
+        self.spec = spec
+        self.leaves = tuple(leaves)
+        self.training = bool(training)
+
+    @classmethod
+    def of(cls, args: tuple, kwargs: dict, training: bool) -> CallSignature | None:
+        """The signature of a call, or None when a leaf is something else (a module, a callable,
+        a tensor subclass, a non-finite float...): such a call has no package."""
+        leaves, spec = _compat.tree_flatten((tuple(args), dict(kwargs)))
+        keys = [_leaf_key(leaf) for leaf in leaves]
+        if any(k is None for k in keys):
+            return None
+        return cls(spec, tuple(keys), training)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, CallSignature) and self.leaves == other.leaves and self.training == other.training
+                and self.spec == other.spec)
+
+    def __hash__(self) -> int:
+        return hash((self.leaves, self.training))
+
+    def tensors(self, args: tuple, kwargs: dict) -> list[torch.Tensor] | None:
+        """The call's tensors in pytree order if the call has exactly this signature, else None."""
+        leaves, spec = _compat.tree_flatten((args, kwargs))
+        if len(leaves) != len(self.leaves):
+            return None
+        tensors = []
+        for leaf, key in zip(leaves, self.leaves):
+            if key[0] == "tensor":
+                if not isinstance(leaf, torch.Tensor) or _tensor_key(leaf) != key:
+                    return None
+                tensors.append(leaf)
+            elif type(leaf) is not type(key[1]) or leaf != key[1]:
+                return None
+        return tensors if spec == self.spec else None
+
+    def example_tensors(self) -> list[torch.Tensor]:
+        """Zero tensors with the recorded dtype, device, shape and strides (export traces with
+        fake values; the zeros are only what `torch.export` is handed)."""
+        return [torch.empty_strided(k[3], k[4], dtype=_dtype(k[1]), device=k[2]).zero_()
+                for k in self.leaves if k[0] == "tensor"]
+
+    def rebuild(self, tensors) -> tuple[tuple, dict]:
+        """``(args, kwargs)`` with `tensors` at the tensor leaves and the recorded values elsewhere."""
+        it = iter(tensors)
+        leaves = [next(it) if k[0] == "tensor" else k[1] for k in self.leaves]
+        return _compat.tree_unflatten(leaves, self.spec)
+
+    # -- JSON (a manifest field: data only) ---------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {"tree": _compat.treespec_dumps(self.spec), "training": self.training,
+                "leaves": [_json_key(k) for k in self.leaves]}
+
+    @classmethod
+    def from_json(cls, data: Any) -> CallSignature:
+        """Parses `to_json` output; raises ValueError naming what is malformed."""
+        if not isinstance(data, dict) or set(data) != {"tree", "training", "leaves"}:
+            raise ValueError("a block signature must be {'tree': str, 'training': bool, 'leaves': list}")
+        if not isinstance(data["tree"], str) or type(data["training"]) is not bool or not isinstance(data["leaves"], list):
+            raise ValueError("a block signature must be {'tree': str, 'training': bool, 'leaves': list}")
+        try:
+            spec = _compat.treespec_loads(data["tree"])
+        except Exception as e:
+            raise ValueError(f"a block signature's 'tree' is not a pytree spec: {type(e).__name__}: {e}") from None
+        leaves = [_parse_leaf(leaf) for leaf in data["leaves"]]
+        if getattr(spec, "num_leaves", len(leaves)) != len(leaves):
+            raise ValueError(f"a block signature's tree has {spec.num_leaves} leaves, its 'leaves' {len(leaves)}")
+        return cls(spec, tuple(leaves), data["training"])
+
+
+def _json_key(key: tuple) -> list:
+    return [key[0], *[list(v) if isinstance(v, tuple) else v for v in key[1:]]]
+
+
+def _ints(v: Any) -> bool:
+    return isinstance(v, list) and all(type(i) is int and i >= 0 for i in v)
+
+
+def _dtype(name: str) -> torch.dtype:
+    dtype = getattr(torch, name[len("torch."):], None) if name.startswith("torch.") else None
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"a block signature names dtype {name!r}, which is not a torch dtype")
+    return dtype
+
+
+def _parse_leaf(leaf: Any) -> tuple:
+    if isinstance(leaf, list) and len(leaf) == 5 and leaf[0] == "tensor":
+        _, dtype, device, shape, stride = leaf
+        if not (isinstance(device, str) and _ints(shape) and _ints(stride) and len(shape) == len(stride)):
+            raise ValueError(f"a block signature's tensor leaf is malformed: {leaf!r}")
+        _dtype(dtype)
+        try:
+            torch.device(device)
+        except (RuntimeError, ValueError):
+            raise ValueError(f"a block signature names device {device!r}") from None
+        return ("tensor", dtype, device, tuple(shape), tuple(stride))
+    if isinstance(leaf, list) and len(leaf) == 2 and leaf[0] == "value" and _leaf_key(leaf[1]) is not None:
+        return ("value", leaf[1])
+    raise ValueError(f"a block signature's leaf must be ['tensor', dtype, device, shape, stride] or ['value', v]: {leaf!r}")
+
+
+def parse_state(data: Any) -> tuple[list[str], list[tuple]]:
+    """The ``state`` entry of a manifest: ``{"names": [str], "keys": [tensor leaf]}``."""
+    if (not isinstance(data, dict) or set(data) != {"names", "keys"} or not isinstance(data["names"], list)
+            or not all(isinstance(n, str) for n in data["names"]) or not isinstance(data["keys"], list)
+            or len(data["keys"]) != len(data["names"])):
+        raise ValueError("a block's 'state' must be {'names': [str], 'keys': [tensor leaf]} of equal lengths")
+    keys = [_parse_leaf(k) for k in data["keys"]]
+    if any(k[0] != "tensor" for k in keys):
+        raise ValueError("a block's 'state' keys must all be tensor leaves")
+    return list(data["names"]), keys
+
+
+def parse_outputs(text: Any) -> Any:
+    """The ``outputs`` entry of a manifest: a pytree spec as `treespec_dumps` writes it."""
+    if not isinstance(text, str):
+        raise ValueError("a block's 'outputs' must be a string")
+    try:
+        return _compat.treespec_loads(text)
+    except Exception as e:
+        raise ValueError(f"a block's 'outputs' is not a pytree spec: {type(e).__name__}: {e}") from None
+
+
+def _state(block: torch.nn.Module) -> tuple[list[str], list[torch.Tensor]]:
+    """The block's parameters then buffers, by name (the package's leading inputs)."""
+    items = list(block.named_parameters()) + list(block.named_buffers())
+    return [n for n, _ in items], [t for _, t in items]
+
+
+def _as_function(block: torch.nn.Module, names: list[str], signature: CallSignature, out: dict):
+    """The block as a function of ``(*state, *call tensors)`` returning its flat outputs (their
+    pytree spec goes to ``out["spec"]``)."""
+
+    def fn(*flat):
+        n = len(names)
+        args, kwargs = signature.rebuild(flat[n:])
+        result = torch.func.functional_call(block, dict(zip(names, flat[:n])), args, kwargs)
+        leaves, out["spec"] = _compat.tree_flatten(result)
+        if not all(isinstance(t, torch.Tensor) for t in leaves):
+            raise ValueError(f"{type(block).__name__} returns non-tensor outputs; it cannot be packaged")
+        return tuple(leaves)
+
+    return fn
+
+
+def build_package(block: torch.nn.Module, signature: CallSignature, manager, path: str) -> dict[str, Any]:
+    """Compiles `block` at `signature`, fused by `manager` (a `FusionPassManager`), into the
+    AOTInductor package `path`.
+
+    Returns:
+        ``{"state": {"names": [parameter and buffer names], "keys": [their tensor keys]}, "outputs": <out pytree spec as JSON text>,
+        "matches": {fusion: replacements}}``, for the manifest.
+
+    Raises:
+        RuntimeError: this torch has no AOTInductor (`_compat.aoti_api`).
+    """
+    from .passes.manager import count_ops
+
+    api = _compat.aoti_api()
+    if api is None:
+        raise RuntimeError(f"torch {torch.__version__} has no AOTInductor packaging (aoti_compile_and_package)")
+    names, state = _state(block)
+    out: dict[str, Any] = {}
+    fn = _as_function(block, names, signature, out)
+    inputs = [t.detach() for t in state] + signature.example_tensors()
+    was_training, compiled_call = block.training, block._compiled_call_impl
+    block.train(signature.training)
+    block._compiled_call_impl = None  # trace the block's Python, not its dynamo-compiled call
+    try:
+        gm = _compat.probe_trace(fn, inputs)  # the graph the backend's aot trace would give
+    finally:
+        block.train(was_training)
+        block._compiled_call_impl = compiled_call
+    before = count_ops(gm.graph)
+    matches = manager(gm.graph)
+    gm.recompile()
+    with torch.no_grad(), warnings.catch_warnings():
+        # torch 2.13's own graph deepcopy inside the AOT compile trips typing_extensions'
+        # deprecation of `LeafSpec`: a warning about torch's code, not the user's.
+        warnings.filterwarnings("ignore", message=r".*LeafSpec.* is deprecated", category=FutureWarning)
+        program = _compat.export_program(gm, inputs)
+        api[0](program, package_path=path)
+    state_json = {"names": names, "keys": [_json_key(_tensor_key(t)) for t in state]}
+    return {"state": state_json, "outputs": _compat.treespec_dumps(out["spec"]), "matches": matches,
+            "ops_before": before, "ops_after": count_ops(gm.graph)}
+
+
+class AotBlock:
+    """A loaded package of one block class, called in front of the block's compiled path.
+
+    Args:
+        runner: the loaded package (``aoti_load_package``).
+        signature: the `CallSignature` it was built for.
+        state: the block's parameter and buffer names, in the package's input order.
+        state_keys: their ``("tensor", dtype, device, shape, stride)`` when the package was built.
+        out_spec: the pytree spec of the block's output.
+
+    Attributes:
+        hits / misses: calls run by the package / passed on to the compiled path.
+    """
+
+    def __init__(self, runner, signature: CallSignature, state: list[str], state_keys: list[tuple], out_spec) -> None:
+        self.runner = runner
+        self.signature = signature
+        self.state = list(state)
+        self.state_keys = list(state_keys)
+        self.out_spec = out_spec
+        self.hits = 0
+        self.misses = 0
+
+    @classmethod
+    def load(cls, path: str, signature: CallSignature, state: dict[str, Any], outputs: str) -> AotBlock:
+        """Loads the package at `path` (already checked against its manifest). The custom ops it
+        calls back are registered first."""
+        import ascend_kernels.ops  # noqa: F401  (the package calls our ops through the dispatcher)
+
+        names, keys = parse_state(state)
+        return cls(_compat.aoti_load(path), signature, names, keys, parse_outputs(outputs))
+
+    def __call__(self, block: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
+        """The block's output computed by the package, or `MISS`."""
+        tensors = self.signature.tensors(args, kwargs) if block.training == self.signature.training else None
+        state = None
+        if tensors is not None:
+            names, state = _state(block)
+            if torch.is_grad_enabled() and (any(t.requires_grad for t in state) or any(t.requires_grad for t in tensors)):
+                tensors = None  # needs autograd: the package is forward only
+            elif names != self.state or [_tensor_key(t) for t in state] != self.state_keys:
+                tensors = None  # weights cast, moved or replaced since the package was built
+        if tensors is None:
+            self.misses += 1
+            return MISS
+        self.hits += 1
+        with torch.no_grad():
+            out = self.runner(*state, *tensors)
+        return _compat.tree_unflatten(out, self.out_spec)
+
+
+@contextlib.contextmanager
+def temporary_file(data: bytes, suffix: str):
+    """`data` in a private temporary file (the loader takes a path), removed afterwards."""
+    fd, path = tempfile.mkstemp(suffix=suffix, prefix="ascend-aoti-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        yield path
+    finally:
+        os.unlink(path)
