@@ -88,7 +88,13 @@ def _run(tmp_path, mode, name):
                          capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     line = next(l for l in out.stdout.splitlines() if l.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):]), torch.load(tmp_path / f"{name}.pt")
+    return {**json.loads(line[len("RESULT "):]), "stderr": out.stderr}, torch.load(tmp_path / f"{name}.pt")
+
+
+# Measured: the save-time check of every block package (`aot_blocks._check_package`) fails on
+# torch 2.8 and 2.11, whose AOTInductor proxy executor decodes the dtype arguments of custom ops
+# off by one, and passes on 2.13 and 2.14. Releases in between were not measured.
+PACKAGES_PASS_THEIR_CHECK = _compat.torch_version() >= (2, 13)
 
 
 @pytest.mark.skipif(torch.compiler.__dict__.get("save_cache_artifacts") is None, reason="torch 2.6: no portable compile cache")
@@ -98,25 +104,29 @@ def test_saved_artifacts_make_a_fresh_process_skip_compilation(tmp_path):
     manifest = cold["manifest"]
     on_disk = json.loads((tmp_path / "art" / cache.MANIFEST_NAME).read_text())
     assert on_disk == manifest and manifest["executor"] == "inductor"
-    # One package per graph the cold process compiled (each is a block class at one signature),
-    # with the same fusions as that graph.
-    compiled = sorted((name.split(":")[0], json.dumps(m, sort_keys=True)) for name, _, m in cold["graphs"])
-    packaged = sorted((b["class"], json.dumps(b["matches"], sort_keys=True)) for b in manifest["blocks"])
-    assert packaged == compiled and len(packaged) >= 2
+    if PACKAGES_PASS_THEIR_CHECK:
+        # One package per graph the cold process compiled (each is a block class at one
+        # signature), with the same fusions as that graph.
+        compiled = sorted((name.split(":")[0], json.dumps(m, sort_keys=True)) for name, _, m in cold["graphs"])
+        packaged = sorted((b["class"], json.dumps(b["matches"], sort_keys=True)) for b in manifest["blocks"])
+        assert packaged == compiled and len(packaged) >= 2
+    else:
+        assert manifest["blocks"] == [] and "was not packaged ahead of time (RuntimeError: the package fails" in cold["stderr"]
     assert set(manifest["files"]) == {cache.ARTIFACTS_NAME, cache.KERNELS_NAME, *(b["file"] for b in manifest["blocks"])}
 
-    # Warm: every block call runs its package. Nothing is traced or compiled, the patterns are
-    # never registered, and the output is the cold process's, bit for bit.
     warm, warm_out = _run(tmp_path, "load", "warm")
     torch.testing.assert_close(warm_out, cold_out, rtol=0, atol=0)
-    assert all(v == 0 for k, v in warm.items() if k.endswith(("_hit", "_miss")))
-    assert [e for _, e, _ in warm["graphs"]] == ["aoti"] * len(manifest["blocks"])
-    assert warm["packages"]["calls"] == 2 and warm["packages"]["passed_on"] == 0  # one double, one single block
-    assert warm["verified"] is False
-    # Another size passes the packages by and compiles normally, fused, verified on the way.
-    assert warm["other_size_packages"]["passed_on"] == 2 and warm["other_size_verified"] is True
-    assert [e for _, e in warm["other_size_graphs"]] == ["aoti"] * len(manifest["blocks"]) + ["inductor"] * 2
-    assert warm["other_size_err"] < 1e-4
+    if PACKAGES_PASS_THEIR_CHECK:
+        # Every block call runs its package. Nothing is traced or compiled, the patterns are
+        # never registered, and the output is the cold process's, bit for bit.
+        assert all(v == 0 for k, v in warm.items() if k.endswith(("_hit", "_miss")))
+        assert [e for _, e, _ in warm["graphs"]] == ["aoti"] * len(manifest["blocks"])
+        assert warm["packages"]["calls"] == 2 and warm["packages"]["passed_on"] == 0  # one double, one single block
+        assert warm["verified"] is False
+        # Another size passes the packages by and compiles normally, fused, verified on the way.
+        assert warm["other_size_packages"]["passed_on"] == 2 and warm["other_size_verified"] is True
+        assert [e for _, e in warm["other_size_graphs"]] == ["aoti"] * len(manifest["blocks"]) + ["inductor"] * 2
+        assert warm["other_size_err"] < 1e-4
 
     # Warm without the packages (a hook on every block): torch's caches serve every graph: no
     # AOTAutograd or Inductor compile, no C++ kernel built (all were on disk before the call).
@@ -407,3 +417,22 @@ def test_call_signatures_are_data_and_refuse_what_they_cannot_describe():
     assert CallSignature.of((torch.zeros(1),), {"s": float("nan")}, training=False) is None
     with pytest.raises(ValueError, match="leaves"):
         CallSignature.from_json({**sig.to_json(), "leaves": sig.to_json()["leaves"][:1]})
+
+
+def test_a_package_that_fails_at_run_time_is_retired_with_a_warning():
+    from diffusers_ascend.compilation.aot_blocks import MISS
+
+    block = _Block().eval()
+    x = torch.randn(2, 4)
+    package = _package_of(block, x)
+
+    def fails(*flat):
+        raise RuntimeError("run_func_ API call failed\nC++ frames")
+
+    package.runner = fails
+    with torch.no_grad():
+        with pytest.warns(UserWarning, match=r"package of _Block failed \(RuntimeError: run_func_ API call failed\); "
+                                             r"it is no longer used"):
+            assert package(block, (x,), {}) is MISS
+        assert package(block, (x,), {}) is MISS and package.broken
+    assert (package.hits, package.misses) == (0, 2)

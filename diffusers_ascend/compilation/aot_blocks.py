@@ -258,9 +258,38 @@ def build_package(block: torch.nn.Module, signature: CallSignature, manager, pat
         warnings.filterwarnings("ignore", message=r".*LeafSpec.* is deprecated", category=FutureWarning)
         program = _compat.export_program(gm, inputs)
         api[0](program, package_path=path)
+    _check_package(path, gm, inputs, len(state))
     state_json = {"names": names, "keys": [_json_key(_tensor_key(t)) for t in state]}
     return {"state": state_json, "outputs": _compat.treespec_dumps(out["spec"]), "matches": matches,
             "ops_before": before, "ops_after": count_ops(gm.graph)}
+
+
+def _random_like(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """Normal values in `t`'s dtype, device and strides (floating tensors; others stay as they are)."""
+    if not t.is_floating_point():
+        return t
+    out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+    return out.copy_(torch.randn(t.shape, generator=gen))
+
+
+def _check_package(path: str, gm: torch.fx.GraphModule, inputs: list[torch.Tensor], n_state: int) -> None:
+    """Loads the package just built and runs it against the fused graph it was compiled from, on
+    random inputs of the recorded signature: a package that fails or differs is never saved.
+    (torch 2.8-2.11 fail it: their AOTInductor proxy executor decodes the ``dtype`` arguments of
+    custom ops off by one in the ScalarType numbering, so ``out_dtype=float32`` arrives as double.)"""
+    gen = torch.Generator().manual_seed(0)
+    args = list(inputs[:n_state]) + [_random_like(t, gen) for t in inputs[n_state:]]
+    with torch.no_grad():
+        expected = gm(*args)
+        try:
+            got = _compat.aoti_load(path)(*args)
+        except Exception as e:
+            lines = str(e).strip().splitlines()
+            raise RuntimeError("the package fails on inputs of the signature it was built for "
+                               f"({type(e).__name__}: {lines[0] if lines else ''})") from e
+    for e, g in zip(expected, got, strict=True):
+        tol = 1e-4 if e.dtype in (torch.float32, torch.float64) else 3e-2
+        torch.testing.assert_close(g, e, rtol=tol, atol=tol, msg=lambda m: f"the package differs from its graph: {m}")
 
 
 class AotBlock:
@@ -275,6 +304,7 @@ class AotBlock:
 
     Attributes:
         hits / misses: calls run by the package / passed on to the compiled path.
+        broken: the package raised once (with a warning) and takes no call any more.
     """
 
     def __init__(self, runner, signature: CallSignature, state: list[str], state_keys: list[tuple], out_spec) -> None:
@@ -285,6 +315,7 @@ class AotBlock:
         self.out_spec = out_spec
         self.hits = 0
         self.misses = 0
+        self.broken = False
 
     @classmethod
     def load(cls, path: str, signature: CallSignature, state: dict[str, Any], outputs: str) -> AotBlock:
@@ -297,7 +328,8 @@ class AotBlock:
 
     def __call__(self, block: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
         """The block's output computed by the package, or `MISS`."""
-        tensors = self.signature.tensors(args, kwargs) if block.training == self.signature.training else None
+        tensors = (self.signature.tensors(args, kwargs)
+                   if not self.broken and block.training == self.signature.training else None)
         state = None
         if tensors is not None:
             names, state = _state(block)
@@ -308,9 +340,20 @@ class AotBlock:
         if tensors is None:
             self.misses += 1
             return MISS
+        try:
+            with torch.no_grad():
+                out = self.runner(*state, *tensors)
+        except Exception as e:  # noqa: BLE001 - the compiled path can still serve this call
+            # Checked when it was saved, a package should not fail; if it does, it is retired
+            # and every call of its class takes the compiled path (the runner is functional:
+            # nothing was written to the block's inputs or weights).
+            warnings.warn(f"diffusers_ascend: the ahead-of-time package of {type(block).__name__} failed "
+                          f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}); "
+                          "it is no longer used and the block compiles normally.")
+            self.broken = True
+            self.misses += 1
+            return MISS
         self.hits += 1
-        with torch.no_grad():
-            out = self.runner(*state, *tensors)
         return _compat.tree_unflatten(out, self.out_spec)
 
 
