@@ -4,11 +4,14 @@
 
 For each model (tiny-config Flux and Wan transformers, random weights, compile="blocks",
 executor="inductor", every fusion): a cold process (empty Inductor cache directory) compiles,
-reaches its first output, then saves its artifacts with `save_ascend_cache`; a second fresh
-process (another empty Inductor cache directory) enables with ``cache=`` that folder. The time is
-taken by this parent from just before starting the child to the moment the child has its first
-output (interpreter start, imports, model construction, enable and the first call included).
-One run each, one JSON file out; ratio = warm / cold.
+reaches its first output, then saves its artifacts with `save_ascend_cache` (torch's compile
+caches and one AOTInductor package per compiled block class); a second fresh process (another
+empty Inductor cache directory) enables with ``cache=`` that folder and runs the packages; a
+third does the same with a forward pre-hook on every block, which makes the packages step aside,
+so it measures torch's compile caches alone. The time is taken by this parent from just before
+starting the child to the moment the child has its first output (interpreter start, imports,
+model construction, enable and the first call included). One run each, one JSON file out;
+ratio = warm / cold, within one invocation.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ def _child(model: str, size: str, mode: str, art: str) -> None:
 
     import diffusers_ascend
     from diffusers_ascend.benchmarks._common import flux_model_inputs, wan_model_inputs
+    from diffusers_ascend.cache import package_counters
     from diffusers_ascend.compilation._compat import compile_cache_counters
     from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, WAN_TRANSFORMER_CONFIG, tiny_flux_transformer, tiny_wan_transformer
 
@@ -43,7 +47,10 @@ def _child(model: str, size: str, mode: str, art: str) -> None:
         net, inputs = tiny_wan_transformer(**overrides), wan_model_inputs({**WAN_TRANSFORMER_CONFIG, **overrides}, *shape)
     t = time.perf_counter()
     diffusers_ascend.enable_ascend_compile(net, fusions="all", executor="inductor", compile="blocks",
-                                           cache=art if mode == "warm" else None)
+                                           cache=None if mode == "cold" else art)
+    if mode == "warm-caches-only":  # a hook on each block: the packages step aside for dynamo + torch's caches
+        for block in net._ascend_state.compiled:
+            block.register_forward_pre_hook(lambda module, args: None)
     enable_s = time.perf_counter() - t
     t = time.perf_counter()
     with torch.no_grad():
@@ -51,9 +58,11 @@ def _child(model: str, size: str, mode: str, art: str) -> None:
     first_call_s = time.perf_counter() - t
     done = time.time()
     info = dict(enable_s=enable_s, first_call_s=first_call_s, first_output_at=done, **compile_cache_counters(),
-                graphs=diffusers_ascend.ascend_report(net).graphs_compiled)
+                graphs=diffusers_ascend.ascend_report(net).graphs_compiled, packages=package_counters(net))
     if mode == "cold":
+        t = time.perf_counter()
         manifest = diffusers_ascend.save_ascend_cache(net, art)
+        info["save_s"] = time.perf_counter() - t
         info["artifact_bytes"] = {k: v["size"] for k, v in manifest["files"].items()}
     print("RESULT " + json.dumps(info), flush=True)
 
@@ -78,10 +87,14 @@ def warm_start(size: str = "small", models=("flux", "wan")) -> dict:
         art = tempfile.mkdtemp(prefix=f"ascend-cache-{model}-")
         cold = _run(model, size, "cold", art)
         warm = _run(model, size, "warm", art)
-        rows.append(dict(model=model, blocks=SIZES[size][model][0], cold=cold, warm=warm,
+        caches = _run(model, size, "warm-caches-only", art)
+        rows.append(dict(model=model, blocks=SIZES[size][model][0], cold=cold, warm=warm, warm_caches_only=caches,
                          ratio=warm["to_first_output_s"] / cold["to_first_output_s"],
-                         first_call_ratio=warm["first_call_s"] / cold["first_call_s"]))
-    return dict(benchmark="warm_start", size=size, executor="inductor", compile="blocks", rows=rows, machine=machine_info())
+                         ratio_caches_only=caches["to_first_output_s"] / cold["to_first_output_s"]))
+    import torch
+
+    return dict(benchmark="warm_start", size=size, executor="inductor", compile="blocks", torch=torch.__version__,
+                rows=rows, machine=machine_info())
 
 
 def main(argv=None) -> int:
@@ -95,9 +108,14 @@ def main(argv=None) -> int:
         _child(*args.child)
         return 0
     result = warm_start(args.size, args.models)
+    print(f"torch {result['torch']}, {result['machine'].get('cpu', '')}; seconds from process start to first output")
+    print("| model | cold | warm (packages) | ratio | warm (torch's caches only) | ratio | packages: calls run | save (cold) |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in result["rows"]:
-        print(f"{r['model']:5s} cold {r['cold']['to_first_output_s']:6.1f} s  warm {r['warm']['to_first_output_s']:6.1f} s  "
-              f"ratio {r['ratio']:.2f}  (first call {r['cold']['first_call_s']:.1f} -> {r['warm']['first_call_s']:.1f} s)")
+        cold, warm, caches = r["cold"], r["warm"], r["warm_caches_only"]
+        print(f"| {r['model']} | {cold['to_first_output_s']:.1f} | {warm['to_first_output_s']:.1f} | {r['ratio']:.2f} | "
+              f"{caches['to_first_output_s']:.1f} | {r['ratio_caches_only']:.2f} | "
+              f"{warm['packages']['packages']}: {warm['packages']['calls']} | {cold['save_s']:.1f} |")
     if args.out:
         from diffusers_ascend.benchmarks._common import write_json
 

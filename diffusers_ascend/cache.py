@@ -41,6 +41,7 @@ import torch
 
 __all__ = [
     "ARTIFACTS_NAME",
+    "TorchCaches",
     "KERNELS_NAME",
     "MANIFEST_NAME",
     "cache_info",
@@ -82,7 +83,7 @@ def expected_keys(cfg) -> dict[str, str]:
 
     >>> from diffusers_ascend.config import AscendConfig
     >>> sorted(expected_keys(AscendConfig(executor="inductor")))[:3]
-    ['config_hash', 'diffusers_ascend', 'executor']
+    ['config_hash', 'device', 'diffusers_ascend']
     """
     from . import __version__
     from .compilation.passes import ordered_fusions
@@ -177,6 +178,9 @@ def save_ascend_cache(obj, save_directory: str | os.PathLike) -> dict[str, Any]:
             "and dynamo tracing, the aot trace and the fusion passes run in every process (torch has no portable "
             "form of them). Use executor='inductor' to save Inductor's compile results."
         )
+    for s in states:  # caches loaded lazily must be in torch before its artifacts are collected
+        if s.backend is not None and s.backend.deferred_caches is not None:
+            s.backend.deferred_caches()
     if not any(s.backend is not None and s.backend.report.graphs_compiled for s in states):
         raise ValueError(f"{type(obj).__name__} has compiled no graph yet: call it once, then save.")
     api = _compat.cache_artifacts_api()
@@ -393,7 +397,8 @@ def mismatches(manifest: dict[str, Any], cfg) -> list[str]:
 
 
 def load_ascend_cache(source, cfg, *, trust_remote_artifacts: bool = False, **hub_kwargs) -> dict[str, Any] | None:
-    """Validates the artifacts at `source` for `cfg` and hands them to torch's caches.
+    """Validates the artifacts at `source` for `cfg`, loads its block packages and hands the rest to
+    torch's caches (see `TorchCaches`).
 
     Args:
         source: a local directory written by `save_ascend_cache`, or a Hub repo id.
@@ -403,8 +408,10 @@ def load_ascend_cache(source, cfg, *, trust_remote_artifacts: bool = False, **hu
         **hub_kwargs: ``revision``, ``cache_dir``, ``local_files_only``, ``token``, ``subfolder``.
 
     Returns:
-        ``{"source", "artifacts", "kernels_installed"}``, or None when the manifest was made for
-        another process (with a warning naming each difference: compilation proceeds normally).
+        ``{"source", "artifacts", "blocks", "caches"}``: the loaded block packages (`AotBlock`
+        entries) and the `TorchCaches` (already handed to torch unless packages were loaded); or
+        None when the manifest was made for another process (with a warning naming each
+        difference: compilation proceeds normally).
 
     Raises:
         ValueError: a remote source without `trust_remote_artifacts`, a malformed manifest, or an
@@ -442,10 +449,44 @@ def load_ascend_cache(source, cfg, *, trust_remote_artifacts: bool = False, **hu
                              "nothing was loaded.")
         blobs[name] = data
     members = _check_kernels(blobs[KERNELS_NAME]) if KERNELS_NAME in blobs else []
-    api[1](blobs[ARTIFACTS_NAME])
-    installed = _install_kernels(blobs[KERNELS_NAME], members, _compat.inductor_cache_dir()) if members else 0
-    return {"source": os.fspath(source), "artifacts": sorted(blobs), "kernels_installed": installed,
-            "blocks": _load_packages(manifest["blocks"], blobs, source)}
+    caches = TorchCaches(blobs[ARTIFACTS_NAME], blobs.get(KERNELS_NAME), members, source)
+    blocks = _load_packages(manifest["blocks"], blobs, source)
+    if not blocks:
+        caches()  # no package takes any call: every graph compiles, from these caches
+    return {"source": os.fspath(source), "artifacts": sorted(blobs), "blocks": blocks, "caches": caches}
+
+
+class TorchCaches:
+    """The validated mega-cache and kernel archive of a cache directory, handed to torch when first
+    needed: at enable when no block package was loaded, else at the first graph a backend compiles
+    (a call no package takes) or at `save_ascend_cache`. Handing them over costs a quarter of a
+    second on the 2-core CPU, which a process whose packages take every call never pays.
+
+    Calling it again does nothing; a failure is a warning (the graphs compile without the caches).
+    """
+
+    def __init__(self, artifacts: bytes, kernels: bytes | None, members: list, source) -> None:
+        self.artifacts, self.kernels, self.members, self.source = artifacts, kernels, members, source
+        self.done = False
+        self.kernels_installed = 0
+
+    def __call__(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        from .compilation import _compat
+
+        # Possibly inside a compile: torch's cache loaders must not see dynamo's fake mode.
+        with _compat.unset_fake_mode(), _compat.no_tracing_context():
+            try:
+                _compat.cache_artifacts_api()[1](self.artifacts)
+                if self.members:
+                    self.kernels_installed = _install_kernels(self.kernels, self.members, _compat.inductor_cache_dir())
+            except Exception as e:  # noqa: BLE001 - the graphs still compile, without the caches
+                from .compilation.backend import describe_failure
+
+                warnings.warn(f"diffusers_ascend: torch did not take the compile caches of {self.source!r} "
+                              f"({describe_failure(e)}); compiling without them.", stacklevel=2)
 
 
 def _load_packages(entries: list[dict[str, Any]], blobs: dict[str, bytes], source) -> list[dict[str, Any]]:

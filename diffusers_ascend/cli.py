@@ -431,14 +431,17 @@ def _cmd_cache(args) -> int:
                           trust_remote_artifacts=getattr(args, "trust_remote_artifacts", False))
     with _quiet_libraries(), torch.no_grad():
         pipe(**inputs())
-    info = {"first_call_s": round(time.perf_counter() - start, 3), **compile_cache_counters()}
+    info = {"first_call_s": round(time.perf_counter() - start, 3), **compile_cache_counters(),
+            **{f"package_{k}": v for k, v in cache.package_counters(pipe).items()}}
     if args.action == "save":
         info["manifest"] = save_ascend_cache(pipe, args.dir)
-        text = f"compiled in {info['first_call_s']} s; saved the artifacts to {args.dir}"
+        text = (f"compiled in {info['first_call_s']} s; saved the artifacts ({len(info['manifest']['blocks'])} block "
+                f"packages) to {args.dir}")
     else:
-        text = (f"first call {info['first_call_s']} s; AOTAutograd cache {info['autograd_cache_hit']} hits / "
-                f"{info['autograd_cache_miss']} misses, FX graph cache {info['fxgraph_cache_hit']} hits / "
-                f"{info['fxgraph_cache_miss']} misses")
+        text = (f"first call {info['first_call_s']} s; {info['package_packages']} block packages ran "
+                f"{info['package_calls']} calls ({info['package_passed_on']} passed on to the compiler); "
+                f"AOTAutograd cache {info['autograd_cache_hit']} hits / {info['autograd_cache_miss']} misses, "
+                f"FX graph cache {info['fxgraph_cache_hit']} hits / {info['fxgraph_cache_miss']} misses")
     _print(info, args.json, text)
     return 0
 

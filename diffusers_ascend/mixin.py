@@ -269,10 +269,15 @@ def _enable_model(model, cfg, name: str = "", verify: bool = True) -> None:
     model.register_to_config(**{ASCEND_CONFIG_KEY: cfg.to_dict()})
 
 
-def _install_packages(models, blocks) -> None:
+def _install_packages(models, blocks, caches) -> None:
     """Puts each loaded block package (`load_ascend_cache`'s ``"blocks"``) in front of the compiled
-    path of its model's block class, and lists it in the model's report."""
+    path of its model's block class, and lists it in the model's report; the backends hand the
+    loaded torch caches over (if not yet done) before their first compile."""
     by_name = dict(models)
+    for _, model in models:
+        state = getattr(model, "_ascend_state", None)
+        if state is not None and state.backend is not None:
+            state.backend.deferred_caches = caches
     for entry in blocks:
         model = by_name.get(entry["model"])
         state = getattr(model, "_ascend_state", None)
@@ -366,7 +371,7 @@ def enable_ascend_compile(pipe_or_model, config=None, *, cache=None, trust_remot
         for name, model in models:
             _enable_model(model, cfg, name, verify=verify)
         if loaded:
-            _install_packages(models, loaded.get("blocks", []))
+            _install_packages(models, loaded["blocks"], loaded["caches"])
         if _is_pipeline(pipe_or_model):
             pipe_or_model._ascend_config_obj = cfg
             pipe_or_model.register_to_config(**{ASCEND_CONFIG_KEY: cfg.to_dict()})

@@ -134,6 +134,8 @@ class AscendBackend:
         fusions: the fusions it applies, in pass order.
         executor: the resolved executor.
         graph_capture: the `GraphCaptureManager` holding this backend's device graphs, or None.
+        deferred_caches: called before the first graph is compiled (set by `enable_ascend_compile`
+            to hand loaded compile caches to torch only when a graph needs them), or None.
 
     >>> import torch
     >>> from diffusers_ascend.compilation import AscendBackend
@@ -171,6 +173,7 @@ class AscendBackend:
         from .passes.manager import FusionPassManager
 
         self.manager = FusionPassManager(self.fusions)
+        self.deferred_caches: Callable[[], None] | None = None
         self._verified = False
         if verify:
             self._verify()
@@ -195,6 +198,8 @@ class AscendBackend:
 
     # -- torch.compile entry point -----------------------------------------------------------------
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+        if self.deferred_caches is not None:
+            self.deferred_caches()  # torch's caches, before the first lookup in them
         if not self._verified:
             self._verify()
         index = self._graph_index
