@@ -3,24 +3,27 @@
 `save_ascend_cache(obj, path)` writes, after at least one call of an enabled pipeline or model:
 
 - ``ascend_cache.json``: the manifest. What the artifacts were built for (torch version,
-  platform, machine, Python, diffusers-ascend version, `AscendConfig.cache_key()`, the pass
-  source hash `FusionPassManager.uuid()`, the executor) and the sha256 of every artifact file.
+  platform, machine, device capability, Python, diffusers-ascend version,
+  `AscendConfig.cache_key()`, the pass source hash `FusionPassManager.uuid()`, the executor),
+  the sha256 of every artifact file, and one entry per block package.
+- ``ascend_aoti_<n>.pt2`` (``compile="blocks"``): one AOTInductor package per compiled block
+  class and call signature (`compilation/aot_blocks.py`). A warm process runs a block call with
+  that signature through it: no dynamo trace, no fusion pass, no Inductor compile.
 - ``ascend_inductor_cache.bin``: torch's own portable compile cache
-  (`torch.compiler.save_cache_artifacts`: Inductor's FX graph cache and the AOTAutograd cache).
+  (`torch.compiler.save_cache_artifacts`: Inductor's FX graph cache and the AOTAutograd cache),
+  which serves every other call.
 - ``ascend_cpp_kernels.tar`` (CPU only): the C++ kernel libraries Inductor built, which the
   portable cache leaves out and a fresh process would rebuild with the host compiler.
 
 `enable_ascend_compile(obj, ..., cache=path_or_repo_id)` validates the manifest against the
-running process before it reads any artifact: a mismatch (another torch, platform, config or
+running process before it reads any artifact: a mismatch (another torch, platform, CPU, config or
 pass source) is a warning and a normal compile. A manifest that is not what `save_ascend_cache`
 writes, or an artifact whose sha256 differs from the manifest, is a `ValueError` and nothing is
-loaded. Artifacts from the Hub need ``trust_remote_artifacts=True``: an Inductor artifact holds
-compiled code that runs in this process when its graph is used.
+loaded. Artifacts from the Hub need ``trust_remote_artifacts=True``: they hold compiled code that
+runs in this process.
 
-What is cached depends on the executor (docs/warm-start.md): under ``executor="inductor"`` the
-Inductor graph compile and its C++ build; dynamo tracing, the aot trace of our backend, the
-fusion passes and pattern registration still run in every process. ``executor="eager"`` (the
-NPU default) produces no compiled artifact: `save_ascend_cache` refuses it with that reason.
+``executor="eager"`` (the NPU default) produces no compiled artifact: `save_ascend_cache`
+refuses it with that reason. What each part saves a warm process: docs/warm-start.md.
 """
 
 from __future__ import annotations

@@ -389,6 +389,10 @@ def save_ascend_cache(pipe_or_model, save_directory):
     """Writes the compile artifacts of an enabled pipeline or model, after its first call, to
     `save_directory`, for `enable_ascend_compile(..., cache=save_directory)` in another process.
 
+    With ``compile="blocks"``, this also builds one AOTInductor package per compiled block class
+    and call signature (one Inductor compile each; a package that fails its check is left out with
+    a warning), which a process started from these artifacts runs without tracing or compiling.
+
     Args:
         pipe_or_model: enabled with ``executor="inductor"``, and called at least once.
         save_directory: a local directory (created if missing).

@@ -445,3 +445,28 @@ def test_a_package_that_fails_at_run_time_is_retired_with_a_warning():
             assert package(block, (x,), {}) is MISS
         assert package(block, (x,), {}) is MISS and package.broken
     assert (package.hits, package.misses) == (0, 2)
+
+
+def test_packages_go_to_the_pipeline_component_they_were_saved_from():
+    # Wan 2.2 has two transformers of one class: a package saved from `transformer_2` must serve
+    # that component only (its manifest entry names the component).
+    from diffusers_ascend.mixin import _install_packages, _models
+    from diffusers_ascend.tiny import tiny_wan_pipeline
+
+    pipe = tiny_wan_pipeline(two_stage=True)
+    diffusers_ascend.enable_ascend_compile(pipe, fusions=["rms_norm"], executor="inductor", compile="blocks")
+    block = pipe.transformer_2.blocks[0]
+    package = _package_of(torch.nn.Linear(2, 2), torch.zeros(1, 2))
+    entry = {"model": "transformer_2", "class": type(block).__name__, "file": "ascend_aoti_0.pt2",
+             "matches": {"rms_norm": 3}, "ops_before": 9, "ops_after": 5, "block": package}
+    caches = cache.TorchCaches(b"", None, [], "test")
+    _install_packages(_models(pipe), [entry], caches)
+    assert pipe.transformer._ascend_state.aot_blocks == {}
+    assert pipe.transformer_2._ascend_state.aot_blocks == {type(block).__name__: [package]}
+    assert pipe.transformer_2._ascend_state.backend.deferred_caches is caches
+    report = diffusers_ascend.ascend_report(pipe.transformer_2)
+    assert report.graphs[-1]["executor"] == "aoti" and report.matches["rms_norm"] == 3
+    # Saving again from this process would package the signature again, from a block of the class.
+    (signature, ref), = pipe.transformer_2._ascend_state.signatures[type(block).__name__]
+    assert signature is package.signature and type(ref()) is type(block)
+    assert cache.package_counters(pipe) == {"packages": 1, "calls": 0, "passed_on": 0}

@@ -5,9 +5,9 @@ backend's pattern registration and the load of Inductor's compiler (docs/warm-st
 package skips all of it: the loading process runs the block's compiled code directly.
 
 Under ``compile="blocks"`` and ``executor="inductor"``, the integration records the signature of
-each block class's first inference call (`CallSignature`: the pytree of the arguments, each
-tensor's dtype, device, shape and strides, and every other leaf's value). `build_package` then
-makes the package of that class:
+every inference call of a block that made dynamo compile a graph (`CallSignature`: the pytree of
+the arguments, each tensor's dtype, device, shape and strides, and every other leaf's value).
+`build_package` then makes one package per signature:
 
     the block as a function of (its parameters and buffers, the call's tensors)
       -> traced to a functional aten graph (`_compat.probe_trace`: the form aot_autograd gives
@@ -226,11 +226,13 @@ def build_package(block: torch.nn.Module, signature: CallSignature, manager, pat
     AOTInductor package `path`.
 
     Returns:
-        ``{"state": {"names": [parameter and buffer names], "keys": [their tensor keys]}, "outputs": <out pytree spec as JSON text>,
-        "matches": {fusion: replacements}}``, for the manifest.
+        The manifest fields of the package: ``state`` (``{"names": [parameter and buffer
+        names], "keys": [their tensor keys]}``), ``outputs`` (the output's pytree spec as JSON
+        text), ``matches`` (replacements per fusion), ``ops_before`` and ``ops_after``.
 
     Raises:
-        RuntimeError: this torch has no AOTInductor (`_compat.aoti_api`).
+        RuntimeError: this torch has no AOTInductor (`_compat.aoti_api`), or the package failed
+            its check (`_check_package`). Any tracing or export error propagates as raised.
     """
     from .passes.manager import count_ops
 
@@ -275,8 +277,9 @@ def _random_like(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 def _check_package(path: str, gm: torch.fx.GraphModule, inputs: list[torch.Tensor], n_state: int) -> None:
     """Loads the package just built and runs it against the fused graph it was compiled from, on
     random inputs of the recorded signature: a package that fails or differs is never saved.
-    (torch 2.8-2.11 fail it: their AOTInductor proxy executor decodes the ``dtype`` arguments of
-    custom ops off by one in the ScalarType numbering, so ``out_dtype=float32`` arrives as double.)"""
+    (Measured failing on torch 2.8 and 2.11: their AOTInductor proxy executor decodes the ``dtype``
+    arguments of custom ops one step off in the ScalarType numbering, so ``out_dtype=float32``
+    arrives as double. 2.13 and 2.14 pass.)"""
     gen = torch.Generator().manual_seed(0)
     args = list(inputs[:n_state]) + [_random_like(t, gen) for t in inputs[n_state:]]
     with torch.no_grad():
