@@ -132,13 +132,19 @@ def _release_recompile_limit(state: _State) -> None:
         _apply_limit(current)
 
 
-def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg) -> None:
-    """Like `module.compile(...)` (no `_orig_mod.` keys), with per-module fallback at first call."""
+def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg, lazy: bool = False) -> None:
+    """Like `module.compile(...)` (no `_orig_mod.` keys), with per-module fallback at first call.
+
+    `lazy`: make the dynamo wrapper at the first call that needs it (block packages were loaded,
+    which may take every call: the wrapper's imports, ~0.2 s, are then never paid)."""
     from .compilation._compat import TorchCompatError
     from .compilation.aot_blocks import MISS
     from .compilation.backend import describe_failure, graph_label, root_cause
 
-    compiled = torch.compile(module._call_impl, backend=state.backend, dynamic=cfg.dynamic, fullgraph=cfg.fullgraph)
+    def make():
+        return torch.compile(module._call_impl, backend=state.backend, dynamic=cfg.dynamic, fullgraph=cfg.fullgraph)
+
+    wrapper = [None if lazy else make()]
     label = type(module).__name__
     if cfg.freezing:  # dynamo lifts weights into the graph only under this flag; set for our calls only
         from .compilation._compat import inductor_freezing_scope
@@ -157,8 +163,10 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg) ->
         token = graph_label.set(label)
         first_graph = len(state.backend.report.graphs)  # graphs compiled from here on belong to this call
         try:
+            if wrapper[0] is None:
+                wrapper[0] = make()
             with scope():
-                out = compiled(*args, **kwargs)
+                out = wrapper[0](*args, **kwargs)
         except Exception as e:
             cause = root_cause(e)
             if isinstance(cause, TorchCompatError):
@@ -230,7 +238,7 @@ def _set_attention(model, cfg, state: _State) -> None:
     model.set_attention_backend(backend)
 
 
-def _enable_model(model, cfg, name: str = "", verify: bool = True) -> None:
+def _enable_model(model, cfg, name: str = "", verify: bool = True, lazy_compile: bool = False) -> None:
     """Enables `model`; its state is recorded first, so a failure half-way can be undone by `_disable_model`."""
     from .adapters import adapter_for
     from .compilation import AscendBackend
@@ -263,7 +271,7 @@ def _enable_model(model, cfg, name: str = "", verify: bool = True) -> None:
         warnings.warn(f"diffusers_ascend: {name or type(model).__name__}: {reason}")
         state.fallbacks.append({"module": f"{name + '.' if name else ''}<{block}>", "reason": reason})
     for sub_name, sub in found:
-        _compile_in_place(sub, f"{name + '.' if name else ''}{sub_name}", state, cfg)
+        _compile_in_place(sub, f"{name + '.' if name else ''}{sub_name}", state, cfg, lazy=lazy_compile)
     if cfg.compile == "model":
         _compile_in_place(model, name, state, cfg)
     model.register_to_config(**{ASCEND_CONFIG_KEY: cfg.to_dict()})
@@ -369,7 +377,7 @@ def enable_ascend_compile(pipe_or_model, config=None, *, cache=None, trust_remot
     disable_ascend_compile(pipe_or_model)
     try:
         for name, model in models:
-            _enable_model(model, cfg, name, verify=verify)
+            _enable_model(model, cfg, name, verify=verify, lazy_compile=bool(loaded and loaded["blocks"]))
         if loaded:
             _install_packages(models, loaded["blocks"], loaded["caches"])
         if _is_pipeline(pipe_or_model):

@@ -125,11 +125,11 @@ def test_failure_after_the_recompile_limit_was_raised(pipe, monkeypatch, low_lim
     real = mixin._compile_in_place
     compiled = []
 
-    def second_block_fails(module, name, state, cfg):
+    def second_block_fails(module, name, state, cfg, **kwargs):
         assert torch._dynamo.config.recompile_limit == 16  # raised by now
         if compiled:
             raise RuntimeError("compile setup failed")
-        real(module, name, state, cfg)
+        real(module, name, state, cfg, **kwargs)
         compiled.append(module)
 
     monkeypatch.setattr(mixin, "_compile_in_place", second_block_fails)
