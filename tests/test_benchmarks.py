@@ -135,7 +135,7 @@ def test_unknown_names_and_sizes_raise():
 
 
 def test_scripts_parse_arguments():
-    for script in ("run_all.py", "ops_per_block.py", "compile_time.py", "recompiles.py", "latency.py"):
+    for script in ("run_all.py", "ops_per_block.py", "compile_time.py", "recompiles.py", "latency.py", "warm_start.py"):
         out = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", script), "--help"],
                              capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr
