@@ -36,8 +36,8 @@ class _State:
         self.attention: dict[Any, Any] | None = None  # processor -> its previous _attention_backend
         self.swapped: list[tuple[object, type]] = []  # (object, original class), see layers.apply_swaps
         self.swaps: dict[str, int] = {}
-        # Warm start (compilation/aot_blocks.py): the first inference call's signature per compiled
-        # block class, `save_ascend_cache` packages them; and the packages loaded from a cache.
+        # Warm start (compilation/aot_blocks.py): per block class, the signature of each inference
+        # call that compiled a graph (`save_ascend_cache` packages them), and the packages loaded.
         self.record_signatures = False
         self.signatures: dict[str, list[tuple[Any, Any]]] = {}  # class name -> [(CallSignature, weakref to a block)]
         self.aot_blocks: dict[str, list[Any]] = {}  # class name -> [AotBlock]
@@ -343,18 +343,11 @@ def enable_ascend_compile(pipe_or_model, config=None, *, cache=None, trust_remot
     from .config import AscendConfig
 
     cfg = AscendConfig.coerce(config, **overrides)  # validates before anything changes
-    loaded = None
-    if cache is not None:  # validated (and refused, for a remote source without opt-in) before anything changes
-        from .cache import load_ascend_cache
-
-        loaded = load_ascend_cache(cache, cfg, trust_remote_artifacts=trust_remote_artifacts)
-    # Artifacts that match this process were built by these passes on this torch, which verified
-    # them there: pattern registration (seconds) waits for the first graph that is not in them.
-    verify = loaded is None
+    probe = None
     if cfg.compile != "none":
         from .compilation import AscendBackend
 
-        AscendBackend(cfg, verify=verify)  # constructor errors (freezing, graph_capture) before anything changes
+        probe = AscendBackend(cfg, verify=False)  # constructor errors (freezing, graph_capture) before anything changes
     from .adapters import adapter_for
 
     if cfg.freezing and cfg.compile == "blocks":
@@ -373,6 +366,17 @@ def enable_ascend_compile(pipe_or_model, config=None, *, cache=None, trust_remot
                     f"{name or type(model).__name__} ({type(model).__name__}) has no Ascend adapter and no "
                     "`_repeated_blocks`: use compile='model' or compile='none'."
                 )
+    loaded = None
+    if cache is not None:  # validated (and refused, for a remote source without opt-in) before anything changes
+        from .cache import load_ascend_cache
+
+        loaded = load_ascend_cache(cache, cfg, trust_remote_artifacts=trust_remote_artifacts)
+    # Artifacts that match this process were built by these passes on this torch, which verified
+    # them there: pattern registration (seconds) waits for the first graph that is not in them.
+    # Otherwise a broken engine raises here, before any model is touched.
+    verify = loaded is None
+    if probe is not None and verify:
+        probe.ensure_verified()
     previous = _current_config(pipe_or_model)
     disable_ascend_compile(pipe_or_model)
     try:
