@@ -542,15 +542,18 @@ def _install_kernels(data: bytes, members: list[tarfile.TarInfo], root: str) -> 
 
 
 def package_counters(obj) -> dict[str, int]:
-    """Block packages loaded into an enabled pipeline or model, the calls they ran and the calls
-    they passed on to the compiled path (another signature, gradients, hooks).
+    """Block packages loaded into an enabled pipeline or model, the calls they ran, and the calls of
+    a packaged block class that no package took (another signature, gradients, hooks), which went
+    to the compiled path.
 
     >>> from diffusers_ascend.tiny import tiny_flux_transformer
     >>> package_counters(tiny_flux_transformer())
     {'packages': 0, 'calls': 0, 'passed_on': 0}
     """
-    blocks = [b for s in _enabled_states(obj) for v in s.aot_blocks.values() for b in v]
-    return {"packages": len(blocks), "calls": sum(b.hits for b in blocks), "passed_on": sum(b.misses for b in blocks)}
+    states = _enabled_states(obj)
+    blocks = [b for s in states for v in s.aot_blocks.values() for b in v]
+    return {"packages": len(blocks), "calls": sum(b.hits for b in blocks),
+            "passed_on": sum(s.packages_passed_on for s in states)}
 
 
 # -- info -------------------------------------------------------------------------------------------

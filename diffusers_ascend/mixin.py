@@ -41,6 +41,7 @@ class _State:
         self.record_signatures = False
         self.signatures: dict[str, list[tuple[Any, Any]]] = {}  # class name -> [(CallSignature, weakref to a block)]
         self.aot_blocks: dict[str, list[Any]] = {}  # class name -> [AotBlock]
+        self.packages_passed_on = 0  # calls of a packaged class that no package took
 
     def __getstate__(self):
         # Pickling an enabled model (pickle, torch.save) keeps the config, the layer swaps (the
@@ -155,11 +156,13 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg, la
 
     @functools.wraps(module._call_impl)
     def call(*args, **kwargs):
-        if state.aot_blocks and label in state.aot_blocks and _plain_call(module):
-            for aot in state.aot_blocks[label]:
-                out = aot(module, args, kwargs)
-                if out is not MISS:
-                    return out
+        if state.aot_blocks and label in state.aot_blocks:
+            if _plain_call(module):
+                for aot in state.aot_blocks[label]:
+                    out = aot(module, args, kwargs)
+                    if out is not MISS:
+                        return out
+            state.packages_passed_on += 1
         token = graph_label.set(label)
         first_graph = len(state.backend.report.graphs)  # graphs compiled from here on belong to this call
         try:

@@ -306,7 +306,8 @@ class AotBlock:
         out_spec: the pytree spec of the block's output.
 
     Attributes:
-        hits / misses: calls run by the package / passed on to the compiled path.
+        hits / misses: calls run by this package / declined by it (another package of the class,
+            or the compiled path, may take those).
         broken: the package raised once (with a warning) and takes no call any more.
     """
 
