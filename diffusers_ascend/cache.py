@@ -221,9 +221,9 @@ def save_ascend_cache(obj, save_directory: str | os.PathLike) -> dict[str, Any]:
 
 
 def _build_packages(obj, blobs: dict[str, bytes]) -> list[dict[str, Any]]:
-    """One AOTInductor package per block class whose first inference call was recorded
-    (`compilation/aot_blocks.py`), added to `blobs`; returns their manifest entries. A class that
-    cannot be packaged is left to torch's caches, with a warning naming the cause."""
+    """One AOTInductor package per recorded call signature of a compiled block class
+    (`compilation/aot_blocks.py`), added to `blobs`; returns their manifest entries. A signature
+    that cannot be packaged is left to torch's caches, with a warning naming the cause."""
     from .compilation import _compat
     from .compilation.aot_blocks import build_package
     from .compilation.backend import describe_failure
