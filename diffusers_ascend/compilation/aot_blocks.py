@@ -136,10 +136,7 @@ class CallSignature:
             raise ValueError("a block signature must be {'tree': str, 'training': bool, 'leaves': list}")
         if not isinstance(data["tree"], str) or type(data["training"]) is not bool or not isinstance(data["leaves"], list):
             raise ValueError("a block signature must be {'tree': str, 'training': bool, 'leaves': list}")
-        try:
-            spec = _compat.treespec_loads(data["tree"])
-        except Exception as e:
-            raise ValueError(f"a block signature's 'tree' is not a pytree spec: {type(e).__name__}: {e}") from None
+        spec = _parse_spec(data["tree"], "a block signature's 'tree'")
         leaves = [_parse_leaf(leaf) for leaf in data["leaves"]]
         if getattr(spec, "num_leaves", len(leaves)) != len(leaves):
             raise ValueError(f"a block signature's tree has {spec.num_leaves} leaves, its 'leaves' {len(leaves)}")
@@ -193,10 +190,14 @@ def parse_outputs(text: Any) -> Any:
     """The ``outputs`` entry of a manifest: a pytree spec as `treespec_dumps` writes it."""
     if not isinstance(text, str):
         raise ValueError("a block's 'outputs' must be a string")
+    return _parse_spec(text, "a block's 'outputs'")
+
+
+def _parse_spec(text: str, what: str) -> Any:
     try:
         return _compat.treespec_loads(text)
     except Exception as e:
-        raise ValueError(f"a block's 'outputs' is not a pytree spec: {type(e).__name__}: {e}") from None
+        raise ValueError(f"{what} is not a pytree spec: {type(e).__name__}: {e}") from None
 
 
 def _state(block: torch.nn.Module) -> tuple[list[str], list[torch.Tensor]]:

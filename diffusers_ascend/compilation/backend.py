@@ -176,14 +176,12 @@ class AscendBackend:
         self.deferred_caches: Callable[[], None] | None = None
         self._verified = False
         if verify:
-            self._verify()
+            self.ensure_verified()
 
     def ensure_verified(self) -> None:
-        """Runs the deferred verification (`verify=False`) now, if it has not run."""
-        if not self._verified:
-            self._verify()
-
-    def _verify(self) -> None:
+        """Checks the torch APIs, registers and probes every pattern, unless that already ran."""
+        if self._verified:
+            return
         # A torch whose private APIs moved is a broken engine: say so now, before any model is
         # touched, rather than compile every graph unfused. Registration is once per process.
         # Deferred (verify=False), this runs at the first graph, outside dynamo's fake mode and
@@ -200,8 +198,7 @@ class AscendBackend:
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         if self.deferred_caches is not None:
             self.deferred_caches()  # torch's caches, before the first lookup in them
-        if not self._verified:
-            self._verify()
+        self.ensure_verified()
         index = self._graph_index
         self._graph_index += 1
         name = self._graph_name(index)
