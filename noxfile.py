@@ -41,7 +41,8 @@ for _short, _version in TORCH.items():
 @nox.session(name="triton-interpret", python="3.11", tags=["triton"])
 def triton_interpret(session: nox.Session) -> None:
     """The Triton kernels on CPU, no GPU (tests/triton), on the README's torch: numerics in Triton's
-    interpreter, then every launch compiled for sm_90/sm_80 with triton's own toolchain.
+    interpreter, then every launch compiled for sm_90/sm_80 with triton's own toolchain and the
+    triton_op forms traced as Inductor traces them (fake CUDA tensors).
 
     The interpreter is chosen when triton is first imported, so TRITON_INTERPRET=1 is set for the
     whole pytest process; the main suite (without it) skips the interpreter tests.
@@ -51,4 +52,5 @@ def triton_interpret(session: nox.Session) -> None:
     session.run("python", "-c", "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)")
     session.run("python", "-m", "pytest", "-q", "-p", "no:xdist", "tests/triton", *session.posargs,
                 env={"TRITON_INTERPRET": "1"})
-    session.run("python", "-m", "pytest", "-q", "-p", "no:xdist", "tests/triton/test_compile.py", *session.posargs)
+    session.run("python", "-m", "pytest", "-q", "-p", "no:xdist", "tests/triton/test_compile.py",
+                "tests/triton/test_traceable.py", *session.posargs)

@@ -77,6 +77,11 @@ class Provider:
             run on still requires them to be installed here.
         describe: optional ``() -> str``: which kernel the provider calls and what the installed
             stack offers (torch_npu schema, SoC, compile mode), shown by ``diffusers-ascend env``.
+        compiler_op: optional ``(device_type) -> OpOverload | None``: the provider's kernel as an op
+            that a compiler traces into (a ``torch.library.triton_op``, same schema as the op), or
+            None on a device type where there is none. The inductor executor binds a node whose
+            provider has one to it, so that Inductor launches the kernel from its own generated
+            code instead of calling the op through the dispatcher and this registry.
     """
 
     op: str
@@ -88,6 +93,7 @@ class Provider:
     faster_than_unfused: bool | Callable[[], bool] = True
     extras: tuple[str, ...] = ()
     describe: Callable[[], str] | None = None
+    compiler_op: Callable[[str], Any] | None = None
 
     def supported(self, device_type: str) -> bool:
         """Whether this provider can run on ``device_type`` on this machine."""

@@ -7,8 +7,12 @@ One `FluxTransformerBlock` (double stream) and one `FluxSingleTransformerBlock` 
 (3072, 24 heads of 128) with 4096 image + 512 text tokens (1024x1024), random weights, bf16.
 Variants: eager; ``torch.compile(block)`` (Inductor, default mode); ``AscendBackend(fusions="auto",
 executor="inductor")``; and each Triton-backed fusion alone, then all four, under the inductor
-executor with the ``triton`` provider chosen (``use_providers``). A fused op is opaque to
-Inductor, which then cannot fuse neighbouring pointwise ops into its own kernels: the kernel
+executor with the ``triton`` provider chosen (``use_providers``). The executor binds each such
+node to the kernel's ``triton_op`` (`diffusers_ascend.compilation.backend.bind_compiler_ops`), so
+Inductor's code launches the kernel itself; the ``blocks-h100*.json`` of 2026-11-23 predate that
+(the op was then called through the dispatcher, 110-280 us of host time per call). A Triton
+kernel is still opaque to Inductor's fusion, which then cannot fuse neighbouring pointwise ops
+into its own kernels: the kernel
 benchmark (``benchmarks/kernels.py``) can show a kernel faster than Inductor's code for its
 composite while the block gets slower. A fusion belongs in ``fusions="auto"`` on CUDA only if its
 row here is no slower than ``inductor`` (then record its kernel rows in

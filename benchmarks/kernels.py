@@ -3,8 +3,10 @@
     python benchmarks/kernels.py --out benchmarks/results/     # needs a CUDA GPU
 
 Per case: the composite as diffusers writes it, run eager and compiled by Inductor (default mode),
-the Triton kernel called directly and through ``torch.ops.ascend_kernels`` (with the dispatcher),
-each timed twice (median, L2 flushed before each run):
+the Triton kernel called directly, through ``torch.ops.ascend_kernels`` (with the dispatcher), and
+as its ``triton_op`` compiled by Inductor (Inductor's own code launches the kernel: what the
+inductor executor runs, see `diffusers_ascend.compilation.backend.bind_compiler_ops`), each timed
+twice (median, L2 flushed before each run):
 
 - ``*_ms``: ``triton.testing.do_bench``, CUDA events around a plain call. At Flux sizes a kernel
   moves ~50-75 MB in ~20 us, less than the host needs to launch it (Triton's launcher, and for the
@@ -156,6 +158,7 @@ def run(cases: Sequence[str] | None = None) -> dict[str, Any]:
     import ascend_kernels  # noqa: F401  (registers torch.ops.ascend_kernels)
     from ascend_kernels.registry import use_providers
     from ascend_kernels.triton import kernel as triton_kernel
+    from ascend_kernels.triton import traceable_op
     from diffusers_ascend.benchmarks._common import machine_info
 
     torch.manual_seed(0)
@@ -169,16 +172,18 @@ def run(cases: Sequence[str] | None = None) -> dict[str, Any]:
         op = getattr(torch.ops.ascend_kernels, case.op)
         torch.compiler.reset()
         compiled = torch.compile(case.composite)
+        traced = torch.compile(lambda *a, _op=traceable_op(case.op): _op(*a))
         ref = case.composite(*args)
         out = kernel(*args)
         compiled(*args)  # compile outside the timing
+        traced(*args)
 
         def bench(fn):
             return do_bench(lambda: fn(*args), warmup=25, rep=200, return_mode="median")
 
         with use_providers(**{case.op: "triton"}):
             times = dict(eager_ms=bench(case.composite), compiled_ms=bench(compiled), kernel_ms=bench(kernel),
-                         op_ms=bench(op))
+                         op_ms=bench(op), traced_ms=bench(traced))
             for key, fn in (("eager", case.composite), ("compiled", compiled), ("kernel", kernel)):
                 times[f"{key}_dev_ms"] = device_ms(lambda fn=fn: fn(*args))
         moved = _bytes(args, out)
@@ -189,6 +194,7 @@ def run(cases: Sequence[str] | None = None) -> dict[str, Any]:
         row["kernel_vs_eager"] = times["eager_dev_ms"] / times["kernel_dev_ms"]
         row["kernel_vs_compiled"] = times["compiled_dev_ms"] / times["kernel_dev_ms"]
         row["host_kernel_vs_compiled"] = times["compiled_ms"] / times["kernel_ms"]
+        row["host_traced_vs_compiled"] = times["compiled_ms"] / times["traced_ms"]
         row["max_abs_diff_vs_eager"] = float((out.float() - ref.float()).abs().max())
         rows.append(row)
         del args, out, ref
@@ -205,6 +211,7 @@ COLUMNS = [
     ("kernel_gbs", "triton GB/s"), ("kernel_pct_copy", "triton % copy"), ("compiled_pct_copy", "compiled % copy"),
     ("kernel_vs_eager", "vs eager"), ("kernel_vs_compiled", "vs compiled"),
     ("compiled_ms", "compiled host ms"), ("kernel_ms", "triton host ms"), ("op_ms", "triton op host ms"),
+    ("traced_ms", "triton in Inductor host ms"),
     ("max_abs_diff_vs_eager", "max |diff|"),
 ]
 

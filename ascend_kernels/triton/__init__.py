@@ -32,6 +32,8 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import inspect
+import os
 from typing import Callable
 
 import torch
@@ -40,7 +42,7 @@ from .. import registry
 from ..registry import Provider, register_provider
 from . import limits, measurements
 
-__all__ = ["DEVICE_TYPES", "KERNELS", "kernel", "triton_ascend_available", "triton_available"]
+__all__ = ["DEVICE_TYPES", "KERNELS", "kernel", "traceable_op", "triton_ascend_available", "triton_available"]
 
 # Device types the kernels can take tensors of. The interpreter tests (tests/triton) widen it to
 # "cpu" under TRITON_INTERPRET=1, as the npu contract tests widen the npu providers' list; nothing
@@ -126,6 +128,56 @@ def kernel(op: str) -> Callable[..., torch.Tensor]:
     return getattr(importlib.import_module(f"{__name__}.{module}"), name)
 
 
+@functools.lru_cache(maxsize=None)
+def traceable_op(op: str) -> torch._ops.OpOverload:
+    """``torch.ops.ascend_kernels_triton.<op>``: ``op``'s kernel as a ``torch.library.triton_op``.
+
+    Same schema and semantics as ``torch.ops.ascend_kernels.<op>``, but backed by exactly one Triton
+    launch (no provider choice). A compiler traces into it: in Inductor's functional re-trace of a
+    graph it becomes the ``triton_kernel_wrapper_functional`` higher-order op, with the grid and
+    the scalar arguments planned once from the fake tensors, and Inductor's wrapper code launches
+    the compiled kernel itself. That skips, per call, the dispatcher, the registry's choice and the
+    Python launch planning that an opaque ``ascend_kernels`` op pays on every run. Called eagerly
+    it launches the kernel. Registered on first use (it imports triton and the kernel module).
+
+    Args:
+        op: one of `KERNELS`.
+
+    Raises:
+        KeyError: an op without a Triton kernel (the message lists those with one).
+
+    >>> rms_norm = traceable_op("rms_norm")  # doctest: +SKIP
+    >>> out = rms_norm(x, weight, 1e-6)  # doctest: +SKIP
+    """
+    launcher = kernel(op)  # raises KeyError for an op without a kernel
+    module, name, _ = KERNELS[op]
+    plan = getattr(importlib.import_module(f"{__name__}.{module}"), f"plan_{name}")
+
+    def body(*args, **kwargs):
+        out, launch = plan(*args, **kwargs)
+        launch.traced()
+        return out
+
+    # The schema is inferred from the launcher's signature, its annotations resolved in its module.
+    body.__signature__ = inspect.signature(launcher, eval_str=True)
+    body.__name__ = body.__qualname__ = f"traced_{op}"
+
+    torch.library.triton_op(f"ascend_kernels_triton::{op}", body, mutates_args=())
+    return getattr(torch.ops.ascend_kernels_triton, op).default
+
+
+def _compiler_op(op: str) -> Callable[[str], "torch._ops.OpOverload | None"]:
+    def compiler_op(device_type: str):
+        # CUDA only: Inductor compiles and launches user Triton kernels there (torch_npu's Inductor
+        # backend with triton-ascend is unchecked, so an NPU graph keeps the op and its provider).
+        # Not under TRITON_INTERPRET=1: the kernels are interpreter functions, which no compiler takes.
+        if device_type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+            return None
+        return traceable_op(op)
+
+    return compiler_op
+
+
 def _provider(op: str) -> Provider:
     def impl(*args):
         return kernel(op)(*args)
@@ -133,7 +185,7 @@ def _provider(op: str) -> Provider:
     impl.__name__ = impl.__qualname__ = f"triton_{op}"
     # Module globals looked up at call time (tests monkeypatch them), never bound here.
     return Provider(op, "triton", impl, runs_on=_runs_on(op), available=lambda: triton_available(),
-                    supports_args=KERNELS[op][2])
+                    supports_args=KERNELS[op][2], compiler_op=_compiler_op(op))
 
 
 # No kernel for gelu_tanh / fast_gelu: one pointwise op, which torch and Inductor already run at

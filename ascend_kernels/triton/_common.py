@@ -53,6 +53,16 @@ class Launch:
     def __call__(self) -> None:
         self.kernel[self.grid](*self.args, **self.constexprs, num_warps=self.num_warps, **self.options)
 
+    def traced(self) -> None:
+        """The launch through `torch.library.wrap_triton`, for the body of a ``triton_op``: traced by
+        a compiler it records the ``triton_kernel_wrapper_*`` higher-order op (the kernel, this grid
+        and these arguments), which Inductor compiles and launches from its own wrapper code; run
+        eagerly it is the plain launch. `options` are left out: Inductor compiles a user kernel with
+        its own options and rejects others as kernel arguments."""
+        from torch.library import wrap_triton
+
+        wrap_triton(self.kernel)[self.grid](*self.args, **self.constexprs, num_warps=self.num_warps)
+
 
 def options(device: torch.device) -> dict[str, Any]:
     """Compiler options of a launch on ``device``. CUDA: FMA contraction on, stated explicitly

@@ -6,7 +6,9 @@ Pipeline per graph dynamo hands over:
                  -> executor: "eager" (the rewritten GraphModule runs op by op, the way MindIE SD
                     and vllm-ascend run on NPU, each fused op bound to its provider at compile
                     time, see `bind_providers`) or "inductor" (the rewritten graph goes to
-                    Inductor's `compile_fx`).
+                    Inductor's `compile_fx`; a fused op whose provider is a Triton kernel is
+                    first bound to the kernel's `triton_op`, which Inductor launches itself,
+                    see `bind_compiler_ops`).
 
 Inference (no input requires grad, or grad mode off) is the fast path: the forward graph
 `aot_autograd` produces is rewritten in its `fw_compiler`.
@@ -278,6 +280,7 @@ class AscendBackend:
             if keep is None:
                 return _identity_compiler(gm, example_inputs)
             return _compat.make_boxed_func(lambda *args: gm(*pick(args)))
+        self.report.graphs[-1]["bound_providers"] = bind_compiler_ops(gm)
         patches = self._inductor_patches(training=False)
         if keep is not None:  # already frozen: Inductor must not freeze again (the flag is still set here)
             patches["freezing"] = False
@@ -379,6 +382,27 @@ def _full_args(node: torch.fx.Node) -> list | None:
     return out
 
 
+def _static_op_nodes(gm: torch.fx.GraphModule):
+    """``(node, op name, full args, fake values)`` of each forward ``ascend_kernels`` op node whose
+    arguments all carry fake values of static shape (symbolic shapes are left to run-time dispatch:
+    a provider's `supports_args` limits cannot be decided for every size)."""
+    for node in gm.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        if target.namespace != "ascend_kernels" or target._opname.endswith("_backward"):
+            continue
+        args = _full_args(node)
+        if args is None:
+            continue
+        vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in args]
+        if any(v is None for v, a in zip(vals, args) if isinstance(a, torch.fx.Node)):
+            continue
+        if any(isinstance(d, torch.SymInt) for v in vals if isinstance(v, torch.Tensor) for d in v.shape):
+            continue
+        yield node, target._opname, args, vals
+
+
 def bind_providers(gm: torch.fx.GraphModule) -> dict[str, str]:
     """Eager executor, inference graphs: each ``ascend_kernels`` op node calls its provider directly.
 
@@ -396,23 +420,43 @@ def bind_providers(gm: torch.fx.GraphModule) -> dict[str, str]:
     from ascend_kernels.registry import select_provider
 
     bound = {}
-    for node in gm.graph.nodes:
-        target = node.target
-        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
-            continue
-        if target.namespace != "ascend_kernels" or target._opname.endswith("_backward"):
-            continue
-        args = _full_args(node)
-        if args is None:
-            continue
-        vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in args]
-        tensors = [v for v in vals if isinstance(v, torch.Tensor)]
-        if any(v is None for v, a in zip(vals, args) if isinstance(a, torch.fx.Node)):
-            continue
-        if any(isinstance(d, torch.SymInt) for t in tensors for d in t.shape):
-            continue
-        provider = select_provider(target._opname, *vals)
+    for node, op, args, vals in _static_op_nodes(gm):
+        provider = select_provider(op, *vals)
         node.target, node.args, node.kwargs = provider.impl, tuple(args), {}
+        bound[node.name] = provider.name
+    if bound:
+        gm.recompile()
+    return bound
+
+
+def bind_compiler_ops(gm: torch.fx.GraphModule) -> dict[str, str]:
+    """Inductor executor, inference graphs: each ``ascend_kernels`` op node whose provider has a
+    `Provider.compiler_op` (the ``triton`` kernels, on CUDA) becomes that op, which Inductor traces
+    into and launches from its own generated code.
+
+    An ``ascend_kernels`` op is opaque to Inductor: its generated code calls it through the
+    dispatcher, and each call pays the registry's choice and the provider's Python launch planning
+    on the host (measured with the Triton kernels on an H100 host: 110-280 us per call, which made
+    every uncaptured Triton fusion slower than Inductor's own code at block level). A
+    ``torch.library.triton_op`` instead decomposes, in the functional re-trace that `compile_fx`
+    runs, into the kernel launch itself, planned once from the fake tensors. The provider is
+    selected here as in `bind_providers` (static shapes only, a `use_providers` choice active while
+    compiling is honoured and then fixed for that graph); nodes whose provider has no compiler op
+    (the native composite, torch_npu kernels) stay ops.
+
+    Returns:
+        ``{node name: provider name}`` for the bound nodes.
+    """
+    from ascend_kernels.registry import select_provider
+
+    bound = {}
+    for node, op, args, vals in _static_op_nodes(gm):
+        provider = select_provider(op, *vals)
+        device_type = next(v.device.type for v in vals if isinstance(v, torch.Tensor))
+        target = provider.compiler_op(device_type) if provider.compiler_op is not None else None
+        if target is None:
+            continue
+        node.target, node.args, node.kwargs = target, tuple(args), {}
         bound[node.name] = provider.name
     if bound:
         gm.recompile()

@@ -81,3 +81,36 @@ def test_under_torch_compile_and_cuda_graphs():
     torch._dynamo.reset()
     assert_close(compiled, expected, torch.bfloat16)
     assert_close(captured, expected, torch.bfloat16)
+
+
+def test_inductor_executor_launches_the_kernels_from_its_own_code():
+    """With the triton provider chosen, the inductor executor binds each fused node of a Flux double
+    block to the kernel's triton_op: Inductor's generated code launches the four kernels itself and
+    calls no fused op through the dispatcher (only gelu_tanh, which has no kernel, stays an op)."""
+    from torch._inductor.utils import run_and_get_code
+    from torch.utils._pytree import tree_map
+
+    from diffusers_ascend.compilation import AscendBackend
+    from diffusers_ascend.tiny import flux_block_inputs, tiny_flux_blocks
+
+    double, _ = tiny_flux_blocks(dtype=torch.bfloat16)
+    double = double.to("cuda")
+    inputs = tree_map(lambda t: t.to("cuda") if isinstance(t, torch.Tensor) else t,
+                      flux_block_inputs(dtype=torch.bfloat16))
+    backend = AscendBackend(fusions="all", executor="inductor", on_error="raise")
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad(), use_providers(**ALL_TRITON):
+            out, codes = run_and_get_code(torch.compile(double, backend=backend, fullgraph=True), **inputs)
+            ref = double(**inputs)
+    finally:
+        torch._dynamo.reset()
+    (graph,) = backend.report.graphs
+    assert list(graph["bound_providers"].values()) == ["triton"] * (4 + 2 + 4 + 4), graph["bound_providers"]
+    code = "\n".join(codes)
+    for name in ("_rms_norm_kernel", "_rope_kernel", "_adaln_kernel", "_mul_add_kernel"):
+        assert name in code, f"{name} is not launched by Inductor's code"
+    for op in ("rms_norm", "rope", "adaln_modulate", "mul_add"):
+        assert f"ascend_kernels.{op}" not in code and f"ascend_kernels_triton.{op}" not in code, op
+    for o, r in zip(out, ref):
+        assert_close(o, r, torch.bfloat16, atol=0.1, rtol=0.05, msg="flux double block")
