@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["Launch", "TILE_ELEMENTS", "block", "grid", "lead3", "num_warps", "options", "row_coords", "row_offsets", "rows_per_tile", "strides_as"]
+__all__ = ["Launch", "TILE_ELEMENTS", "block", "cdiv", "grid", "lead3", "num_warps", "options", "row_coords", "row_offsets", "rows_per_tile", "strides_as"]
 
 # Elements per tile (rows x block columns), per device type.
 TILE_ELEMENTS = {"cuda": 4096, "npu": 4096}
@@ -79,8 +79,10 @@ def lead3(shape: Sequence[int], strides: Sequence[int]) -> tuple[list[int], list
 
 
 def strides_as(t: torch.Tensor, shape: Sequence[int]) -> tuple[list[int], int]:
-    """Strides of ``t`` broadcast to ``shape``: (three leading strides, last-dim stride)."""
-    st = t.expand(tuple(shape)).stride()
+    """Strides of ``t`` broadcast to ``shape`` (``t.expand(shape).stride()`` without building the
+    view, on the per-call host path): (three leading strides, last-dim stride)."""
+    pad = len(shape) - t.dim()
+    st = [0] * pad + [0 if n == 1 and m != 1 else s for n, m, s in zip(t.shape, shape[pad:], t.stride())]
     return lead3(shape, st)[1], st[-1]
 
 
@@ -123,7 +125,13 @@ def grid(n_blocks: int, device: torch.device) -> tuple[int]:
 
 def block(n: int) -> int:
     """The power-of-two tile width covering ``n`` elements."""
-    return triton.next_power_of_2(max(int(n), 1))
+    return 1 << (max(int(n), 1) - 1).bit_length()
+
+
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` on the host. (``triton.cdiv`` and ``triton.next_power_of_2`` are
+    ``constexpr_function``s in Triton 3.x, about 4 us per host call through their wrapper.)"""
+    return -(-a // b)
 
 
 # -- device helpers (inlined into the kernels) ---------------------------------------------------

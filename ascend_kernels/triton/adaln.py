@@ -118,7 +118,7 @@ def plan_adaln_modulate(
     # moves the scale/shift pointers (Flux and Wan at batch 1).
     shared = all(n == 1 or (c == 0 and h == 0) for n, c, h in zip(_common.lead3(x.shape, x.stride())[0], cs, hs))
     return out, _common.Launch(
-        _adaln_kernel, _common.grid(triton.cdiv(n_rows, block_r), x.device),
+        _adaln_kernel, _common.grid(_common.cdiv(n_rows, block_r), x.device),
         (x, scale, shift, w, b, out, n_rows, n1, n2, d, *xs, x.stride(-1), *cs, csd, *hs, hsd, *os, float(eps)),
         dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, MOD_SHARED=shared, BLOCK_R=block_r,
              BLOCK_D=block_d),

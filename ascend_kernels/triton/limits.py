@@ -25,6 +25,7 @@ from ..ops.adaln import _as_modulation
 
 __all__ = [
     "DTYPES",
+    "broadcast_shape",
     "MAX_ROPE_HEAD_DIM",
     "adaln_modulate_supports",
     "max_row",
@@ -54,13 +55,30 @@ def row_major(t: torch.Tensor, broadcast_ok: bool = False) -> bool:
     return all(s > 0 for s in strides) and all(a > b for a, b in zip(strides, strides[1:]))
 
 
+def broadcast_shape(*shapes: Sequence[int]) -> tuple[int, ...] | None:
+    """The broadcast shape of ``shapes`` (torch's rules), or None where they do not broadcast.
+
+    Plain Python over the sizes, for the per-call host path: `torch.broadcast_shapes` runs torch's
+    symbolic-shape reference, about half of a ``mul_add`` call's host time through the ``triton``
+    provider on the 2-core CI container.
+
+    >>> broadcast_shape((2, 1, 8), (5, 8)), broadcast_shape((3,), (4,))
+    ((2, 5, 8), None)
+    """
+    ndim = max(len(s) for s in shapes)
+    out = [1] * ndim
+    for shape in shapes:
+        for i, n in enumerate(shape, ndim - len(shape)):
+            if n != 1:
+                if out[i] == 1:
+                    out[i] = n
+                elif out[i] != n:
+                    return None
+    return tuple(out)
+
+
 def _broadcasts_to(shape: Sequence[int], target: torch.Size) -> bool:
-    if len(shape) > len(target):
-        return False
-    try:
-        return tuple(torch.broadcast_shapes(tuple(shape), tuple(target))) == tuple(target)
-    except RuntimeError:
-        return False
+    return len(shape) <= len(target) and broadcast_shape(shape, target) == tuple(target)
 
 
 def _main_ok(x: torch.Tensor) -> bool:
@@ -131,9 +149,8 @@ def mul_add_supports(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> bool:
         return False
     if not _same_device(x, y, z):
         return False
-    try:
-        shape = torch.broadcast_shapes(x.shape, y.shape, z.shape)
-    except RuntimeError:
+    shape = broadcast_shape(x.shape, y.shape, z.shape)
+    if shape is None:
         return False
     n = 1
     for s in shape:

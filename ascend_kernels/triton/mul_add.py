@@ -22,6 +22,7 @@ import triton.language as tl
 from ..ops.mul_add import result_dtype
 from . import _common
 from ._common import row_coords, row_offsets
+from .limits import broadcast_shape
 
 __all__ = ["mul_add", "plan_mul_add"]
 
@@ -63,7 +64,9 @@ def mul_add(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
 
 def plan_mul_add(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, _common.Launch]:
     """The output (allocated, not written) and the launch that fills it."""
-    shape = torch.broadcast_shapes(x.shape, y.shape, z.shape)
+    shape = broadcast_shape(x.shape, y.shape, z.shape)
+    if shape is None:
+        raise ValueError(f"mul_add: shapes {tuple(x.shape)}, {tuple(y.shape)}, {tuple(z.shape)} do not broadcast")
     out = torch.empty(shape, dtype=result_dtype(x, y, z), device=x.device)
     d = shape[-1]
     (_, n1, n2), os = _common.lead3(shape, out.stride())
@@ -71,7 +74,7 @@ def plan_mul_add(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> tuple[tor
     n_rows = out.numel() // d
     block_c = min(_common.block(d), _MAX_BLOCK_C)
     block_r = _common.rows_per_tile(block_c, x.device.type)
-    n_tiles = triton.cdiv(n_rows, block_r) * triton.cdiv(d, block_c)
+    n_tiles = _common.cdiv(n_rows, block_r) * _common.cdiv(d, block_c)
     return out, _common.Launch(
         _mul_add_kernel, _common.grid(n_tiles, x.device),
         (x, y, z, out, n_rows, n1, n2, d, *strides, *os),

@@ -75,7 +75,7 @@ def plan_rms_norm(
     block_d = _common.block(d)
     block_r = _common.rows_per_tile(block_d, x.device.type)
     return out, _common.Launch(
-        _rms_norm_kernel, _common.grid(triton.cdiv(n_rows, block_r), x.device),
+        _rms_norm_kernel, _common.grid(_common.cdiv(n_rows, block_r), x.device),
         (x, weight if weight is not None else x, out, n_rows, n1, n2, d, *xs, x.stride(-1), *os, float(eps)),
         dict(HAS_WEIGHT=weight is not None, BLOCK_R=block_r, BLOCK_D=block_d),
         _common.num_warps(block_r * block_d), _common.options(x.device),

@@ -93,7 +93,7 @@ def plan_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str
     row_width = block_d if interleaved else 2 * block_d  # the half layout holds both halves
     block_r = _common.rows_per_tile(row_width, x.device.type)
     return out, _common.Launch(
-        _rope_kernel, _common.grid(triton.cdiv(n_rows, block_r), x.device),
+        _rope_kernel, _common.grid(_common.cdiv(n_rows, block_r), x.device),
         (x, cos, sin, out, n_rows, n1, n2, d, *xs, x.stride(-1), *cs, csd, *ss, ssd, *os),
         dict(INTERLEAVED=interleaved, BLOCK_R=block_r, BLOCK_D=block_d),
         _common.num_warps(block_r * row_width), _common.options(x.device),

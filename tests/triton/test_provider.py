@@ -162,3 +162,30 @@ def test_selection_imports_no_triton():
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(res.stdout.strip().splitlines()[-1]) is False
+
+
+SHAPES = [(), (1,), (5,), (0,), (2, 1, 8), (5, 8), (1, 8), (3, 1), (2, 5, 8), (4,), (1, 0), (2, 1, 1, 8)]
+
+
+@pytest.mark.parametrize("a", SHAPES, ids=str)
+def test_broadcast_shape_is_torchs(a):
+    # The host-path broadcast of the limits and the mul_add plan: torch's rules, None where torch raises.
+    for b in SHAPES:
+        for c in ((), (1,), (8,)):
+            try:
+                expected = tuple(torch.broadcast_shapes(a, b, c))
+            except RuntimeError:
+                expected = None
+            assert limits.broadcast_shape(a, b, c) == expected, (a, b, c)
+
+
+def test_broadcast_strides_are_expands():
+    pytest.importorskip("triton", reason="the launch helpers import triton")
+    from ascend_kernels.triton._common import lead3, strides_as
+
+    base = torch.empty(4, 6, 9)
+    cases = [(base[:1, :, :8], (4, 6, 8)), (base[:, :1, :8], (4, 6, 8)), (base.new_empty(8), (2, 4, 6, 8)),
+             (base[0, :1, :8], (2, 4, 6, 8)), (base[:, 2:5, :8], (4, 3, 8)), (base[:1, :1, :1], (1, 1, 1))]
+    for t, shape in cases:
+        full = t.expand(shape).stride()
+        assert strides_as(t, shape) == (lead3(shape, full)[1], full[-1]), (tuple(t.shape), shape)
