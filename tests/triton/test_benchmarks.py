@@ -1,9 +1,11 @@
 """benchmarks/kernels.py and benchmarks/blocks.py without a GPU: they refuse clearly, the rows the
 kernel benchmark prints load as `Measurement` records, and the block benchmark's plumbing runs at
-tiny size on CPU (eager only: nothing is timed that matters)."""
+tiny size on CPU (eager only: nothing is timed that matters). benchmarks/host_path.py runs on CPU
+(it launches no kernel) and refuses without triton."""
 
 from __future__ import annotations
 
+import json
 import importlib.util
 import os
 import sys
@@ -68,3 +70,23 @@ def test_blocks_tiny_plumbing():
     cpu = blocks._variants("cpu")
     assert cpu["triton_rope"] == (["rope"], {}, False)  # the kernels do not run on CPU
     assert not any(capture for _, _, capture in cpu.values())  # nor do CUDA graphs
+
+
+def test_host_path_times_every_layer_of_every_kernel_op(capsys, tmp_path):
+    pytest.importorskip("triton", reason="the triton provider's plans import triton")
+    host_path = _load("host_path")
+    assert host_path.main(["--calls", "20", "--repeat", "1", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "host_path.json").read_text())
+    assert [r["op"] for r in result["rows"]] == ["rms_norm", "rope", "adaln_modulate", "mul_add"]
+    for row in result["rows"]:
+        assert all(row[k] > 0 for k in ("native_us", "op_us", "supports_us", "plan_us")), row
+        assert row["triton_python_us"] == row["supports_us"] + row["plan_us"]
+    assert "triton plan us" in capsys.readouterr().out
+
+
+def test_host_path_refuses_without_triton(monkeypatch, capsys):
+    host_path = _load("host_path")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else real(name, *a))
+    assert host_path.main([]) == 2
+    assert "needs triton" in capsys.readouterr().err

@@ -1,0 +1,123 @@
+"""Host time per call of a fused op's Python path, layer by layer (CPU; no kernel is launched).
+
+    python benchmarks/host_path.py --out benchmarks/results/     # needs triton (pip install triton)
+
+An uncaptured fused op pays its host path on every call, and at Flux sizes that path, not the
+kernel, set the time on an H100 (``benchmarks/results/kernels-h100.json``: the kernels run in
+23-32 us of device time; called through ``torch.ops.ascend_kernels`` they took 111-282 us). This
+script times the layers of that path that are Python, on small CPU tensors (nothing here depends
+on the tensor size but the native composite's own compute):
+
+- ``native_us``: the native composite called directly (the reference; includes its CPU compute).
+- ``op_us``: ``torch.ops.ascend_kernels.<op>`` on CPU: the dispatcher, the registry's choice and
+  the native composite; ``dispatch_us`` is the difference.
+- ``supports_us`` and ``plan_us``: what the ``triton`` provider adds before Triton's own launcher
+  on every call: its ``supports_args`` limits check and its launch planning (``plan_<op>``:
+  output allocation, strides, grid), both run here on CPU tensors.
+
+Under the inductor executor a node bound to the kernel's ``triton_op`` pays none of these at run
+time (`diffusers_ascend.compilation.backend.bind_compiler_ops`): Inductor planned the launch once
+and its code launches the kernel. Medians of ``--repeat`` runs of ``--calls`` calls each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from typing import Any, Callable, Sequence
+
+
+def _cases() -> dict[str, tuple[str, tuple]]:
+    import torch
+
+    bf, f32 = torch.bfloat16, torch.float32
+
+    def rand(*shape, dtype=bf):
+        return torch.randn(*shape, dtype=dtype)
+
+    # Flux's forms at 4 tokens (the host path does not depend on the token count; the native
+    # composite's compute, which does, stays small).
+    x, h, table = rand(1, 4, 24, 128), rand(1, 4, 3072), rand(1, 4, 1, 128, dtype=f32)
+    return {
+        "rms_norm": ("1x4x24x128", (x, rand(128, dtype=f32), 1e-6, None)),
+        "rope": ("1x4x24x128", (x, table, table, "interleaved")),
+        "adaln_modulate": ("1x4x3072", (h, rand(1, 3072), rand(1, 3072), 1e-6, None, None, None)),
+        "mul_add": ("1x4x3072", (rand(1, 1, 3072), h, h)),
+    }
+
+
+def per_call_us(fn: Callable[[], Any], calls: int, repeat: int) -> float:
+    """Median over ``repeat`` runs of the mean time of one of ``calls`` back-to-back calls, in us."""
+    for _ in range(max(calls // 10, 1)):
+        fn()
+    runs = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        runs.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(runs)
+
+
+def run(calls: int = 2000, repeat: int = 5) -> dict[str, Any]:
+    import importlib
+
+    import torch
+
+    import ascend_kernels  # noqa: F401  (registers torch.ops.ascend_kernels)
+    from ascend_kernels.registry import providers
+    from ascend_kernels.triton import KERNELS
+    from diffusers_ascend.benchmarks._common import machine_info
+
+    rows = []
+    with torch.no_grad():
+        for op, (shape, args) in _cases().items():
+            native = next(p.impl for p in providers(op) if p.name == "native")
+            triton = next(p for p in providers(op) if p.name == "triton")
+            module, name, _ = KERNELS[op]
+            plan = getattr(importlib.import_module(f"ascend_kernels.triton.{module}"), f"plan_{name}")
+            overload = getattr(torch.ops.ascend_kernels, op).default
+            assert triton.supports_args(*args), f"{op}: the case is outside the triton provider's limits"
+            row = dict(op=op, shape=shape)
+            for key, fn in (("native_us", lambda: native(*args)), ("op_us", lambda: overload(*args)),
+                            ("supports_us", lambda: triton.supports_args(*args)), ("plan_us", lambda: plan(*args))):
+                row[key] = per_call_us(fn, calls, repeat)
+            row["dispatch_us"] = row["op_us"] - row["native_us"]
+            row["triton_python_us"] = row["supports_us"] + row["plan_us"]
+            rows.append(row)
+    return dict(benchmark="host_path", calls=calls, repeat=repeat, machine=machine_info("cpu"), rows=rows)
+
+
+COLUMNS = [
+    ("op", "op"), ("shape", "shape"), ("native_us", "native us"), ("op_us", "op us"),
+    ("dispatch_us", "dispatch us"), ("supports_us", "triton supports_args us"), ("plan_us", "triton plan us"),
+    ("triton_python_us", "triton Python us"),
+]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=None, help="directory for host_path.json (default: print only)")
+    parser.add_argument("--calls", type=int, default=2000, help="calls per timed run")
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs (the median is reported)")
+    args = parser.parse_args(argv)
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is None:
+        print("benchmarks/host_path.py times the triton provider's Python path and needs triton "
+              "(pip install triton numpy); it launches no kernel and needs no GPU.", file=sys.stderr)
+        return 2
+    from diffusers_ascend.benchmarks._common import text_table, write_json
+
+    result = run(args.calls, args.repeat)
+    print(f"{result['machine']['cpu']}, torch {result['machine']['torch']}: us per call, "
+          f"median of {args.repeat} x {args.calls} calls")
+    print(text_table(result["rows"], COLUMNS))
+    write_json(result, args.out, "host_path.json")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
