@@ -4,7 +4,8 @@ Without a GPU (fake CUDA tensors, no kernel launched): `bind_compiler_ops` swaps
 nodes whose provider is the Triton kernel for ``ascend_kernels_triton`` ops, and the functional
 re-trace that Inductor's `compile_fx` runs (aot's FunctionalTensorMode, here `aot_export_module`)
 decomposes each into one ``triton_kernel_wrapper_functional`` launch of the kernel, with the grid
-and scalar arguments the launch plan computes. In Triton's interpreter: each op, called eagerly,
+and scalar arguments the launch plan computes, and torch's analysis of the kernel's TTIR (for
+sm_90) finds that it writes only its output. In Triton's interpreter: each op, called eagerly,
 equals the native provider. That Inductor then compiles and launches the kernels from its own
 code is checked on a GPU (``test_cuda.py``).
 """
@@ -38,13 +39,15 @@ def _block(x, w, cos, sin, scale, shift, gate):
 
 @pytest.fixture
 def fake_cuda(monkeypatch):
-    """A graph of the four fused ops traced on fake CUDA tensors, with the H100's SM count standing in for the device query of the launch grid."""
+    """A graph of the four fused ops traced on fake CUDA tensors, with the H100's SM count standing
+    in for the device query of the launch grid and sm_90 as Triton's compile target."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from ascend_kernels.triton import _common
 
     monkeypatch.setattr(_common, "_cuda_sms", lambda index: 132)
+    _target_sm90(monkeypatch)
     mode = FakeTensorMode()
     with mode:
         bf, dev = torch.bfloat16, "cuda"
@@ -53,6 +56,20 @@ def fake_cuda(monkeypatch):
                 torch.empty(2, 192, device=dev), torch.empty(2, 1, 192, device=dev),
                 torch.empty(2, 1, 192, device=dev))
     return make_fx(_block, tracing_mode="fake")(*args), args, mode
+
+
+def _target_sm90(monkeypatch):
+    """Triton's active driver, for code generation only (for this test): this machine has no GPU
+    driver, and torch's kernel analysis (which tensors a user kernel writes, from its TTIR) asks
+    the driver for nothing but the compile target."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    class Sm90:
+        def get_current_target(self):
+            return GPUTarget("cuda", 90, 32)
+
+    monkeypatch.setattr(type(triton.runtime.driver), "active", property(lambda self: Sm90()))
 
 
 def _namespaces(gm):
@@ -102,6 +119,10 @@ def test_the_functional_retrace_launches_each_kernel_once(fake_cuda):
     # num_warps travels as the single config of an Autotuner around the jit function.
     assert [getattr(k, "fn", k) for k in kernels] == [_rms_norm_kernel, _rope_kernel, _adaln_kernel, _mul_add_kernel]
     assert _namespaces(traced) == []  # no op left for the dispatcher
+    # torch's analysis of each kernel's TTIR finds that it writes only its output: Inductor then
+    # reuses that buffer in place and copies no input (a kernel it cannot analyse gets every
+    # input cloned before each launch).
+    assert [n.kwargs["tensors_to_clone"] for n in launches] == [["out_ptr"]] * 4
     (adaln,) = [n for n, k in zip(launches, kernels) if getattr(k, "fn", k) is _adaln_kernel]
     assert list(adaln.kwargs["grid"]) == [(*adaln_plan.grid, 1, 1)]  # 1-D grid, padded to 3-D
     scalars = {k: v for k, v in adaln.kwargs["kwargs"].items() if not isinstance(v, torch.fx.Node)}
