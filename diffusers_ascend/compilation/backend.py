@@ -280,11 +280,24 @@ class AscendBackend:
             if keep is None:
                 return _identity_compiler(gm, example_inputs)
             return _compat.make_boxed_func(lambda *args: gm(*pick(args)))
-        self.report.graphs[-1]["bound_providers"] = bind_compiler_ops(gm)
+        graph = self.report.graphs[-1]
+        graph["bound_providers"] = bind_compiler_ops(gm)
         patches = self._inductor_patches(training=False)
         if keep is not None:  # already frozen: Inductor must not freeze again (the flag is still set here)
             patches["freezing"] = False
-        compiled = _compat.compile_fx(gm, pick(list(example_inputs)), config_patches=patches)
+        try:
+            compiled = _compat.compile_fx(gm, pick(list(example_inputs)), config_patches=patches)
+        except Exception as e:
+            if not graph["bound_providers"] or self.config.on_error == "raise":
+                raise
+            # Inductor could not compile a kernel launch it was handed: the fused nodes go back to
+            # being ops (which then call the same kernels through the dispatcher).
+            reason = describe_failure(e)
+            warnings.warn(f"AscendBackend: Inductor could not launch the Triton kernels of graph {graph['name']} "
+                          f"itself ({reason}); they run as ascend_kernels ops instead.")
+            graph["bound_providers"], graph["unbound_reason"] = {}, reason
+            unbind_compiler_ops(gm)
+            compiled = _compat.compile_fx(gm, pick(list(example_inputs)), config_patches=patches)
 
         # Called from aot's fw_compiler, the compiled function takes its arguments unpacked.
         def run(*args):
@@ -442,7 +455,9 @@ def bind_compiler_ops(gm: torch.fx.GraphModule) -> dict[str, str]:
     runs, into the kernel launch itself, planned once from the fake tensors. The provider is
     selected here as in `bind_providers` (static shapes only, a `use_providers` choice active while
     compiling is honoured and then fixed for that graph); nodes whose provider has no compiler op
-    (the native composite, torch_npu kernels) stay ops.
+    (the native composite, torch_npu kernels) stay ops. Should Inductor fail on the bound graph,
+    the executor warns, restores the ops (`unbind_compiler_ops`) and compiles again, unless
+    ``on_error="raise"``.
 
     Returns:
         ``{node name: provider name}`` for the bound nodes.
@@ -456,11 +471,28 @@ def bind_compiler_ops(gm: torch.fx.GraphModule) -> dict[str, str]:
         target = provider.compiler_op(device_type) if provider.compiler_op is not None else None
         if target is None:
             continue
+        node.meta[_UNBOUND] = node.target
         node.target, node.args, node.kwargs = target, tuple(args), {}
         bound[node.name] = provider.name
     if bound:
         gm.recompile()
     return bound
+
+
+_UNBOUND = "ascend_kernels_op"  # node.meta key: the op a node bound by `bind_compiler_ops` replaced
+
+
+def unbind_compiler_ops(gm: torch.fx.GraphModule) -> int:
+    """Undoes `bind_compiler_ops`: each bound node calls its ``ascend_kernels`` op again (same
+    arguments: both ops share one schema). Returns the number of nodes restored."""
+    restored = 0
+    for node in gm.graph.nodes:
+        if _UNBOUND in node.meta:
+            node.target = node.meta.pop(_UNBOUND)
+            restored += 1
+    if restored:
+        gm.recompile()
+    return restored
 
 
 def _fold_parameters(aot_gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, list[int]]:

@@ -137,3 +137,92 @@ def test_symbolic_shapes_keep_runtime_dispatch():
     targets = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
     assert torch.ops.ascend_kernels.rms_norm.default in targets
     assert bind_providers(graphs[0]) == {}
+
+
+# -- the inductor executor's binding to a provider's compiler op ------------------------------------
+# On CUDA the triton provider's compiler op is a torch.library.triton_op, which only a GPU compiles
+# (tests/triton/test_traceable.py checks the trace without one, test_cuda.py on one). Here a plain
+# custom op with the native semantics stands in for it on CPU, so the executor's plumbing runs.
+
+
+@torch.library.custom_op("ascend_test::mul_add_kernel", mutates_args=())
+def _kernel_stand_in(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    from ascend_kernels.ops.mul_add import mul_add_native
+
+    return mul_add_native(x, y, z)
+
+
+@_kernel_stand_in.register_fake
+def _(x, y, z):
+    from ascend_kernels.ops.mul_add import mul_add_native
+
+    return mul_add_native(x, y, z)
+
+
+STAND_IN = torch.ops.ascend_test.mul_add_kernel.default
+# mul_add matches of a Flux double block with that fusion alone: its 4 gated residuals, plus the 4
+# `* (1 + scale) + shift` modulations and the 2 rope sums that the adaln and rope fusions take first.
+MUL_ADD_ALONE = 10
+
+
+@pytest.fixture
+def mul_add_compiler_op(monkeypatch):
+    """The native mul_add provider with `STAND_IN` as its compiler op on every device type."""
+    import dataclasses
+
+    from ascend_kernels import registry
+
+    native = registry._REGISTRY["mul_add"]["native"]
+    monkeypatch.setitem(registry._REGISTRY["mul_add"], "native",
+                        dataclasses.replace(native, compiler_op=lambda device_type: STAND_IN))
+
+
+def _compile_double(on_error="fallback"):
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    double, _ = tiny_flux_blocks()
+    inputs = flux_block_inputs()
+    backend = AscendBackend(fusions=["mul_add"], executor="inductor", on_error=on_error)
+    try:
+        with torch.no_grad():
+            out, codes = run_and_get_code(torch.compile(double, backend=backend, fullgraph=True), **inputs)
+            ref = double(**inputs)
+    finally:
+        torch._dynamo.reset()
+    return backend, out, ref, "\n".join(codes)
+
+
+@pytest.mark.usefixtures("mul_add_compiler_op")
+def test_inductor_executor_compiles_the_providers_compiler_op():
+    backend, out, ref, code = _compile_double()
+    (graph,) = backend.report.graphs
+    assert graph["matches"]["mul_add"] == MUL_ADD_ALONE
+    assert list(graph["bound_providers"].values()) == ["native"] * MUL_ADD_ALONE
+    assert "ascend_test.mul_add_kernel" in code and "ascend_kernels.mul_add" not in code
+    for o, r in zip(as_tuple(out), as_tuple(ref)):
+        assert_close(o, r, torch.float32)
+
+
+@pytest.mark.usefixtures("mul_add_compiler_op")
+def test_inductor_failing_on_a_compiler_op_falls_back_to_the_ops(monkeypatch):
+    from diffusers_ascend.compilation import _compat
+
+    real = _compat.compile_fx
+
+    def no_gpu_driver(gm, example_inputs, config_patches=None):
+        if any(n.target is STAND_IN for n in gm.graph.nodes):
+            raise RuntimeError("0 active drivers ([]). There should only be one.")
+        return real(gm, example_inputs, config_patches=config_patches)
+
+    monkeypatch.setattr(_compat, "compile_fx", no_gpu_driver)
+    with pytest.warns(UserWarning, match="could not launch the Triton kernels .* 0 active drivers"):
+        backend, out, ref, code = _compile_double()
+    (graph,) = backend.report.graphs
+    assert graph["bound_providers"] == {} and graph["unbound_reason"].startswith("RuntimeError: 0 active drivers")
+    assert graph["matches"]["mul_add"] == MUL_ADD_ALONE  # still fused
+    assert "ascend_kernels.mul_add" in code and "ascend_test.mul_add_kernel" not in code
+    for o, r in zip(as_tuple(out), as_tuple(ref)):
+        assert_close(o, r, torch.float32)
+    with pytest.raises(Exception, match="0 active drivers"):
+        _compile_double(on_error="raise")
