@@ -54,3 +54,20 @@ def triton_interpret(session: nox.Session) -> None:
                 env={"TRITON_INTERPRET": "1"})
     session.run("python", "-m", "pytest", "-q", "-p", "no:xdist", "tests/triton/test_compile.py",
                 "tests/triton/test_traceable.py", *session.posargs)
+
+
+# The triton-ascend release whose API tests/triton/test_ascend_lowering.py drives (3.2.0 is the
+# newest on PyPI with Linux x86-64 wheels for Python 3.11).
+TRITON_ASCEND = "3.2.0"
+
+
+@nox.session(name="triton-ascend", python="3.11", tags=["triton"])
+def triton_ascend(session: nox.Session) -> None:
+    """The kernels lowered as triton-ascend lowers them for an Ascend 910B, up to the linalg that CANN
+    compiles (tests/triton/test_ascend_lowering.py): no NPU, no CANN. triton-ascend installs as the
+    ``triton`` module, so it gets its own environment; pybind11 is a dependency it does not declare."""
+    session.install("torch==2.13.0")
+    session.install("-e", ".", "pytest", "numpy", "pybind11", f"triton-ascend=={TRITON_ASCEND}")
+    session.run("python", "-c", "import importlib.metadata as m, torch; "
+                "print('torch', torch.__version__, 'triton-ascend', m.version('triton-ascend'))")
+    session.run("python", "-m", "pytest", "-q", "-p", "no:xdist", "tests/triton/test_ascend_lowering.py", *session.posargs)

@@ -99,4 +99,38 @@ def mul_add_cases():
     }
 
 
+# -- the model sizes, planned from meta tensors (no memory, no device): compile and lowering checks --
+
+TRITON_TYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+
+def _meta(*shape, dtype=torch.bfloat16):
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+def model_plans():
+    """``{case: () -> (out, Launch)}``: every kernel's launch at Flux and Wan 14B sizes (bf16, fp32
+    tables/modulation/weights where the models have them) and a few odd forms."""
+    from ascend_kernels.triton.adaln import plan_adaln_modulate
+    from ascend_kernels.triton.mul_add import plan_mul_add
+    from ascend_kernels.triton.rms_norm import plan_rms_norm
+    from ascend_kernels.triton.rope import plan_rope
+
+    meta, bf, f32 = _meta, torch.bfloat16, torch.float32
+    flux_q, wan_q = meta(1, 4608, 24, 128), meta(1, 75600, 40, 128)
+    flux_h, wan_h = meta(1, 4096, 3072), meta(1, 75600, 5120)
+    return {
+        "rms_norm_flux_qk": lambda: plan_rms_norm(flux_q, meta(128), 1e-6),
+        "rms_norm_wan_qk_fp32_weight": lambda: plan_rms_norm(wan_h, meta(5120, dtype=f32), 1e-6),
+        "rms_norm_fp16_no_weight_fp32_out": lambda: plan_rms_norm(meta(8, 77, dtype=torch.float16), None, 1e-6, f32),
+        "rope_flux_interleaved": lambda: plan_rope(flux_q, meta(1, 4608, 1, 128, dtype=f32), meta(1, 4608, 1, 128, dtype=f32), "interleaved"),
+        "rope_wan_half": lambda: plan_rope(wan_q, meta(1, 75600, 1, 128, dtype=f32), meta(1, 75600, 1, 128, dtype=f32), "half"),
+        "adaln_flux": lambda: plan_adaln_modulate(flux_h, meta(1, 3072), meta(1, 3072), 1e-6),
+        "adaln_wan_fp32_mod": lambda: plan_adaln_modulate(wan_h, meta(1, 1, 5120, dtype=f32), meta(1, 1, 5120, dtype=f32), 1e-6, None, None, bf),
+        "adaln_affine_fp32": lambda: plan_adaln_modulate(meta(3, 5, 77, dtype=f32), meta(3, 77, dtype=f32), meta(3, 77, dtype=f32), 1e-6, meta(77, dtype=f32), meta(77, dtype=f32)),
+        "mul_add_flux_gate": lambda: plan_mul_add(meta(1, 1, 3072), flux_h, flux_h),
+        "mul_add_wan_mixed": lambda: plan_mul_add(wan_h, meta(1, 1, 5120, dtype=f32), meta(1, 75600, 5120, dtype=f32)),
+    }
+
+
 CASES = {"rms_norm": rms_norm_cases(), "rope": rope_cases(), "adaln_modulate": adaln_cases(), "mul_add": mul_add_cases()}

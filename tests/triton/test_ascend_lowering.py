@@ -1,0 +1,74 @@
+"""Every kernel launch, planned at the model sizes, lowered the way triton-ascend lowers it for an
+Ascend 910B (A2/A3): Triton's frontend and the Ascend backend's TTIR passes, then triton-ascend's
+``triton-adapter-opt`` (TTIR to annotated HIVM / HFusion / linalg), the input of CANN's
+``bishengir-compile``. Neither an NPU nor CANN is needed, and neither is used: the last step, the
+NPU binary, is not built. What this checks is that the installed triton-ascend accepts the kernels'
+Triton (``tl.split`` / ``tl.join`` / ``tl.reshape``, the persistent loop with a dynamic step,
+masked loads through per-row strides), lowers every Triton op, and reads the output as the only
+tensor the kernel writes. The adapter is permissive (it passes CUDA inline assembly through, for
+one), so ``bishengir-compile`` may still reject what it accepts. Not numerics, not speed.
+
+Runs in the ``triton-ascend`` nox session, where triton-ascend is installed (it installs as the
+``triton`` module); skipped wherever it is not.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from ascend_kernels.triton import triton_ascend_available
+
+from .cases import TRITON_TYPES, model_plans
+
+pytestmark = pytest.mark.skipif(not triton_ascend_available(), reason="needs triton-ascend (nox -s triton-ascend)")
+
+# 910B: the Atlas A2 training series (Ascend910B1-B4), whose vector cores run these kernels.
+ARCH = "Ascend910B3"
+
+
+def lower(launch) -> str:
+    """The linalg that triton-adapter-opt makes of ``launch`` for `ARCH` (triton-ascend 3.2's API)."""
+    from triton._C.libtriton import ir
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.compiler.compiler import make_backend
+
+    names = launch.kernel.arg_names
+    signature, constants = {}, dict(launch.constexprs)
+    for name, value in zip(names, launch.args):
+        if isinstance(value, torch.Tensor):
+            signature[name] = "*" + TRITON_TYPES[value.dtype]
+        elif isinstance(value, float):
+            signature[name] = "fp32"
+        else:
+            signature[name] = "i32" if -(2**31) <= value < 2**31 else "i64"
+    signature.update({name: "constexpr" for name in constants})
+    assert set(signature) == set(names), "a kernel argument was not planned"
+
+    target = GPUTarget("npu", ARCH, 0)
+    backend = make_backend(target)
+    options = backend.parse_options({})
+    stages: dict = {}
+    backend.add_stages(stages, options)
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    metadata = {"target": target, **options.__dict__}
+    source = ASTSource(fn=launch.kernel, signature=signature, constants=constants)
+    module = source.make_ir(options, backend.get_codegen_implementation(), backend.get_module_map(), context)
+    return stages["ttadapter"](stages["ttir"](module, metadata), metadata)
+
+
+@pytest.mark.parametrize("case", list(model_plans()))
+def test_lowers_for_ascend_910b(case):
+    _, launch = model_plans()[case]()
+    linalg = lower(launch)
+    assert f"func.func @{launch.kernel.__name__}(" in linalg
+    # Every Triton op lowered (tt.tensor_kind is an argument attribute, not an op).
+    assert sorted(set(re.findall(r"\btt\.[a-z_]+", linalg)) - {"tt.tensor_kind"}) == []
+    # The adapter's reading of each pointer argument: 0 read, 1 written. Only the output is written
+    # (unused optional pointers, e.g. adaLN's absent weight, get no mark).
+    assert re.findall(r"tt\.tensor_kind = (\d)", linalg).count("1") == 1
