@@ -61,7 +61,8 @@ def fake_cuda(monkeypatch):
 def _target_sm90(monkeypatch):
     """Triton's active driver, for code generation only (for this test): this machine has no GPU
     driver, and torch's kernel analysis (which tensors a user kernel writes, from its TTIR) asks
-    the driver for nothing but the compile target."""
+    the driver for nothing but the compile target (and, on triton 3.2, an Autotuner for its
+    benchmarker, which nothing here calls)."""
     import triton
     from triton.backends.compiler import GPUTarget
 
@@ -69,7 +70,17 @@ def _target_sm90(monkeypatch):
         def get_current_target(self):
             return GPUTarget("cuda", 90, 32)
 
-    monkeypatch.setattr(type(triton.runtime.driver), "active", property(lambda self: Sm90()))
+        def get_benchmarker(self):
+            def no_gpu(*args, **kwargs):
+                raise RuntimeError("no GPU to time kernels on")
+
+            return no_gpu
+
+    config = triton.runtime.driver
+    if isinstance(getattr(type(config), "active", None), property):  # triton >= 3.5
+        monkeypatch.setattr(type(config), "active", property(lambda self: Sm90()))
+    else:  # an attribute set at import
+        monkeypatch.setattr(config, "active", Sm90())
 
 
 def _namespaces(gm):
