@@ -99,7 +99,9 @@ def num_warps(tile_elements: int) -> int:
 
 @functools.lru_cache(maxsize=None)
 def _npu_vector_cores(index: int) -> int:
-    try:  # triton-ascend's driver reports the cores of the device
+    # triton-ascend's driver reports the cores of the device (3.2.0, backends/ascend/driver.py:
+    # NPUUtils.get_device_properties -> {"num_aicore": n, "num_vectorcore": 2 * n}).
+    try:
         from triton.runtime import driver
 
         return int(driver.active.utils.get_device_properties(index)["num_vectorcore"])
