@@ -90,12 +90,14 @@ def _namespaces(gm):
 
 
 @compiled_only
-def test_binds_only_nodes_whose_provider_is_the_triton_kernel(fake_cuda):
+def test_binds_only_nodes_whose_provider_is_the_triton_kernel(fake_cuda, monkeypatch):
+    from ascend_kernels.triton import measurements
     from diffusers_ascend.compilation.backend import bind_compiler_ops
 
     gm, _, _ = fake_cuda
-    # No choice: on CUDA the registry picks the triton provider only where it was measured faster
-    # than Inductor (nothing is), so every node stays an ascend_kernels op.
+    # No choice: on CUDA the registry picks the triton provider only for an op measured faster than
+    # Inductor; with no such measurement every node stays an ascend_kernels op.
+    monkeypatch.setattr(measurements, "MEASUREMENTS", ())
     assert bind_compiler_ops(gm) == {}
     assert _namespaces(gm) == ["ascend_kernels"] * 4
     with use_providers(rope="triton"):
