@@ -5,8 +5,8 @@ tiny size on CPU (eager only: nothing is timed that matters). benchmarks/host_pa
 
 from __future__ import annotations
 
-import json
 import importlib.util
+import json
 import os
 import sys
 
