@@ -62,13 +62,11 @@ def per_call_us(fn: Callable[[], Any], calls: int, repeat: int) -> float:
 
 
 def run(calls: int = 2000, repeat: int = 5) -> dict[str, Any]:
-    import importlib
-
     import torch
 
     import ascend_kernels  # noqa: F401  (registers torch.ops.ascend_kernels)
     from ascend_kernels.registry import providers
-    from ascend_kernels.triton import KERNELS
+    from ascend_kernels.triton import planner
     from diffusers_ascend.benchmarks._common import machine_info
 
     rows = []
@@ -76,8 +74,7 @@ def run(calls: int = 2000, repeat: int = 5) -> dict[str, Any]:
         for op, (shape, args) in _cases().items():
             native = next(p.impl for p in providers(op) if p.name == "native")
             triton = next(p for p in providers(op) if p.name == "triton")
-            module, name, _ = KERNELS[op]
-            plan = getattr(importlib.import_module(f"ascend_kernels.triton.{module}"), f"plan_{name}")
+            plan = planner(op)
             overload = getattr(torch.ops.ascend_kernels, op).default
             assert triton.supports_args(*args), f"{op}: the case is outside the triton provider's limits"
             row = dict(op=op, shape=shape)

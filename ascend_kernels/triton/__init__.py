@@ -42,7 +42,7 @@ from .. import registry
 from ..registry import Provider, register_provider
 from . import limits, measurements
 
-__all__ = ["DEVICE_TYPES", "KERNELS", "kernel", "traceable_op", "triton_ascend_available", "triton_available"]
+__all__ = ["DEVICE_TYPES", "KERNELS", "kernel", "planner", "traceable_op", "triton_ascend_available", "triton_available"]
 
 # Device types the kernels can take tensors of. The interpreter tests (tests/triton) widen it to
 # "cpu" under TRITON_INTERPRET=1, as the npu contract tests widen the npu providers' list; nothing
@@ -122,10 +122,33 @@ def kernel(op: str) -> Callable[..., torch.Tensor]:
     >>> rope = kernel("rope")  # doctest: +SKIP
     >>> out = rope(x, cos, sin, "interleaved")  # doctest: +SKIP
     """
+    module, name = _kernel_module(op)
+    return getattr(module, name)
+
+
+@functools.lru_cache(maxsize=None)
+def planner(op: str) -> Callable[..., tuple]:
+    """The launch planner of ``op``'s kernel, with the op's signature: ``plan_<name>`` of its module,
+    which returns the output (allocated, not written) and the ``_common.Launch`` that fills it.
+    It reads tensor metadata only (meta tensors work), and launches nothing.
+
+    Args:
+        op: one of `KERNELS`.
+
+    Raises:
+        KeyError: an op without a Triton kernel (the message lists those with one).
+
+    >>> out, launch = planner("mul_add")(gate, y, residual)  # doctest: +SKIP
+    """
+    module, name = _kernel_module(op)
+    return getattr(module, f"plan_{name}")
+
+
+def _kernel_module(op: str):
     if op not in KERNELS:
         raise KeyError(f"no Triton kernel for op {op!r}; ops with one: {', '.join(KERNELS)}")
     module, name, _ = KERNELS[op]
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    return importlib.import_module(f"{__name__}.{module}"), name
 
 
 @functools.lru_cache(maxsize=None)
@@ -149,9 +172,7 @@ def traceable_op(op: str) -> torch._ops.OpOverload:
     >>> rms_norm = traceable_op("rms_norm")  # doctest: +SKIP
     >>> out = rms_norm(x, weight, 1e-6)  # doctest: +SKIP
     """
-    launcher = kernel(op)  # raises KeyError for an op without a kernel
-    module, name, _ = KERNELS[op]
-    plan = getattr(importlib.import_module(f"{__name__}.{module}"), f"plan_{name}")
+    launcher, plan = kernel(op), planner(op)  # KeyError for an op without a kernel
 
     def body(*args, **kwargs):
         out, launch = plan(*args, **kwargs)

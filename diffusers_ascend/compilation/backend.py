@@ -442,6 +442,9 @@ def bind_providers(gm: torch.fx.GraphModule) -> dict[str, str]:
     return bound
 
 
+_UNBOUND = "ascend_kernels_op"  # node.meta key: the op a node bound by `bind_compiler_ops` replaced
+
+
 def bind_compiler_ops(gm: torch.fx.GraphModule) -> dict[str, str]:
     """Inductor executor, inference graphs: each ``ascend_kernels`` op node whose provider has a
     `Provider.compiler_op` (the ``triton`` kernels, on CUDA) becomes that op, which Inductor traces
@@ -477,9 +480,6 @@ def bind_compiler_ops(gm: torch.fx.GraphModule) -> dict[str, str]:
     if bound:
         gm.recompile()
     return bound
-
-
-_UNBOUND = "ascend_kernels_op"  # node.meta key: the op a node bound by `bind_compiler_ops` replaced
 
 
 def unbind_compiler_ops(gm: torch.fx.GraphModule) -> int:
