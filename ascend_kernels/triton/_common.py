@@ -13,6 +13,14 @@ blocks ``pid, pid + num_programs, ...`` (a persistent loop), so the grid can be 
   elements (16 KB each). DMA moves 32-byte aligned blocks: rows whose byte length is a multiple
   of 32 (D a multiple of 16 in bf16/fp16, of 8 in fp32: every Flux/Wan width) are read without
   partial bursts.
+
+An operand whose rows are evenly spaced (contiguous tensors, last-dim slices, a row broadcast to
+every row: `row_strides` says which) is addressed as ``row * stride``, a constexpr specialization
+of the general ``i0 * s0 + i1 * s1 + i2 * s2``. Both give the same offsets; the flat form skips the
+int64 ``//`` and ``%`` per row, and triton-ascend reads its affine addresses as one 2-D block where
+the general form's computed row starts make it issue one DMA per row (`DiscreteMemAccess` in its
+lowering, ``tests/triton/test_ascend_lowering.py``). The output, allocated by the plan, is
+contiguous: row ``r`` starts at ``r * d``.
 """
 
 from __future__ import annotations
@@ -25,7 +33,10 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["Launch", "TILE_ELEMENTS", "block", "cdiv", "grid", "lead3", "num_warps", "options", "row_coords", "row_offsets", "rows_per_tile", "strides_as"]
+__all__ = [
+    "Launch", "TILE_ELEMENTS", "block", "cdiv", "grid", "lead3", "num_warps", "options", "row_coords", "row_offsets",
+    "row_strides", "rows_per_tile", "strides_as",
+]
 
 # Elements per tile (rows x block columns), per device type.
 TILE_ELEMENTS = {"cuda": 4096, "npu": 4096}
@@ -86,6 +97,32 @@ def strides_as(t: torch.Tensor, shape: Sequence[int]) -> tuple[list[int], int]:
     return lead3(shape, st)[1], st[-1]
 
 
+def row_strides(sizes: Sequence[int], strides: Sequence[int]) -> tuple[list[int], bool]:
+    """An operand's three leading strides for `row_offsets`, and whether its rows are flat.
+
+    Flat: row ``r = (i0 * n1 + i1) * n2 + i2`` starts at ``r * s2`` (contiguous rows, last-dim
+    slices, one row broadcast to all: stride 0). The stride of a size-1 dim is never multiplied by
+    a non-zero index, so it is rewritten to keep the general formula equal to the flat one; the
+    kernel may then use either.
+
+    Args:
+        sizes: ``(n0, n1, n2)``, the leading sizes of the output (`lead3`).
+        strides: the operand's leading strides against those sizes.
+
+    >>> row_strides([1, 4608, 24], [0, 3072, 128])  # contiguous (1, 4608, 24, 128); n0 == 1
+    ([14155776, 3072, 128], True)
+    >>> row_strides([1, 4608, 24], [0, 128, 0])  # a (1, 4608, 1, 128) table: row // 24, not flat
+    ([0, 128, 0], False)
+    """
+    _, n1, n2 = sizes
+    moving = [s for n, s in zip(sizes, strides) if n > 1]
+    r = moving[-1] if moving else 0  # the stride of the innermost dim that moves: one row
+    flat = [r * n1 * n2, r * n2, r]
+    if all(n == 1 or s == f for n, s, f in zip(sizes, strides, flat)):
+        return flat, True
+    return list(strides), False
+
+
 def rows_per_tile(block_d: int, device_type: str) -> int:
     """Rows per tile so that a tile holds about `TILE_ELEMENTS` elements (at least one row)."""
     return max(1, TILE_ELEMENTS.get(device_type, 4096) // block_d)
@@ -141,12 +178,18 @@ def cdiv(a: int, b: int) -> int:
 
 @triton.jit
 def row_coords(blk, n_rows, n1, n2, BLOCK_R: tl.constexpr):
-    """Rows of row block ``blk``: (in-range mask, i0, i1, i2), int64 so offsets never overflow."""
+    """Rows of row block ``blk``: (in-range mask, rows, i0, i1, i2), int64 so offsets never
+    overflow. (Indices no operand uses are dropped by the compiler.)"""
     rows = (blk * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
-    return rows < n_rows, rows // (n2 * n1), (rows // n2) % n1, rows % n2
+    return rows < n_rows, rows, rows // (n2 * n1), (rows // n2) % n1, rows % n2
 
 
 @triton.jit
-def row_offsets(i0, i1, i2, s0, s1, s2):
-    """Element offsets of the rows' starts for leading strides (s0, s1, s2), as a column (BLOCK_R, 1)."""
-    return (i0 * s0 + i1 * s1 + i2 * s2)[:, None]
+def row_offsets(rows, i0, i1, i2, s0, s1, s2, FLAT: tl.constexpr):
+    """Element offsets of the rows' starts for leading strides (s0, s1, s2) from `row_strides`, as
+    a column (BLOCK_R, 1): ``rows * s2`` where the operand is flat (the same offsets)."""
+    if FLAT:
+        off = rows * s2
+    else:
+        off = i0 * s0 + i1 * s1 + i2 * s2
+    return off[:, None]

@@ -38,9 +38,9 @@ def _adaln_kernel(
     xs0, xs1, xs2, xsd,
     cs0, cs1, cs2, csd,
     hs0, hs1, hs2, hsd,
-    os0, os1, os2,
     eps,
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, MOD_SHARED: tl.constexpr,
+    X_FLAT: tl.constexpr, C_FLAT: tl.constexpr, H_FLAT: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -55,9 +55,9 @@ def _adaln_kernel(
         shift_row = tl.load(shift_ptr + cols * hsd, mask=cmask, other=0.0).to(tl.float32)
     n_blocks = tl.cdiv(n_rows, BLOCK_R)
     for blk in range(pid, n_blocks, tl.num_programs(0)):
-        rmask, i0, i1, i2 = row_coords(blk, n_rows, n1, n2, BLOCK_R)
+        rmask, rows, i0, i1, i2 = row_coords(blk, n_rows, n1, n2, BLOCK_R)
         mask = rmask[:, None] & cmask[None, :]
-        x_off = row_offsets(i0, i1, i2, xs0, xs1, xs2) + cols[None, :] * xsd
+        x_off = row_offsets(rows, i0, i1, i2, xs0, xs1, xs2, X_FLAT) + cols[None, :] * xsd
         x = tl.load(x_ptr + x_off, mask=mask, other=0.0).to(tl.float32)
         mean = tl.sum(x, axis=1) / d
         xc = tl.where(mask, x - mean[:, None], 0.0)
@@ -70,12 +70,12 @@ def _adaln_kernel(
         if MOD_SHARED:
             y = y * (1.0 + scale_row[None, :]) + shift_row[None, :]
         else:
-            c_off = row_offsets(i0, i1, i2, cs0, cs1, cs2) + cols[None, :] * csd
-            h_off = row_offsets(i0, i1, i2, hs0, hs1, hs2) + cols[None, :] * hsd
+            c_off = row_offsets(rows, i0, i1, i2, cs0, cs1, cs2, C_FLAT) + cols[None, :] * csd
+            h_off = row_offsets(rows, i0, i1, i2, hs0, hs1, hs2, H_FLAT) + cols[None, :] * hsd
             scale = tl.load(scale_ptr + c_off, mask=mask, other=0.0).to(tl.float32)
             shift = tl.load(shift_ptr + h_off, mask=mask, other=0.0).to(tl.float32)
             y = y * (1.0 + scale) + shift
-        o_off = row_offsets(i0, i1, i2, os0, os1, os2) + cols[None, :]
+        o_off = (rows * d)[:, None] + cols[None, :]
         tl.store(out_ptr + o_off, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -106,21 +106,24 @@ def plan_adaln_modulate(
     """The output (allocated, not written) and the launch that fills it."""
     out = torch.empty(x.shape, dtype=out_dtype or x.dtype, device=x.device)
     d = x.shape[-1]
-    (_, n1, n2), xs = _common.lead3(x.shape, x.stride())
-    _, os = _common.lead3(out.shape, out.stride())
+    sizes, xs = _common.lead3(x.shape, x.stride())
+    xs, x_flat = _common.row_strides(sizes, xs)
     cs, csd = _common.strides_as(_as_modulation(scale, x), x.shape)
     hs, hsd = _common.strides_as(_as_modulation(shift, x), x.shape)
+    cs, c_flat = _common.row_strides(sizes, cs)
+    hs, h_flat = _common.row_strides(sizes, hs)
+    _, n1, n2 = sizes
     n_rows = x.numel() // d
     block_d = _common.block(d)
     block_r = _common.rows_per_tile(block_d, x.device.type)
     w, b = (weight if weight is not None else x), (bias if bias is not None else x)
     # Every row reads the same modulation row when no leading dim of x with more than one index
     # moves the scale/shift pointers (Flux and Wan at batch 1).
-    shared = all(n == 1 or (c == 0 and h == 0) for n, c, h in zip(_common.lead3(x.shape, x.stride())[0], cs, hs))
+    shared = all(n == 1 or (c == 0 and h == 0) for n, c, h in zip(sizes, cs, hs))
     return out, _common.Launch(
         _adaln_kernel, _common.grid(_common.cdiv(n_rows, block_r), x.device),
-        (x, scale, shift, w, b, out, n_rows, n1, n2, d, *xs, x.stride(-1), *cs, csd, *hs, hsd, *os, float(eps)),
-        dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, MOD_SHARED=shared, BLOCK_R=block_r,
-             BLOCK_D=block_d),
+        (x, scale, shift, w, b, out, n_rows, n1, n2, d, *xs, x.stride(-1), *cs, csd, *hs, hsd, float(eps)),
+        dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, MOD_SHARED=shared, X_FLAT=x_flat,
+             C_FLAT=c_flat, H_FLAT=h_flat, BLOCK_R=block_r, BLOCK_D=block_d),
         _common.num_warps(block_r * block_d), _common.options(x.device),
     )

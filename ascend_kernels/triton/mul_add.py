@@ -36,7 +36,7 @@ def _mul_add_kernel(
     xs0, xs1, xs2, xsd,
     ys0, ys1, ys2, ysd,
     zs0, zs1, zs2, zsd,
-    os0, os1, os2,
+    X_FLAT: tl.constexpr, Y_FLAT: tl.constexpr, Z_FLAT: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -45,13 +45,13 @@ def _mul_add_kernel(
     for tile in range(pid, n_tiles, tl.num_programs(0)):
         rblk = tile // n_cblocks
         cols = (tile % n_cblocks) * BLOCK_C + tl.arange(0, BLOCK_C)
-        rmask, i0, i1, i2 = row_coords(rblk, n_rows, n1, n2, BLOCK_R)
+        rmask, rows, i0, i1, i2 = row_coords(rblk, n_rows, n1, n2, BLOCK_R)
         mask = rmask[:, None] & (cols < d)[None, :]
-        x = tl.load(x_ptr + row_offsets(i0, i1, i2, xs0, xs1, xs2) + cols[None, :] * xsd, mask=mask, other=0.0)
-        y = tl.load(y_ptr + row_offsets(i0, i1, i2, ys0, ys1, ys2) + cols[None, :] * ysd, mask=mask, other=0.0)
-        z = tl.load(z_ptr + row_offsets(i0, i1, i2, zs0, zs1, zs2) + cols[None, :] * zsd, mask=mask, other=0.0)
+        x = tl.load(x_ptr + row_offsets(rows, i0, i1, i2, xs0, xs1, xs2, X_FLAT) + cols[None, :] * xsd, mask=mask, other=0.0)
+        y = tl.load(y_ptr + row_offsets(rows, i0, i1, i2, ys0, ys1, ys2, Y_FLAT) + cols[None, :] * ysd, mask=mask, other=0.0)
+        z = tl.load(z_ptr + row_offsets(rows, i0, i1, i2, zs0, zs1, zs2, Z_FLAT) + cols[None, :] * zsd, mask=mask, other=0.0)
         out = x.to(tl.float32) * y.to(tl.float32) + z.to(tl.float32)
-        o_off = row_offsets(i0, i1, i2, os0, os1, os2) + cols[None, :]
+        o_off = (rows * d)[:, None] + cols[None, :]
         tl.store(out_ptr + o_off, out.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -69,20 +69,21 @@ def plan_mul_add(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> tuple[tor
         raise ValueError(f"mul_add: shapes {tuple(x.shape)}, {tuple(y.shape)}, {tuple(z.shape)} do not broadcast")
     out = torch.empty(shape, dtype=result_dtype(x, y, z), device=x.device)
     d = shape[-1]
-    (_, n1, n2), os = _common.lead3(shape, out.stride())
-    strides = [s for t in (x, y, z) for s in _flat(_common.strides_as(t, shape))]
+    sizes, _ = _common.lead3(shape, out.stride())
+    strides, flat = [], []
+    for t in (x, y, z):
+        lead, last = _common.strides_as(t, shape)
+        lead, t_flat = _common.row_strides(sizes, lead)
+        strides += [*lead, last]
+        flat.append(t_flat)
+    _, n1, n2 = sizes
     n_rows = out.numel() // d
     block_c = min(_common.block(d), _MAX_BLOCK_C)
     block_r = _common.rows_per_tile(block_c, x.device.type)
     n_tiles = _common.cdiv(n_rows, block_r) * _common.cdiv(d, block_c)
     return out, _common.Launch(
         _mul_add_kernel, _common.grid(n_tiles, x.device),
-        (x, y, z, out, n_rows, n1, n2, d, *strides, *os),
-        dict(BLOCK_R=block_r, BLOCK_C=block_c),
+        (x, y, z, out, n_rows, n1, n2, d, *strides),
+        dict(X_FLAT=flat[0], Y_FLAT=flat[1], Z_FLAT=flat[2], BLOCK_R=block_r, BLOCK_C=block_c),
         _common.num_warps(block_r * block_c), _common.options(x.device),
     )
-
-
-def _flat(strides: tuple[list[int], int]) -> list[int]:
-    lead, last = strides
-    return [*lead, last]

@@ -31,9 +31,9 @@ def _rms_norm_kernel(
     x_ptr, w_ptr, out_ptr,
     n_rows, n1, n2, d,
     xs0, xs1, xs2, xsd,
-    os0, os1, os2,
     eps,
-    HAS_WEIGHT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr, X_FLAT: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_D)
@@ -42,15 +42,15 @@ def _rms_norm_kernel(
         w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
     n_blocks = tl.cdiv(n_rows, BLOCK_R)
     for blk in range(pid, n_blocks, tl.num_programs(0)):
-        rmask, i0, i1, i2 = row_coords(blk, n_rows, n1, n2, BLOCK_R)
+        rmask, rows, i0, i1, i2 = row_coords(blk, n_rows, n1, n2, BLOCK_R)
         mask = rmask[:, None] & cmask[None, :]
-        x_off = row_offsets(i0, i1, i2, xs0, xs1, xs2) + cols[None, :] * xsd
+        x_off = row_offsets(rows, i0, i1, i2, xs0, xs1, xs2, X_FLAT) + cols[None, :] * xsd
         x = tl.load(x_ptr + x_off, mask=mask, other=0.0).to(tl.float32)
         ms = tl.sum(x * x, axis=1) / d
         y = x * (1.0 / tl.sqrt(ms + eps))[:, None]
         if HAS_WEIGHT:
             y = y * w[None, :]
-        o_off = row_offsets(i0, i1, i2, os0, os1, os2) + cols[None, :]
+        o_off = (rows * d)[:, None] + cols[None, :]
         tl.store(out_ptr + o_off, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -69,14 +69,15 @@ def plan_rms_norm(
     """The output (allocated, not written) and the launch that fills it."""
     out = torch.empty(x.shape, dtype=out_dtype or x.dtype, device=x.device)
     d = x.shape[-1]
-    (_, n1, n2), xs = _common.lead3(x.shape, x.stride())
-    _, os = _common.lead3(out.shape, out.stride())
+    sizes, xs = _common.lead3(x.shape, x.stride())
+    xs, x_flat = _common.row_strides(sizes, xs)
+    _, n1, n2 = sizes
     n_rows = x.numel() // d
     block_d = _common.block(d)
     block_r = _common.rows_per_tile(block_d, x.device.type)
     return out, _common.Launch(
         _rms_norm_kernel, _common.grid(_common.cdiv(n_rows, block_r), x.device),
-        (x, weight if weight is not None else x, out, n_rows, n1, n2, d, *xs, x.stride(-1), *os, float(eps)),
-        dict(HAS_WEIGHT=weight is not None, BLOCK_R=block_r, BLOCK_D=block_d),
+        (x, weight if weight is not None else x, out, n_rows, n1, n2, d, *xs, x.stride(-1), float(eps)),
+        dict(HAS_WEIGHT=weight is not None, X_FLAT=x_flat, BLOCK_R=block_r, BLOCK_D=block_d),
         _common.num_warps(block_r * block_d), _common.options(x.device),
     )

@@ -36,8 +36,9 @@ def _rope_kernel(
     xs0, xs1, xs2, xsd,
     cs0, cs1, cs2, csd,
     ss0, ss1, ss2, ssd,
-    os0, os1, os2,
-    INTERLEAVED: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+    INTERLEAVED: tl.constexpr,
+    X_FLAT: tl.constexpr, C_FLAT: tl.constexpr, S_FLAT: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     pid = tl.program_id(0)
     n_blocks = tl.cdiv(n_rows, BLOCK_R)
@@ -46,12 +47,12 @@ def _rope_kernel(
     width = d if INTERLEAVED else d // 2
     cmask = cols < width
     for blk in range(pid, n_blocks, tl.num_programs(0)):
-        rmask, i0, i1, i2 = row_coords(blk, n_rows, n1, n2, BLOCK_R)
+        rmask, rows, i0, i1, i2 = row_coords(blk, n_rows, n1, n2, BLOCK_R)
         mask = rmask[:, None] & cmask[None, :]
-        x_row = row_offsets(i0, i1, i2, xs0, xs1, xs2)
-        c_row = row_offsets(i0, i1, i2, cs0, cs1, cs2)
-        s_row = row_offsets(i0, i1, i2, ss0, ss1, ss2)
-        o_row = row_offsets(i0, i1, i2, os0, os1, os2)
+        x_row = row_offsets(rows, i0, i1, i2, xs0, xs1, xs2, X_FLAT)
+        c_row = row_offsets(rows, i0, i1, i2, cs0, cs1, cs2, C_FLAT)
+        s_row = row_offsets(rows, i0, i1, i2, ss0, ss1, ss2, S_FLAT)
+        o_row = (rows * d)[:, None]
         if INTERLEAVED:
             x = tl.load(x_ptr + x_row + cols[None, :] * xsd, mask=mask, other=0.0).to(tl.float32)
             c = tl.load(cos_ptr + c_row + cols[None, :] * csd, mask=mask, other=0.0).to(tl.float32)
@@ -84,17 +85,21 @@ def plan_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     d = x.shape[-1]
     interleaved = layout == "interleaved"
-    (_, n1, n2), xs = _common.lead3(x.shape, x.stride())
-    _, os = _common.lead3(out.shape, out.stride())
+    sizes, xs = _common.lead3(x.shape, x.stride())
+    xs, x_flat = _common.row_strides(sizes, xs)
     cs, csd = _common.strides_as(cos, x.shape)
     ss, ssd = _common.strides_as(sin, x.shape)
+    cs, c_flat = _common.row_strides(sizes, cs)
+    ss, s_flat = _common.row_strides(sizes, ss)
+    _, n1, n2 = sizes
     n_rows = x.numel() // d
     block_d = _common.block(d if interleaved else d // 2)
     row_width = block_d if interleaved else 2 * block_d  # the half layout holds both halves
     block_r = _common.rows_per_tile(row_width, x.device.type)
     return out, _common.Launch(
         _rope_kernel, _common.grid(_common.cdiv(n_rows, block_r), x.device),
-        (x, cos, sin, out, n_rows, n1, n2, d, *xs, x.stride(-1), *cs, csd, *ss, ssd, *os),
-        dict(INTERLEAVED=interleaved, BLOCK_R=block_r, BLOCK_D=block_d),
+        (x, cos, sin, out, n_rows, n1, n2, d, *xs, x.stride(-1), *cs, csd, *ss, ssd),
+        dict(INTERLEAVED=interleaved, X_FLAT=x_flat, C_FLAT=c_flat, S_FLAT=s_flat, BLOCK_R=block_r,
+             BLOCK_D=block_d),
         _common.num_warps(block_r * row_width), _common.options(x.device),
     )

@@ -11,12 +11,22 @@ from .conftest import randn
 # name -> builder(dtype, device) -> op arguments
 
 
+def gapped(t):
+    """``t``'s values in a row-major view whose rows are not evenly spaced (two spare rows per
+    block of dim -2), so the kernels take their general row addressing for it (`row_strides`)."""
+    buf = torch.zeros(*t.shape[:-2], t.shape[-2] + 2, t.shape[-1], dtype=t.dtype, device=t.device)
+    buf[..., 1:-1, :] = t
+    return buf[..., 1:-1, :]
+
+
 def rms_norm_cases():
     def make(shape, weight=None, out_dtype=None, sliced=False):
         def build(dtype, device):
             d = shape[-1]
-            x = randn(*shape[:-1], d + 8 if sliced else d, dtype=dtype, scale=3.0, device=device)
-            if sliced:  # a row-major, non-contiguous view (a slice of a fused projection)
+            x = randn(*shape[:-1], d + 8 if sliced is True else d, dtype=dtype, scale=3.0, device=device)
+            if sliced == "gapped":
+                x = gapped(x)
+            elif sliced:  # a row-major, non-contiguous view (a slice of a fused projection)
                 x = x[..., :d]
             w = None if weight is None else randn(d, dtype=weight if weight != "x" else dtype, seed=1, device=device)
             return (x, w, 1e-6, out_dtype)
@@ -29,6 +39,7 @@ def rms_norm_cases():
         "no_weight_one_token": make((3, 1, 40)),
         "d77_out_fp32": make((2, 7, 77), weight=torch.float32, out_dtype=torch.float32),
         "sliced_1d_rows": make((5, 24), weight=torch.float32, sliced=True),
+        "gapped_rows": make((2, 3, 40), weight=torch.float32, sliced="gapped"),
         "one_dim": make((100,), weight="x"),
     }
 
@@ -37,8 +48,10 @@ def rope_cases():
     def make(x_shape, table_shape, table_dtype=torch.float32, sliced=False):
         def build(dtype, device):
             d = x_shape[-1]
-            x = randn(*x_shape[:-1], d + 6 if sliced else d, dtype=dtype, device=device)
-            if sliced:
+            x = randn(*x_shape[:-1], d + 6 if sliced is True else d, dtype=dtype, device=device)
+            if sliced == "gapped":
+                x = gapped(x)
+            elif sliced:
                 x = x[..., :d]
             cos = randn(*table_shape, dtype=table_dtype, seed=1, device=device)
             sin = randn(*table_shape, dtype=table_dtype, seed=2, device=device)
@@ -53,13 +66,15 @@ def rope_cases():
         "one_token": make((3, 1, 2, 40), (1, 1, 40)),
         "three_dims_sd_tables": make((7, 2, 20), (7, 1, 20), table_dtype=torch.bfloat16),
         "sliced_x": make((2, 5, 2, 16), (5, 1, 16), sliced=True),
+        "gapped_x": make((2, 5, 2, 16), (5, 1, 16), sliced="gapped"),
     }
 
 
 def adaln_cases():
-    def make(x_shape, mod_shapes, mod_dtype=None, affine=None, out_dtype=None):
+    def make(x_shape, mod_shapes, mod_dtype=None, affine=None, out_dtype=None, gap=False):
         def build(dtype, device):
             x = randn(*x_shape, dtype=dtype, scale=2.0, device=device)
+            x = gapped(x) if gap else x
             mdt = mod_dtype or dtype
             scale = randn(*mod_shapes[0], dtype=mdt, seed=1, device=device)
             shift = randn(*mod_shapes[1], dtype=mdt, seed=2, device=device)
@@ -77,13 +92,15 @@ def adaln_cases():
         "one_token_d77_affine": make((2, 1, 77), [(2, 77), (2, 1, 77)], affine=torch.float32),
         "per_token_mod": make((2, 3, 24), [(2, 3, 24), (24,)]),
         "two_dims": make((7, 100), [(100,), (1, 100)]),
+        "gapped_x": make((2, 5, 40), [(2, 40), (2, 1, 40)], gap=True),
     }
 
 
 def mul_add_cases():
-    def make(shapes, dtypes=(None, None, None)):
+    def make(shapes, dtypes=(None, None, None), gap=()):
         def build(dtype, device):
-            return tuple(randn(*s, dtype=dt or dtype, seed=i, device=device) for i, (s, dt) in enumerate(zip(shapes, dtypes)))
+            ts = [randn(*s, dtype=dt or dtype, seed=i, device=device) for i, (s, dt) in enumerate(zip(shapes, dtypes))]
+            return tuple(gapped(t) if i in gap else t for i, t in enumerate(ts))
 
         return build
 
@@ -96,6 +113,7 @@ def mul_add_cases():
         "last_dim_broadcast": make([(3, 5, 1), (3, 5, 24), (24,)]),
         "long_rows_column_tiles": make([(1, 1, 1500), (1, 2, 1500), (1, 2, 1500)]),
         "one_dim": make([(77,), (77,), (1,)]),
+        "gapped_x_and_residual": make([(2, 5, 24), (2, 1, 24), (2, 5, 24)], gap=(0, 2)),
     }
 
 

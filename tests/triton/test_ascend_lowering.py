@@ -74,3 +74,19 @@ def test_lowers_for_ascend_910b(case):
     # The adapter's reading of each pointer argument: 0 read, 1 written. Only the output is written
     # (unused optional pointers, e.g. adaLN's absent weight, get no mark).
     assert re.findall(r"tt\.tensor_kind = (\d)", linalg).count("1") == 1
+
+
+@pytest.mark.parametrize("case", list(model_plans()))
+def test_flat_rows_move_as_blocks(case):
+    """Where every operand's rows are evenly spaced (`_common.row_strides`), the adapter sees affine
+    addresses and moves each tile as one block; an operand addressed through computed row indices
+    (rope's tables, broadcast over the heads; a per-batch modulation row) is split into one DMA per
+    row, which the adapter marks ``DiscreteMemAccess``. Both halves are asserted, so the flag is
+    shown to be what decides it."""
+    _, launch = model_plans()[case]()
+    flags = {k: v for k, v in launch.constexprs.items() if k.endswith("_FLAT")}
+    discrete = lower(launch).count("DiscreteMemAccess")
+    if all(flags.values()):
+        assert discrete == 0, flags
+    else:
+        assert discrete > 0, flags

@@ -189,3 +189,34 @@ def test_broadcast_strides_are_expands():
     for t, shape in cases:
         full = t.expand(shape).stride()
         assert strides_as(t, shape) == (lead3(shape, full)[1], full[-1]), (tuple(t.shape), shape)
+
+
+def test_flat_rows_address_every_row_as_the_general_form():
+    # row_strides may rewrite a size-1 dim's stride and flag an operand flat; the kernels then take
+    # `row * s2` for `i0 * s0 + i1 * s1 + i2 * s2`. Checked against the offsets of every row of
+    # contiguous, sliced, broadcast and permuted-to-row-major operands, flat or not.
+    pytest.importorskip("triton", reason="the launch helpers import triton")
+    from ascend_kernels.triton._common import lead3, row_strides, strides_as
+
+    base = torch.empty(4, 6, 9)
+    cases = {  # (operand, output shape) -> flat?
+        (base[..., :8], (4, 6, 8)): True,                      # last-dim slice: rows 9 apart
+        (base.new_empty(4, 6, 8), (4, 6, 8)): True,            # contiguous
+        (base.new_empty(1, 1, 8), (4, 6, 8)): True,            # one row for every row (stride 0)
+        (base.new_empty(6, 1, 8).squeeze(1), (1, 6, 8)): True,
+        (base.new_empty(3, 1, 8)[:, 0], (3, 1, 1, 8)): True,   # moving dim outermost
+        (base[:, 2:5, :8], (4, 3, 8)): False,                  # middle slice: rows 9 apart, blocks 54
+        (base.new_empty(6, 1, 8), (6, 5, 8)): False,           # a table broadcast over the inner dim
+        (base.new_empty(4, 1, 8), (4, 6, 8)): False,           # (B, 1, D) modulation, B > 1
+        (base.new_empty(1, 6, 8), (4, 6, 8)): False,           # broadcast over the outer dim
+    }
+    for (t, shape), expect_flat in cases.items():
+        sizes, _ = lead3(shape, [0] * len(shape))
+        lead, _ = strides_as(t, shape)
+        s, flat = row_strides(sizes, lead)
+        assert flat is expect_flat, (tuple(t.shape), tuple(t.stride()), shape)
+        rows = [(i0, i1, i2) for i0 in range(sizes[0]) for i1 in range(sizes[1]) for i2 in range(sizes[2])]
+        general = [i0 * a + i1 * b + i2 * c for (i0, i1, i2) in rows for a, b, c in [lead]]
+        assert [i0 * s[0] + i1 * s[1] + i2 * s[2] for (i0, i1, i2) in rows] == general
+        if flat:
+            assert [r * s[2] for r in range(len(rows))] == general
