@@ -114,12 +114,11 @@ def row_strides(sizes: Sequence[int], strides: Sequence[int]) -> tuple[list[int]
     >>> row_strides([1, 4608, 24], [0, 128, 0])  # a (1, 4608, 1, 128) table: row // 24, not flat
     ([0, 128, 0], False)
     """
-    _, n1, n2 = sizes
-    moving = [s for n, s in zip(sizes, strides) if n > 1]
-    r = moving[-1] if moving else 0  # the stride of the innermost dim that moves: one row
-    flat = [r * n1 * n2, r * n2, r]
-    if all(n == 1 or s == f for n, s, f in zip(sizes, strides, flat)):
-        return flat, True
+    (n0, n1, n2), (s0, s1, s2) = sizes, strides
+    r = s2 if n2 > 1 else s1 if n1 > 1 else s0 if n0 > 1 else 0  # innermost moving dim: one row
+    f1 = r * n2
+    if (n1 == 1 or s1 == f1) and (n0 == 1 or s0 == f1 * n1):
+        return [f1 * n1, f1, r], True
     return list(strides), False
 
 
