@@ -82,6 +82,10 @@ class Provider:
             None on a device type where there is none. The inductor executor binds a node whose
             provider has one to it, so that Inductor launches the kernel from its own generated
             code instead of calling the op through the dispatcher and this registry.
+        opt_in: optional ``(device_type) -> str | None``: for a provider that can run on
+            ``device_type`` but whose ``runs_on`` declines it unless chosen with `use_providers`
+            (a policy, not an inability), why it is not picked by default there; None where it
+            cannot run. `explain` shows it, so a host is not told that no kernel runs on it.
     """
 
     op: str
@@ -94,6 +98,7 @@ class Provider:
     extras: tuple[str, ...] = ()
     describe: Callable[[], str] | None = None
     compiler_op: Callable[[str], Any] | None = None
+    opt_in: Callable[[str], str | None] | None = None
 
     def supported(self, device_type: str) -> bool:
         """Whether this provider can run on ``device_type`` on this machine."""
@@ -203,9 +208,16 @@ def explain(op: str, device_type: str) -> tuple[str, str]:
             chosen = p
             break
     if chosen.name == "native":
-        skipped = [p for p in providers(op) if p.name != "native" and p.runs_on(device_type)]
-        why = "; ".join(f"{p.name}: {p.describe() if p.describe else 'not available'}" for p in skipped)
-        return "native", why or f"the PyTorch reference composite (no kernel provider runs on {device_type!r})"
+        reasons = []
+        for p in providers(op):
+            if p.name == "native":
+                continue
+            if p.runs_on(device_type):  # runs there, but not on this machine
+                reasons.append(f"{p.name}: {p.describe() if p.describe else 'not available'}")
+            elif p.opt_in and p.available() and (why := p.opt_in(device_type)):
+                reasons.append(f"{p.name}: {why}")
+        return "native", "; ".join(reasons) or (
+            f"the PyTorch reference composite (no kernel provider runs on {device_type!r})")
     why = chosen.describe() if chosen.describe else f"{chosen.name} kernel"
     if not chosen.is_faster():
         why += " (not in fusions='auto': no faster than the unfused ops here)"

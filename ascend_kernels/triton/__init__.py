@@ -106,6 +106,16 @@ def _runs_on(op: str) -> Callable[[str], bool]:
     return runs_on
 
 
+def _opt_in(op: str) -> Callable[[str], str | None]:
+    def opt_in(device_type: str) -> str | None:
+        if device_type != "cuda" or measurements.beats_compiler(op, "cuda"):
+            return None
+        return (f"installed, used only when chosen (use_providers({op}='triton')): not measured faster than "
+                "Inductor's code for this composite (ascend_kernels/triton/measurements.py)")
+
+    return opt_in
+
+
 @functools.lru_cache(maxsize=None)
 def kernel(op: str) -> Callable[..., torch.Tensor]:
     """The Triton launcher of ``op``, with the op's signature (imports triton and the kernel module).
@@ -206,7 +216,7 @@ def _provider(op: str) -> Provider:
     impl.__name__ = impl.__qualname__ = f"triton_{op}"
     # Module globals looked up at call time (tests monkeypatch them), never bound here.
     return Provider(op, "triton", impl, runs_on=_runs_on(op), available=lambda: triton_available(),
-                    supports_args=KERNELS[op][2], compiler_op=_compiler_op(op))
+                    supports_args=KERNELS[op][2], compiler_op=_compiler_op(op), opt_in=_opt_in(op))
 
 
 # No kernel for gelu_tanh / fast_gelu: one pointwise op, which torch and Inductor already run at

@@ -52,6 +52,23 @@ def test_cuda_needs_a_measurement_or_an_explicit_choice(triton_installed):
         assert available_providers(op, "cuda") == ["native"]  # the choice is scoped
 
 
+def test_explain_on_cuda_says_the_kernel_is_opt_in(triton_installed, monkeypatch):
+    # On CUDA the triton provider declines by policy (not measured faster than Inductor), not for
+    # lack of ability: `diffusers-ascend env` must say so and how to opt in, not that no kernel runs.
+    monkeypatch.setattr(measurements, "MEASUREMENTS", ())
+    for op in KERNEL_OPS:
+        name, why = registry.explain(op, "cuda")
+        assert name == "native"
+        assert why.startswith("triton: installed, used only when chosen") and f"use_providers({op}='triton')" in why
+    assert registry.explain("gelu_tanh", "cuda") == (
+        "native", "the PyTorch reference composite (no kernel provider runs on 'cuda')")
+    # Not on a device type the kernels never run on, and not without triton.
+    assert "triton" not in registry.explain("rms_norm", "cpu")[1]
+    monkeypatch.setattr(tri, "triton_available", lambda: False)
+    assert registry.explain("rms_norm", "cuda") == (
+        "native", "the PyTorch reference composite (no kernel provider runs on 'cuda')")
+
+
 def test_measured_faster_at_every_size_runs_on_cuda(triton_installed, monkeypatch):
     monkeypatch.setattr(measurements, "MEASUREMENTS", (
         _row("adaln_modulate", 0.04, 0.069), _row("adaln_modulate", 0.05, 0.08, size="wan"),
