@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# What a CUDA GPU host runs for the Triton kernels (docs/triton.md), one stage per call so that each
+# fits a 10-minute slot; results land in $OUT (default benchmarks/results/), named for the GPU.
+#
+#   bash benchmarks/cuda_checks.sh tests     # pytest -m cuda: kernels vs native, compiled, captured,
+#                                            # and the Inductor-launched triton_op path
+#   bash benchmarks/cuda_checks.sh kernels   # benchmarks/kernels.py: device/host time, % of copy BW
+#   bash benchmarks/cuda_checks.sh blocks    # benchmarks/blocks.py: full-width Flux blocks
+#
+# Needs torch with CUDA, triton and diffusers importable (PYTHONPATH=$PWD from the repository root).
+# Refuses without a GPU rather than writing numbers of another device.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-benchmarks/results}"
+mkdir -p "$OUT"
+python - <<'EOF'
+import sys, torch
+if not torch.cuda.is_available():
+    sys.exit("cuda_checks.sh: no CUDA GPU visible to torch; these checks measure a GPU")
+print(torch.cuda.get_device_name(0), "| torch", torch.__version__, end=" | ")
+import triton; print("triton", triton.__version__)
+EOF
+tag="$(python -c 'import torch; print(torch.cuda.get_device_name(0).split()[1].lower())')"  # e.g. h100
+case "${1:-}" in
+  tests)
+    python -m pytest -q -p no:xdist -m cuda tests/triton tests/compilation 2>&1 | tee "$OUT/cuda-tests-$tag.txt"
+    ;;
+  kernels)
+    python benchmarks/kernels.py --out "$OUT" && mv "$OUT/kernels.json" "$OUT/kernels-$tag.json"
+    ;;
+  blocks)
+    python benchmarks/blocks.py --out "$OUT" && mv "$OUT/blocks.json" "$OUT/blocks-$tag.json"
+    ;;
+  *)
+    echo "usage: $0 tests|kernels|blocks" >&2
+    exit 2
+    ;;
+esac
