@@ -6,8 +6,9 @@ it is process-global: two configs in one process never affect each other.
 
 A loaded config (a file, a saved model's ``_ascend_config``, a Hub repo, any dict) never writes
 files and never changes the process beyond what docs/configuration.md lists: the fields in
-`LOCAL_FIELDS` (``graph_log_dir``) are set only by code and are never saved, and a loaded
-``recompile_limit`` is capped at `MAX_LOADED_RECOMPILE_LIMIT`.
+`LOCAL_FIELDS` (``graph_log_dir``) are set only by code and are never saved, and the resource
+bounds a loaded config sets are capped (`LOADED_CAPS`: ``recompile_limit``,
+``max_captured_graphs``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ __all__ = [
     "CACHE_KEY_EXCLUDED",
     "LOCAL_FIELDS",
     "MAX_CONFIG_BYTES",
+    "LOADED_CAPS",
+    "MAX_LOADED_CAPTURED_GRAPHS",
     "MAX_LOADED_RECOMPILE_LIMIT",
     "read_json_object",
 ]
@@ -70,6 +73,14 @@ CACHE_KEY_EXCLUDED = ("graph_log_dir",)
 # Dynamo keeps its recompile limit process-wide; a loaded config may raise it at most this far
 # (8 per block class for up to 8 block classes). Code may pass any value.
 MAX_LOADED_RECOMPILE_LIMIT = 64
+# Each captured input signature keeps one device graph per block instance, with its static inputs,
+# outputs and memory pool; a loaded config may keep at most this many (4x the default).
+MAX_LOADED_CAPTURED_GRAPHS = 32
+# field -> (the most a loaded config may set, what a higher value would cost). Code may pass more.
+LOADED_CAPS = {
+    "recompile_limit": (MAX_LOADED_RECOMPILE_LIMIT, "dynamo keeps the limit process-wide"),
+    "max_captured_graphs": (MAX_LOADED_CAPTURED_GRAPHS, "each one holds device memory"),
+}
 # An ascend_config.json is about 500 bytes; anything larger than this is not one.
 MAX_CONFIG_BYTES = 1 << 20
 # An ascend config is an object of scalars and one list (depth 2).
@@ -162,7 +173,8 @@ class AscendConfig:
         freezing: fold parameters into the compiled graph as constants (inference only; on a
             pipeline it needs ``compile="model"``, see `AscendBackend`): weight changes after the first call (LoRA,
             ``load_state_dict``, offloading) are not seen until compiled again.
-        max_captured_graphs: int >= 1, FIFO cap on captured graphs.
+        max_captured_graphs: int >= 1, FIFO cap on captured graphs. A loaded config sets at most
+            `MAX_LOADED_CAPTURED_GRAPHS` (32).
         graph_log_dir: directory (stored as a string) to write graphs before/after each pass.
             Local only: set by code, never saved (`to_dict` writes null) and never loaded.
         on_error: ``"fallback"`` (a block that fails to compile runs eager, with a warning) or ``"raise"``.
@@ -380,8 +392,8 @@ class AscendConfig:
         Unknown keys are dropped with a warning. A ``version`` newer than `CONFIG_VERSION` warns
         and loads the known keys best-effort (each still validated); invalid values raise. Data
         never sets a local field (`LOCAL_FIELDS`: ``graph_log_dir``): a non-null one is dropped
-        with one warning (pass it as a keyword instead). A ``recompile_limit`` above
-        `MAX_LOADED_RECOMPILE_LIMIT` is lowered to it, with a warning.
+        with one warning (pass it as a keyword instead). A ``recompile_limit`` or
+        ``max_captured_graphs`` above its cap in `LOADED_CAPS` is lowered to it, with a warning.
 
         Args:
             d: the fields, as `to_dict` writes them.
@@ -432,16 +444,16 @@ class AscendConfig:
                 UserWarning,
                 stacklevel=3,
             )
-        limit = kwargs.get("recompile_limit")
-        if isinstance(limit, int) and not isinstance(limit, bool) and limit > MAX_LOADED_RECOMPILE_LIMIT:
-            warnings.warn(
-                f"recompile_limit={_short(limit)}{where} is above the {MAX_LOADED_RECOMPILE_LIMIT} a loaded config may "
-                f"set (dynamo keeps the limit process-wide); using {MAX_LOADED_RECOMPILE_LIMIT}. Pass a higher "
-                "value in code if you need it.",
-                UserWarning,
-                stacklevel=3,
-            )
-            kwargs["recompile_limit"] = MAX_LOADED_RECOMPILE_LIMIT
+        for name, (cap, cost) in LOADED_CAPS.items():
+            value = kwargs.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > cap:
+                warnings.warn(
+                    f"{name}={_short(value)}{where} is above the {cap} a loaded config may set ({cost}); "
+                    f"using {cap}. Pass a higher value in code if you need it.",
+                    UserWarning,
+                    stacklevel=3,
+                )
+                kwargs[name] = cap
         return kwargs
 
     def to_json_string(self) -> str:

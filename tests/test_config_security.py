@@ -20,6 +20,7 @@ import torch
 from diffusers_ascend.config import (
     CONFIG_NAME,
     MAX_CONFIG_BYTES,
+    MAX_LOADED_CAPTURED_GRAPHS,
     MAX_LOADED_RECOMPILE_LIMIT,
     AscendConfig,
     read_json_object,
@@ -131,6 +132,20 @@ def test_loaded_recompile_limit_is_capped():
     assert cfg.recompile_limit == MAX_LOADED_RECOMPILE_LIMIT == 64
     assert AscendConfig.from_dict({"recompile_limit": 64}).recompile_limit == 64
     assert AscendConfig(recompile_limit=10**6).recompile_limit == 10**6  # code may ask for more
+
+
+def test_loaded_max_captured_graphs_is_capped(tmp_path):
+    # A tampered config must not make graph capture keep device graphs without bound.
+    path = tmp_path / "ascend_config.json"
+    path.write_text(json.dumps({"version": 1, "graph_capture": "graph_only", "max_captured_graphs": 10**9}))
+    with pytest.warns(UserWarning, match=rf"max_captured_graphs=1000000000 from .*ascend_config.json is above the "
+                                         rf"{MAX_LOADED_CAPTURED_GRAPHS} a loaded config may set \(each one holds device memory\)"):
+        cfg = AscendConfig.from_json_file(path)
+    assert cfg.max_captured_graphs == MAX_LOADED_CAPTURED_GRAPHS == 32
+    assert AscendConfig.from_dict({"max_captured_graphs": 32}).max_captured_graphs == 32
+    assert AscendConfig(max_captured_graphs=100).max_captured_graphs == 100  # code may ask for more
+    with pytest.warns(UserWarning, match="max_captured_graphs=100"):  # loaded: capped, then code's override
+        assert AscendConfig.coerce({"max_captured_graphs": 100}, max_captured_graphs=100).max_captured_graphs == 100
 
 
 # ----------------------------------------------------------------------------- tampered inputs
