@@ -36,6 +36,7 @@ class _State:
         self.attention: dict[Any, Any] | None = None  # processor -> its previous _attention_backend
         self.swapped: list[tuple[object, type]] = []  # (object, original class), see layers.apply_swaps
         self.swaps: dict[str, int] = {}
+        self.shared: list[tuple[Any, Any, Any]] = []  # see processors.share_processors
         # Warm start (compilation/aot_blocks.py): per block class, the signature of each inference
         # call that compiled a graph (`save_ascend_cache` packages them), and the packages loaded.
         self.record_signatures = False
@@ -259,12 +260,13 @@ def _enable_model(model, cfg, name: str = "", verify: bool = True, lazy_compile:
     # cache and one recompile budget for all block classes: a Flux model spends 6 of the default 8
     # entries after one resolution change (FINDINGS section 3), and past the limit dynamo silently
     # runs eager. So under compile="blocks" each block class gets the default budget, plus one
-    # entry per block where dynamo compiles every block instance on its own (torch < 2.8).
+    # entry per block where dynamo may compile every block instance on its own (torch < 2.8: the
+    # processors are shared below, but a block may reach another per-instance object).
     found, missing = adapter.block_modules(model) if cfg.compile == "blocks" else ([], [])
     per_blocks = None
-    if cfg.compile == "blocks":
-        from .compilation._compat import compiled_blocks_share_graphs
+    from .compilation._compat import compiled_blocks_share_graphs
 
+    if cfg.compile == "blocks":
         per_blocks = _DYNAMO_DEFAULT_RECOMPILE_LIMIT * len(adapter.blocks)
         per_blocks += 0 if compiled_blocks_share_graphs() else len(found)
     _hold_recompile_limit(state, cfg.recompile_limit or per_blocks)
@@ -273,6 +275,11 @@ def _enable_model(model, cfg, name: str = "", verify: bool = True, lazy_compile:
                   f"{type(model).__name__}: nothing of it is compiled")
         warnings.warn(f"diffusers_ascend: {name or type(model).__name__}: {reason}")
         state.fallbacks.append({"module": f"{name + '.' if name else ''}<{block}>", "reason": reason})
+    if found and not compiled_blocks_share_graphs():
+        from .processors import share_processors
+
+        # torch < 2.8 guards on each block's processor object: one object per position, one graph.
+        state.shared = share_processors(sub for _, sub in found)
     for sub_name, sub in found:
         _compile_in_place(sub, f"{name + '.' if name else ''}{sub_name}", state, cfg, lazy=lazy_compile)
     if cfg.compile == "model":
@@ -309,9 +316,11 @@ def _disable_model(model) -> None:
     if state is None:
         return
     from .layers import restore_swaps
+    from .processors import unshare_processors
 
     for m in state.compiled:
         m._compiled_call_impl = None
+    unshare_processors(getattr(state, "shared", []))  # a state pickled before this field has none
     restore_swaps(state.swapped)
     if state.attention is not None:
         for proc, prev in state.attention.items():

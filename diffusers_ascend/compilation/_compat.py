@@ -347,7 +347,8 @@ def compiled_blocks_share_graphs() -> bool:
     .processor, ...)``), so every block instance compiles its own graph there (same fusions per
     graph, N times the cold compile; seen on 2.6.0 and 2.7.1); 2.8+ compile one graph per block
     class (seen on 2.8, 2.11, 2.13, 2.14). A behaviour of the guard system, not an API, so it is
-    known by release.
+    known by release. Where it is False, `enable_ascend_compile` shares the processors of a block
+    class (`diffusers_ascend.processors`), which gives one graph per class there too.
     """
     return torch_version() >= (2, 8)
 
