@@ -12,8 +12,11 @@ block. `share_processors` points the attention module at one position of every b
 and `unshare_processors` puts them back.
 
 Only processors that are provably interchangeable are shared: same class, no ``nn.Module``
-processors (IP-Adapter and other processors with weights), no state other than ``None``, bools,
-numbers, strings, enums and tuples of them, and that state equal by value. A processor changed
+processors (IP-Adapter and other processors with weights), and instance state only in attributes
+the class itself declares (configuration such as diffusers' ``_attention_backend`` and
+``_parallel_config``), holding ``None``, bools, numbers, strings, enums or tuples of them, equal by
+value. An attribute only the instance has may be per-block data that ``__call__`` fills in (an
+attention store starts as ``None``), so such a processor keeps its own object. A processor changed
 after sharing (``set_attn_processor``) is left as the user set it.
 
 >>> from diffusers_ascend.tiny import tiny_wan_transformer
@@ -49,7 +52,8 @@ def _state(processor: Any) -> dict[str, Any] | None:
     if processor is None or isinstance(processor, torch.nn.Module):
         return None
     state = getattr(processor, "__dict__", None)  # no __dict__ (slots): state not inspectable
-    if state is None or not all(_plain(v) for v in state.values()):
+    cls = type(processor)
+    if state is None or not all(hasattr(cls, k) and _plain(v) for k, v in state.items()):
         return None
     return state
 

@@ -37,24 +37,34 @@ class _Backend(enum.Enum):
 
 
 def test_only_interchangeable_processors_are_shared():
-    model = tiny_wan_transformer(num_layers=5)
+    model = tiny_wan_transformer(num_layers=6)
     blocks = model.blocks
     plain = type(blocks[0].attn1.processor)
 
-    class Other(plain):
+    class Configured(plain):
+        flag = None  # declared by the class: configuration, like diffusers' _attention_backend
+
+    class Other(Configured):
         pass
 
-    blocks[0].attn1.processor.flag = (True, 3, _Backend.NATIVE)  # plain state: shared where equal
-    blocks[1].attn1.processor.flag = (True, 3, _Backend.NATIVE)
-    blocks[2].attn1.processor.flag = (False, 3, _Backend.NATIVE)  # different value
+    class Store(plain):
+        def __init__(self):
+            self.probs = None  # only the instance has it: per-block data __call__ may fill in
+
+    for i, flag in enumerate([(True, 3, _Backend.NATIVE)] * 2 + [(False, 3, _Backend.NATIVE)]):
+        blocks[i].attn1.processor = Configured()
+        blocks[i].attn1.processor.flag = flag  # blocks 0, 1 equal; block 2 another value
     blocks[3].attn1.processor = Other()  # another class
     blocks[3].attn1.processor.flag = (True, 3, _Backend.NATIVE)
+    blocks[4].attn1.processor = Configured()
     blocks[4].attn1.processor.flag = torch.ones(1)  # not plain data: a tensor may differ per block
     for b in blocks:
-        b.attn2.processor.weights = torch.nn.Linear(2, 2)  # state holding a module
-    own = _ids(blocks)
+        b.attn2.processor = Store()
+    blocks[5].attn1.processor = torch.nn.Identity()  # a processor with weights is a module
+    own, own2 = _ids(blocks), _ids(blocks, "attn2")
     undo = share_processors(blocks)
-    assert _ids(blocks) == [own[0], own[0], own[2], own[3], own[4]]
+    assert _ids(blocks) == [own[0], own[0], own[2], own[3], own[4], own[5]]
+    assert _ids(blocks, "attn2") == own2
     assert [u[0] for u in undo] == [blocks[1].attn1]
 
 
