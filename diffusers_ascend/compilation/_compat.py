@@ -38,6 +38,7 @@ __all__ = [
     "compiled_cpp_libraries",
     "compile_fx",
     "compiled_blocks_share_graphs",
+    "conj_views_reach_graphs",
     "current_compile_id",
     "custom_graph_pass_base",
     "detect_fake_mode",
@@ -641,6 +642,24 @@ def probe_trace(fn: Callable, args: Sequence[Any]) -> torch.fx.GraphModule:
 
     with unset_fake_mode(), no_tracing_context(), torch.no_grad():
         return make_fx(dispatch_functionalize(fn, FunctionalTensorMode()), tracing_mode="fake")(*args)
+
+
+@functools.cache
+def conj_views_reach_graphs() -> bool:
+    """Whether the graphs the fusion passes see hold a conjugate view (``t.conj()``) as a bare
+    ``aten._conj`` node read directly by its users.
+
+    Functionalization materializes the view (``clone(_conj(t))``) on every release; Inductor's
+    `remove_noop_ops`, which the backend runs before the passes, drops that clone as a no-op on
+    2.6 and 2.8 and keeps it on 2.11 to 2.14 (seen through SanaWM's inverse rotary rotation). The
+    rope pass matches the bare form with a pattern of its own. Detected by tracing
+    ``view_as_complex(x) * f.conj()`` as `probe_trace` does, then removing no-ops.
+    """
+    g = probe_trace(lambda x, f: torch.view_as_complex(x.view(2, 2)) * f.conj(),
+                    [torch.ones(4), torch.ones(2, dtype=torch.complex64)]).graph
+    remove_noop_ops(g)
+    conj = [n for n in g.nodes if n.target is torch.ops.aten._conj.default]
+    return any(u.target is torch.ops.aten.mul.Tensor for n in conj for u in n.users)
 
 
 # -- the whole engine ----------------------------------------------------------------------------

@@ -442,6 +442,33 @@ def test_rope_complex_multiplication(dtype):
         gone=[aten.view_as_complex.default])  # view_as_real(freqs) stays: the cos/sin tables
 
 
+class ConjComplexRope(torch.nn.Module):
+    # SanaWM's inverse rotation (transformer_sana_wm: `rotary_emb.conj() if inverse_rope`)
+    def forward(self, x, freqs_cis):
+        xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+        return torch.view_as_real(xc * freqs_cis.unsqueeze(2).conj()).flatten(3).type_as(x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rope_complex_conjugate(dtype):
+    # One match on every torch: torch <= 2.8 leaves a bare conjugate view after no-op removal (the
+    # complex_conj form, sin negated), 2.11+ a materialized one (the complex form).
+    x = torch.randn(2, 6, 3, 8, dtype=dtype)
+    freqs = torch.polar(torch.ones(2, 6, 4), torch.randn(2, 6, 4))
+    run(ConjComplexRope(), x, freqs, fusions=["rope"], dtype=dtype, expected=1, gone=[aten.view_as_complex.default])
+
+
+def test_rope_complex_conj_form_exactly_where_the_graphs_hold_a_bare_conjugate():
+    from diffusers_ascend.compilation import _compat
+    from diffusers_ascend.compilation.passes.rope import RopeFusionPass
+
+    forms = {p.form for p in RopeFusionPass.patterns()}
+    assert ("complex_conj" in forms) == _compat.conj_views_reach_graphs()
+    seen = {(2, 6): True, (2, 8): True, (2, 11): False, (2, 13): False, (2, 14): False}  # the CI matrix
+    if _compat.torch_version() in seen:
+        assert _compat.conj_views_reach_graphs() is seen[_compat.torch_version()]
+
+
 def test_rope_complex_qwen_image_function():
     from diffusers.models.transformers.transformer_qwenimage import apply_rotary_emb_qwen
 

@@ -24,7 +24,7 @@ import torch
 
 from ascend_kernels.testing import assert_close
 
-from .zoo_table import COVERAGE, LEFT_OPS, NOT_COVERED, TINY, markdown_table
+from .zoo_table import COVERAGE, LEFT_OPS, MIN_TORCH, NOT_COVERED, TINY, markdown_table
 
 RECORD = os.environ.get("DIFFUSERS_ASCEND_ZOO_RECORD") == "1"
 
@@ -116,6 +116,10 @@ def test_support_matrix_shows_the_table():
 
 @pytest.mark.parametrize("name", sorted(TINY))
 def test_zoo_model(name, tmp_path):
+    from diffusers_ascend.compilation._compat import torch_version
+
+    if name in MIN_TORCH and torch_version() < MIN_TORCH[name][0]:
+        pytest.skip(MIN_TORCH[name][1])
     _check_model(name, tmp_path)
 
 

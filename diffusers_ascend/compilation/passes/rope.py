@@ -37,6 +37,11 @@ Forms matched (aot graphs):
   ``view_as_real(view_as_complex(x.float().reshape(..., -1, 2)) * freqs).flatten(3).type_as(x)``
   with complex64 ``freqs`` -> layout ``"interleaved"`` with ``cos``/``sin`` the real/imaginary parts
   of ``freqs``, each repeated twice (``(a + ib)(c + id)`` is the interleaved rotation of ``(a, b)``).
+  Form ``complex_conj``: the same with ``freqs.conj()`` (SanaWM's inverse rotation of its camera
+  branch). torch 2.8 and earlier hand the product a ``_conj`` view, which the ``complex`` form's
+  tables cannot read (``view_as_real`` refuses a conjugate view: the block would fail to
+  compile), so this form takes ``freqs`` itself and negates ``sin``; 2.11+ materialize the
+  conjugate first (``clone(_conj)``) and the ``complex`` form takes it.
 
 The fused op computes in fp32 and returns ``x.dtype``; a match whose result would have another
 dtype or shape (``cos`` broadcasting ``x`` to a larger shape) is rejected.
@@ -46,6 +51,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import _compat
 from .base import FusionPass, FusionPattern, matched_nodes, normalized_dim, tensor_arg
 
 __all__ = ["RopePattern", "RopeFusionPass"]
@@ -67,16 +73,17 @@ class RopePattern(FusionPattern):
         dtype: example dtype of ``x`` (``cos``/``sin`` are fp32 as diffusers builds them).
     """
 
-    FORMS = ("flux", "wan", "wan_chunk", "half", "half_upcast", "half_slice", "half_unbind", "complex", "rotation_matrix",
-             "rotation_matrix_typed", "split")
+    FORMS = ("flux", "wan", "wan_chunk", "half", "half_upcast", "half_slice", "half_unbind", "complex", "complex_conj",
+             "rotation_matrix", "rotation_matrix_typed", "split")
 
     @property
     def retrace(self) -> bool:
         # `x.reshape(*x.shape[:-1], -1, 2)` sizes are symbolic expressions in dynamic graphs.
-        return self.form not in ("flux", "half_unbind", "complex", "rotation_matrix", "rotation_matrix_typed")
+        return self.form not in ("flux", "half_unbind", "complex", "complex_conj", "rotation_matrix",
+                                 "rotation_matrix_typed")
 
     def check(self, match) -> bool:
-        if self.form == "complex":
+        if self.form in ("complex", "complex_conj"):
             return self._check_complex(match)
         if self.form == "half_unbind":
             return self._check_half_unbind(match)
@@ -163,7 +170,7 @@ class RopePattern(FusionPattern):
             return [x, torch.randn(1, 6, 1, 4, 2, 2)]  # (1, S, 1, D/2, 2, 2), fp32
         if self.form == "wan_chunk":
             return [x, torch.randn(1, 6, 1, 16)]  # (1, S, 1, 2D): cos then sin, fp32
-        if self.form == "complex":
+        if self.form in ("complex", "complex_conj"):
             freqs = torch.polar(torch.ones(6, 1, 4), torch.randn(6, 1, 4))  # (S, 1, D/2), as unsqueezed
             return [x, freqs]
         if self.form == "split":  # LTX-2: (B, H, T, D) with half-size (B, H, T, D/2) fp32 tables
@@ -178,13 +185,15 @@ class RopePattern(FusionPattern):
     # `freqs`, rotation_matrix takes `rope`.
     @property
     def search(self):
-        return {"complex": self._search_complex, "wan_chunk": self._search_wan_chunk,
+        return {"complex": self._search_complex, "complex_conj": self._search_complex_conj,
+                "wan_chunk": self._search_wan_chunk,
                 "rotation_matrix": self._search_rotation_matrix,
                 "rotation_matrix_typed": self._search_rotation_matrix_typed}.get(self.form, self._search)
 
     @property
     def replace(self):
-        return {"complex": self._replace_complex, "wan_chunk": self._replace_wan_chunk,
+        return {"complex": self._replace_complex, "complex_conj": self._replace_complex_conj,
+                "wan_chunk": self._replace_wan_chunk,
                 "rotation_matrix": self._replace_rotation_matrix,
                 "rotation_matrix_typed": self._replace_rotation_matrix_typed}.get(self.form, self._replace)
 
@@ -228,11 +237,18 @@ class RopePattern(FusionPattern):
         xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
         return torch.view_as_real(xc * freqs).flatten(3).type_as(x)
 
-    def _replace_complex(self, x, freqs):
+    @staticmethod
+    def _replace_complex(x, freqs, conj=False):
         parts = torch.view_as_real(freqs)
         cos = parts[..., 0].repeat_interleave(2, dim=-1)
         sin = parts[..., 1].repeat_interleave(2, dim=-1)
-        return _rope(x, cos, sin, "interleaved")
+        return _rope(x, cos, -sin if conj else sin, "interleaved")
+
+    def _search_complex_conj(self, x, freqs):
+        return self._search_complex(x, freqs.conj())
+
+    def _replace_complex_conj(self, x, freqs):
+        return self._replace_complex(x, freqs, conj=True)
 
     def _search(self, x, cos, sin):
         if self.form == "split":  # diffusers.models.transformers.transformer_ltx2.apply_split_rotary_emb
@@ -284,5 +300,7 @@ class RopeFusionPass(FusionPass):
     @classmethod
     def patterns(cls):
         for form in RopePattern.FORMS:
+            if form == "complex_conj" and not _compat.conj_views_reach_graphs():
+                continue  # this torch materializes the conjugate: the "complex" form takes it
             for dtype in (torch.float32, torch.bfloat16):
                 yield RopePattern(form, dtype)
