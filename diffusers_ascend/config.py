@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import os
+import types
 import warnings
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
@@ -77,10 +78,10 @@ MAX_LOADED_RECOMPILE_LIMIT = 64
 # outputs and memory pool; a loaded config may keep at most this many (4x the default).
 MAX_LOADED_CAPTURED_GRAPHS = 32
 # field -> (the most a loaded config may set, what a higher value would cost). Code may pass more.
-LOADED_CAPS = {
+LOADED_CAPS = types.MappingProxyType({
     "recompile_limit": (MAX_LOADED_RECOMPILE_LIMIT, "dynamo keeps the limit process-wide"),
     "max_captured_graphs": (MAX_LOADED_CAPTURED_GRAPHS, "each one holds device memory"),
-}
+})
 # An ascend_config.json is about 500 bytes; anything larger than this is not one.
 MAX_CONFIG_BYTES = 1 << 20
 # An ascend config is an object of scalars and one list (depth 2).
