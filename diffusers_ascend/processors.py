@@ -7,8 +7,8 @@ its own graph, so a Flux.1 model compiles 57 graphs where 2.8+ compile 3
 (`diffusers_ascend.compilation._compat.compiled_blocks_share_graphs`). diffusers builds one
 processor per attention module, but the processors of one block class are interchangeable: the
 same class, and state that is plain values (``_attention_backend``, flags), equal from block to
-block. `share_processors` points the attention module at one position of every block
-(``attn1`` of each ``WanTransformerBlock``) to the first block's processor; the others are kept
+block. `share_processors` gives the attention module at each position (``attn1`` of every
+``WanTransformerBlock``) the processor of the first block at that position; the others are kept
 and `unshare_processors` puts them back.
 
 Only processors that are provably interchangeable are shared: same class, no ``nn.Module``
