@@ -35,7 +35,7 @@ import triton.language as tl
 
 __all__ = [
     "Launch", "TILE_ELEMENTS", "block", "cdiv", "grid", "lead3", "num_warps", "options", "row_coords", "row_offsets",
-    "row_strides", "rows_per_tile", "strides_as",
+    "operand_strides", "row_strides", "rows_per_tile", "strides_as",
 ]
 
 # Elements per tile (rows x block columns), per device type.
@@ -89,11 +89,15 @@ def lead3(shape: Sequence[int], strides: Sequence[int]) -> tuple[list[int], list
     return [1] * pad + sizes, [0] * pad + st
 
 
+def _broadcast_strides(t: torch.Tensor, shape: Sequence[int]) -> list[int]:
+    pad = len(shape) - t.dim()
+    return [0] * pad + [0 if n == 1 and m != 1 else s for n, m, s in zip(t.shape, shape[pad:], t.stride())]
+
+
 def strides_as(t: torch.Tensor, shape: Sequence[int]) -> tuple[list[int], int]:
     """Strides of ``t`` broadcast to ``shape`` (``t.expand(shape).stride()`` without building the
     view, on the per-call host path): (three leading strides, last-dim stride)."""
-    pad = len(shape) - t.dim()
-    st = [0] * pad + [0 if n == 1 and m != 1 else s for n, m, s in zip(t.shape, shape[pad:], t.stride())]
+    st = _broadcast_strides(t, shape)
     return lead3(shape, st)[1], st[-1]
 
 
@@ -120,6 +124,14 @@ def row_strides(sizes: Sequence[int], strides: Sequence[int]) -> tuple[list[int]
     if (n1 == 1 or s1 == f1) and (n0 == 1 or s0 == f1 * n1):
         return [f1 * n1, f1, r], True
     return list(strides), False
+
+
+def operand_strides(t: torch.Tensor, shape: Sequence[int]) -> tuple[list[int], int, bool]:
+    """What a kernel takes for an operand ``t`` broadcast to the output ``shape``: its three leading
+    strides (`row_strides`), its last-dim stride, and whether its rows are flat."""
+    st = _broadcast_strides(t, shape)
+    lead, flat = row_strides(*lead3(shape, st))
+    return lead, st[-1], flat
 
 
 def rows_per_tile(block_d: int, device_type: str) -> int:

@@ -107,12 +107,10 @@ def plan_adaln_modulate(
     out = torch.empty(x.shape, dtype=out_dtype or x.dtype, device=x.device)
     d = x.shape[-1]
     sizes, xs = _common.lead3(x.shape, x.stride())
-    xs, x_flat = _common.row_strides(sizes, xs)
-    cs, csd = _common.strides_as(_as_modulation(scale, x), x.shape)
-    hs, hsd = _common.strides_as(_as_modulation(shift, x), x.shape)
-    cs, c_flat = _common.row_strides(sizes, cs)
-    hs, h_flat = _common.row_strides(sizes, hs)
+    xs, x_flat = _common.row_strides(sizes, xs)  # x's own strides: no broadcast to work out
     _, n1, n2 = sizes
+    cs, csd, c_flat = _common.operand_strides(_as_modulation(scale, x), x.shape)
+    hs, hsd, h_flat = _common.operand_strides(_as_modulation(shift, x), x.shape)
     n_rows = x.numel() // d
     block_d = _common.block(d)
     block_r = _common.rows_per_tile(block_d, x.device.type)

@@ -69,14 +69,12 @@ def plan_mul_add(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> tuple[tor
         raise ValueError(f"mul_add: shapes {tuple(x.shape)}, {tuple(y.shape)}, {tuple(z.shape)} do not broadcast")
     out = torch.empty(shape, dtype=result_dtype(x, y, z), device=x.device)
     d = shape[-1]
-    sizes, _ = _common.lead3(shape, out.stride())
+    (_, n1, n2), _ = _common.lead3(shape, out.stride())
     strides, flat = [], []
     for t in (x, y, z):
-        lead, last = _common.strides_as(t, shape)
-        lead, t_flat = _common.row_strides(sizes, lead)
+        lead, last, t_flat = _common.operand_strides(t, shape)
         strides += [*lead, last]
         flat.append(t_flat)
-    _, n1, n2 = sizes
     n_rows = out.numel() // d
     block_c = min(_common.block(d), _MAX_BLOCK_C)
     block_r = _common.rows_per_tile(block_c, x.device.type)

@@ -86,12 +86,10 @@ def plan_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str
     d = x.shape[-1]
     interleaved = layout == "interleaved"
     sizes, xs = _common.lead3(x.shape, x.stride())
-    xs, x_flat = _common.row_strides(sizes, xs)
-    cs, csd = _common.strides_as(cos, x.shape)
-    ss, ssd = _common.strides_as(sin, x.shape)
-    cs, c_flat = _common.row_strides(sizes, cs)
-    ss, s_flat = _common.row_strides(sizes, ss)
+    xs, x_flat = _common.row_strides(sizes, xs)  # x's own strides: no broadcast to work out
     _, n1, n2 = sizes
+    cs, csd, c_flat = _common.operand_strides(cos, x.shape)
+    ss, ssd, s_flat = _common.operand_strides(sin, x.shape)
     n_rows = x.numel() // d
     block_d = _common.block(d if interleaved else d // 2)
     row_width = block_d if interleaved else 2 * block_d  # the half layout holds both halves
