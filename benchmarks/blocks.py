@@ -19,7 +19,10 @@ row here is no slower than ``inductor`` (then record its kernel rows in
 `ascend_kernels.triton.measurements`).
 
 ``--tiny`` runs the same variants on CPU at tiny widths to check the script; the Triton kernels do
-not run on CPU, so there every fused op runs its native provider (column ``providers``).
+not run on CPU, so there every fused op runs its native provider (column ``providers``). Column
+``ops launched by Inductor`` counts the fused ops bound to their kernel's ``triton_op``. A variant
+that fails is reported in its row (``error``) and on stderr, the others still run, and the script
+exits 1.
 """
 
 from __future__ import annotations
@@ -112,13 +115,50 @@ def _timer(device_type: str) -> Callable[[Callable[[], Any], int, int], list[flo
     return cuda if device_type == "cuda" else cpu
 
 
+def _measure(block, inputs: dict[str, Any], ref, fusions, providers: dict[str, str], capture: bool,
+             timer: Callable[[Callable[[], Any], int, int], list[float]], warmup: int, runs: int) -> dict[str, Any]:
+    """Compiles ``block`` as one variant, checks it against eager and times it."""
+    import torch
+
+    from ascend_kernels.registry import use_providers
+    from diffusers_ascend.compilation import AscendBackend
+
+    backend = None
+    if fusions is None:
+        fn = block
+    elif fusions == "inductor":
+        fn = torch.compile(block)
+    elif fusions == "inductor_cudagraphs":
+        fn = torch.compile(block, mode="reduce-overhead")
+    else:
+        backend = AscendBackend(fusions=fusions, executor="inductor", on_error="raise",
+                                graph_capture="graph_with_compile" if capture else None)
+        fn = torch.compile(block, backend=backend)
+    with torch.no_grad(), use_providers(**providers):
+        call = fn
+        if fusions == "inductor_cudagraphs":  # its outputs live in the graph's pool until the next step
+            def call(**kw):
+                torch.compiler.cudagraph_mark_step_begin()
+                return fn(**kw)
+        t0 = time.perf_counter()
+        out = call(**inputs)
+        first_s = time.perf_counter() - t0
+        diff = max(float((o.float() - r.float()).abs().max()) for o, r in zip(_as_tuple(out), _as_tuple(ref)))
+        times = timer(lambda: call(**inputs), warmup, runs)
+    graphs = backend.report.graphs if backend else []
+    return dict(
+        median_ms=statistics.median(times), min_ms=min(times), first_call_s=first_s,
+        matches=dict(backend.report.matches) if backend else None, max_abs_diff=diff,
+        # fused ops Inductor launches itself (`bind_compiler_ops`; on_error="raise": a failure raises)
+        triton_ops=sum(len(g.get("bound_providers") or {}) for g in graphs) if backend else None,
+    )
+
+
 def run(tiny: bool = False, variants: Sequence[str] | None = None) -> dict[str, Any]:
     import torch
     from diffusers.models.transformers.transformer_flux import FluxSingleTransformerBlock, FluxTransformerBlock
 
-    from ascend_kernels.registry import use_providers
     from diffusers_ascend.benchmarks._common import machine_info, register_ops
-    from diffusers_ascend.compilation import AscendBackend
 
     register_ops()
     device_type = "cpu" if tiny else "cuda"
@@ -141,40 +181,17 @@ def run(tiny: bool = False, variants: Sequence[str] | None = None) -> dict[str, 
         for name in names:
             fusions, providers, capture = chosen[name]
             torch._dynamo.reset()
-            backend = None
-            if fusions is None:
-                fn = block
-            elif fusions == "inductor":
-                fn = torch.compile(block)
-            elif fusions == "inductor_cudagraphs":
-                fn = torch.compile(block, mode="reduce-overhead")
-            else:
-                backend = AscendBackend(fusions=fusions, executor="inductor", on_error="raise",
-                                        graph_capture="graph_with_compile" if capture else None)
-                fn = torch.compile(block, backend=backend)
-            with torch.no_grad(), use_providers(**providers):
-                call = fn
-                if fusions == "inductor_cudagraphs":  # its outputs live in the graph's pool until the next step
-                    def call(**kw):
-                        torch.compiler.cudagraph_mark_step_begin()
-                        return fn(**kw)
-                t0 = time.perf_counter()
-                out = call(**inputs)
-                first_s = time.perf_counter() - t0
-                diff = max(float((o.float() - r.float()).abs().max()) for o, r in zip(_as_tuple(out), _as_tuple(ref)))
-                times = timer(lambda: call(**inputs), warmup, runs)
-            median = statistics.median(times)
-            eager_ms = median if name == "eager" else eager_ms
-            rows.append(dict(
-                block=block_name, variant=name, median_ms=median, min_ms=min(times),
-                vs_eager=median / eager_ms if eager_ms else None, first_call_s=first_s,
-                matches=dict(backend.report.matches) if backend else None,
-                providers=",".join(sorted(set(providers.values()))) or "-", max_abs_diff=diff,
-            ))
+            try:
+                row = _measure(block, inputs, ref, fusions, providers, capture, timer, warmup, runs)
+            except Exception as e:  # noqa: BLE001  (reported in the row; main exits 1)
+                row = dict(median_ms=None, error=f"{type(e).__name__}: {e}".splitlines()[0][:300])
+            eager_ms = row["median_ms"] if name == "eager" else eager_ms
+            rows.append(dict(block=block_name, variant=name, providers=",".join(sorted(set(providers.values()))) or "-",
+                             vs_eager=row["median_ms"] / eager_ms if eager_ms and row["median_ms"] else None, **row))
         inductor = next((r["median_ms"] for r in rows if r["block"] == block_name and r["variant"] == "inductor"), None)
         for r in rows:
             if r["block"] == block_name:
-                r["vs_inductor"] = r["median_ms"] / inductor if inductor else None
+                r["vs_inductor"] = r["median_ms"] / inductor if inductor and r["median_ms"] else None
         del block
         torch._dynamo.reset()
     device = torch.cuda.get_device_name(0) if device_type == "cuda" else "cpu"
@@ -185,7 +202,7 @@ def run(tiny: bool = False, variants: Sequence[str] | None = None) -> dict[str, 
 COLUMNS = [
     ("block", "block"), ("variant", "variant"), ("providers", "providers"), ("median_ms", "median ms"),
     ("min_ms", "min ms"), ("vs_eager", "vs eager"), ("vs_inductor", "vs inductor"), ("first_call_s", "first call s"),
-    ("max_abs_diff", "max |diff| vs eager"),
+    ("max_abs_diff", "max |diff| vs eager"), ("triton_ops", "ops launched by Inductor"),
 ]
 
 
@@ -207,10 +224,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{result['device']}, {result['dtype']}, {result['config']}")
     print(text_table(result["rows"], COLUMNS))
     for r in result["rows"]:
-        if r["matches"]:
+        if r.get("matches"):
             print(f"  {r['block']:<12} {r['variant']:<18} matches {r['matches']}")
     write_json(result, args.out, f"blocks{'-tiny' if args.tiny else ''}.json")
-    return 0
+    failed = [r for r in result["rows"] if r.get("error")]
+    for r in failed:
+        print(f"FAILED {r['block']} {r['variant']}: {r['error']}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

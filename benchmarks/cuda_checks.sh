@@ -25,11 +25,12 @@ case "${1:-}" in
   tests)
     python -m pytest -q -p no:xdist -m cuda tests/triton tests/compilation 2>&1 | tee "$OUT/cuda-tests-$tag.txt"
     ;;
-  kernels)
-    python benchmarks/kernels.py --out "$OUT" && mv "$OUT/kernels.json" "$OUT/kernels-$tag.json"
-    ;;
-  blocks)
-    python benchmarks/blocks.py --out "$OUT" && mv "$OUT/blocks.json" "$OUT/blocks-$tag.json"
+  kernels|blocks)
+    # A path or variant that fails is reported in the JSON and the script exits 1: keep both.
+    rc=0
+    python "benchmarks/$1.py" --out "$OUT" || rc=$?
+    [ -f "$OUT/$1.json" ] && mv "$OUT/$1.json" "$OUT/$1-$tag.json"
+    exit "$rc"
     ;;
   *)
     echo "usage: $0 tests|kernels|blocks" >&2

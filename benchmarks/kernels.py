@@ -18,10 +18,11 @@ twice (median, L2 flushed before each run):
 
 Achieved bandwidth counts the bytes a fused kernel must move (each input read once at its real
 size, the output written once) and is compared with this device's measured device-to-device copy
-bandwidth. It
-prints a table, writes ``kernels.json`` (with the machine) and prints the
+bandwidth. It prints a table, writes ``kernels.json`` (with the machine) and prints the
 `ascend_kernels.triton.measurements.Measurement` rows to record (only after the block check of
-``benchmarks/blocks.py``; see that module's docstring).
+``benchmarks/blocks.py``; see that module's docstring). A path that fails (say Inductor's launch of
+the ``triton_op``) is reported in its row's ``errors`` and on stderr, the others are still measured,
+and the script exits 1.
 """
 
 from __future__ import annotations
@@ -150,6 +151,62 @@ def device_ms(fn: Callable[[], Any], reps: int = 100) -> float:
     return statistics.median(times)
 
 
+# Paths timed per case; the device time of the op is the kernel's (only its host path differs).
+PATHS = ("eager", "compiled", "kernel", "op", "traced")
+DEVICE_TIMED = ("eager", "compiled", "kernel", "traced")
+
+
+def measure(paths: dict[str, Callable[..., Any]], args: Sequence[Any], host_ms: Callable[[Callable[[], Any]], float],
+            dev_ms: Callable[[Callable[[], Any]], float]) -> tuple[dict[str, float], dict[str, Any], dict[str, str]]:
+    """Runs each path once (compiling outside the timing), then times it: ``<path>_ms`` host-inclusive
+    and, for `DEVICE_TIMED`, ``<path>_dev_ms``. A path that raises is recorded in the errors (its
+    first line) and the other paths are still measured, so one broken path does not cost the rest
+    of a GPU session's numbers; `main` then exits non-zero.
+
+    Returns:
+        ``(times, outputs, errors)``, each keyed by path name.
+    """
+    times: dict[str, float] = {}
+    outs: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for key, fn in paths.items():
+        try:
+            outs[key] = fn(*args)
+            times[f"{key}_ms"] = host_ms(lambda fn=fn: fn(*args))
+            if key in DEVICE_TIMED:
+                times[f"{key}_dev_ms"] = dev_ms(lambda fn=fn: fn(*args))
+        except Exception as e:  # noqa: BLE001  (reported per path; see the docstring)
+            errors[key] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+    return times, outs, errors
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return num / den if num is not None and den else None
+
+
+def summarize(case: str, op: str, shape: str, moved: int, peak_gbs: float, times: dict[str, float],
+              outs: dict[str, Any], errors: dict[str, str]) -> dict[str, Any]:
+    """One table row from `measure`'s results: bandwidth and % of copy from device times, the
+    kernel against eager and Inductor, and each fused path's largest difference from eager."""
+    row: dict[str, Any] = dict(case=case, op=op, shape=shape, mb_moved=moved / 1e6, **times)
+    for key in DEVICE_TIMED:
+        ms = times.get(f"{key}_dev_ms")
+        gbs = moved / (ms * 1e-3) / 1e9 if ms else None
+        row[f"{key}_gbs"], row[f"{key}_pct_copy"] = gbs, _ratio(100 * gbs, peak_gbs) if gbs else None
+    row["kernel_vs_eager"] = _ratio(times.get("eager_dev_ms"), times.get("kernel_dev_ms"))
+    row["kernel_vs_compiled"] = _ratio(times.get("compiled_dev_ms"), times.get("kernel_dev_ms"))
+    row["traced_vs_compiled"] = _ratio(times.get("compiled_dev_ms"), times.get("traced_dev_ms"))
+    row["host_kernel_vs_compiled"] = _ratio(times.get("compiled_ms"), times.get("kernel_ms"))
+    row["host_traced_vs_compiled"] = _ratio(times.get("compiled_ms"), times.get("traced_ms"))
+    ref = outs.get("eager")
+    for key in ("kernel", "op", "traced"):
+        out = outs.get(key)
+        row[f"{key}_max_abs_diff"] = (float((out.float() - ref.float()).abs().max())
+                                      if out is not None and ref is not None else None)
+    row["errors"] = dict(errors)
+    return row
+
+
 def run(cases: Sequence[str] | None = None) -> dict[str, Any]:
     import torch
     import triton
@@ -161,6 +218,9 @@ def run(cases: Sequence[str] | None = None) -> dict[str, Any]:
     from ascend_kernels.triton import traceable_op
     from diffusers_ascend.benchmarks._common import machine_info
 
+    def host_ms(fn):
+        return do_bench(fn, warmup=25, rep=200, return_mode="median")
+
     torch.manual_seed(0)
     peak = copy_bandwidth_gbs()
     rows = []
@@ -168,36 +228,16 @@ def run(cases: Sequence[str] | None = None) -> dict[str, Any]:
         if cases and case.name not in cases:
             continue
         args = case.make()
-        kernel = triton_kernel(case.op)
-        op = getattr(torch.ops.ascend_kernels, case.op)
         torch.compiler.reset()
-        compiled = torch.compile(case.composite)
-        traced = torch.compile(lambda *a, _op=traceable_op(case.op): _op(*a))
-        ref = case.composite(*args)
-        out = kernel(*args)
-        compiled(*args)  # compile outside the timing
-        traced(*args)
-
-        def bench(fn):
-            return do_bench(lambda: fn(*args), warmup=25, rep=200, return_mode="median")
-
+        paths = dict(
+            eager=case.composite, compiled=torch.compile(case.composite), kernel=triton_kernel(case.op),
+            op=getattr(torch.ops.ascend_kernels, case.op),
+            traced=torch.compile(lambda *a, _op=traceable_op(case.op): _op(*a)))
         with use_providers(**{case.op: "triton"}):
-            times = dict(eager_ms=bench(case.composite), compiled_ms=bench(compiled), kernel_ms=bench(kernel),
-                         op_ms=bench(op), traced_ms=bench(traced))
-            for key, fn in (("eager", case.composite), ("compiled", compiled), ("kernel", kernel)):
-                times[f"{key}_dev_ms"] = device_ms(lambda fn=fn: fn(*args))
-        moved = _bytes(args, out)
-        row = dict(case=case.name, op=case.op, shape=case.shape, mb_moved=moved / 1e6, **times)
-        for key in ("eager", "compiled", "kernel"):
-            gbs = moved / (times[f"{key}_dev_ms"] * 1e-3) / 1e9
-            row[f"{key}_gbs"], row[f"{key}_pct_copy"] = gbs, 100 * gbs / peak
-        row["kernel_vs_eager"] = times["eager_dev_ms"] / times["kernel_dev_ms"]
-        row["kernel_vs_compiled"] = times["compiled_dev_ms"] / times["kernel_dev_ms"]
-        row["host_kernel_vs_compiled"] = times["compiled_ms"] / times["kernel_ms"]
-        row["host_traced_vs_compiled"] = times["compiled_ms"] / times["traced_ms"]
-        row["max_abs_diff_vs_eager"] = float((out.float() - ref.float()).abs().max())
-        rows.append(row)
-        del args, out, ref
+            times, outs, errors = measure(paths, args, host_ms, device_ms)
+        out = outs["kernel"] if "kernel" in outs else case.composite(*args)  # its size: the bytes written
+        rows.append(summarize(case.name, case.op, case.shape, _bytes(args, out), peak, times, outs, errors))
+        del args, outs, out
         torch.cuda.empty_cache()
     torch.compiler.reset()
     return dict(benchmark="kernels", dtype="bf16", copy_gbs=peak, machine=machine_info("cuda"),
@@ -211,8 +251,9 @@ COLUMNS = [
     ("kernel_gbs", "triton GB/s"), ("kernel_pct_copy", "triton % copy"), ("compiled_pct_copy", "compiled % copy"),
     ("kernel_vs_eager", "vs eager"), ("kernel_vs_compiled", "vs compiled"),
     ("compiled_ms", "compiled host ms"), ("kernel_ms", "triton host ms"), ("op_ms", "triton op host ms"),
-    ("traced_ms", "triton in Inductor host ms"),
-    ("max_abs_diff_vs_eager", "max |diff|"),
+    ("traced_ms", "triton in Inductor host ms"), ("traced_dev_ms", "triton in Inductor dev ms"),
+    ("traced_vs_compiled", "in Inductor vs compiled"),
+    ("kernel_max_abs_diff", "max |diff|"), ("traced_max_abs_diff", "in Inductor max |diff|"),
 ]
 
 
@@ -224,6 +265,7 @@ def measurement_rows(result: dict[str, Any]) -> list[str]:
         f"kernel_ms={r['kernel_dev_ms']:.4f}, compiled_ms={r['compiled_dev_ms']:.4f}, versions={result['versions']!r}, "
         f"date={date!r}),"
         for r in result["rows"]
+        if r.get("kernel_dev_ms") is not None and r.get("compiled_dev_ms") is not None  # both measured
     ]
 
 
@@ -247,7 +289,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\nrows for ascend_kernels/triton/measurements.py (after the block check of benchmarks/blocks.py):")
     print("\n".join(measurement_rows(result)))
     write_json(result, args.out, "kernels.json")
-    return 0
+    failed = [(r["case"], path, e) for r in result["rows"] for path, e in r["errors"].items()]
+    for case, path, e in failed:
+        print(f"FAILED {case} {path}: {e}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

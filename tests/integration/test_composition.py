@@ -9,6 +9,7 @@ import torch
 
 import diffusers_ascend
 from ascend_kernels.testing import assert_close
+from diffusers_ascend.compilation import _compat
 from diffusers_ascend.tiny import flux_pipeline_inputs, tiny_flux_pipeline
 
 FAST = dict(fusions="all", executor="eager")
@@ -162,19 +163,22 @@ def test_recompile_limit_raised_per_block_class():
 
     import torch._dynamo.config as dc
 
+    limit = _compat.dynamo_recompile_limit  # 2.6 names it cache_size_limit
+    # Flux: double + single block classes, 8 each (+1 per block where dynamo compiles each instance)
+    flux = 16 + (0 if _compat.compiled_blocks_share_graphs() else 2)
     gc.collect()  # models enabled by earlier tests and dropped in reference cycles hold the limit until collected
-    with dc.patch(recompile_limit=8):  # restores dynamo's value afterwards (monkeypatch cannot)
+    with dc.patch(**{_compat._recompile_limit_name(): 8}):  # restores dynamo's value afterwards (monkeypatch cannot)
         a = tiny_flux_pipeline().enable_ascend_compile(**FAST)
-        assert dc.recompile_limit == 16  # Flux: double + single block classes, 8 each
+        assert limit() == flux
         b = tiny_flux_pipeline().enable_ascend_compile(recompile_limit=40, **FAST)
-        assert dc.recompile_limit == 40
+        assert limit() == 40
         c = tiny_flux_pipeline().enable_ascend_compile(recompile_limit=10, **FAST)
-        assert dc.recompile_limit == 40  # never lowered below what an enabled model holds
+        assert limit() == 40  # never lowered below what an enabled model holds
         b.disable_ascend_compile()
-        assert dc.recompile_limit == 16  # the largest remaining hold (a)
+        assert limit() == flux  # the largest remaining hold (a)
         a.disable_ascend_compile()
         c.disable_ascend_compile()
-        assert dc.recompile_limit == 8  # the value before the first enable
+        assert limit() == 8  # the value before the first enable
 
 
 def test_recompile_limit_set_by_the_user_meanwhile_is_kept():
@@ -182,17 +186,18 @@ def test_recompile_limit_set_by_the_user_meanwhile_is_kept():
 
     import torch._dynamo.config as dc
 
+    limit = _compat.dynamo_recompile_limit  # 2.6 names it cache_size_limit
     gc.collect()
-    with dc.patch(recompile_limit=8):
+    with dc.patch(**{_compat._recompile_limit_name(): 8}):
         pipe = tiny_flux_pipeline().enable_ascend_compile(**FAST)
-        assert dc.recompile_limit == 16
-        dc.recompile_limit = 100  # the user's own setting: never overwritten on disable
+        assert limit() > 8
+        _compat.set_dynamo_recompile_limit(100)  # the user's own setting: never overwritten on disable
         pipe.disable_ascend_compile()
-        assert dc.recompile_limit == 100
+        assert limit() == 100
         pipe.enable_ascend_compile(**FAST)
-        assert dc.recompile_limit == 100  # already high enough: left alone
+        assert limit() == 100  # already high enough: left alone
         pipe.disable_ascend_compile()
-        assert dc.recompile_limit == 100
+        assert limit() == 100
 
 
 def test_config_only_hub_repo_accelerates_a_pipeline_offline(monkeypatch, tmp_path):

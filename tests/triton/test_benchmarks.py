@@ -90,3 +90,54 @@ def test_host_path_refuses_without_triton(monkeypatch, capsys):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else real(name, *a))
     assert host_path.main([]) == 2
     assert "needs triton" in capsys.readouterr().err
+
+
+def test_kernel_benchmark_reports_a_failing_path_and_measures_the_others():
+    # What a GPU session needs when one path breaks (say Inductor's launch of the triton_op): the
+    # other numbers, the error named per path, no Measurement row without both device times.
+    kernels = _load("kernels")
+    x = torch.ones(4, 8)
+
+    def broken(t):
+        raise RuntimeError("no kernel image\nsecond line")
+
+    paths = dict(eager=lambda t: t * 2, compiled=lambda t: t * 2, kernel=lambda t: t * 2 + 1, op=lambda t: t * 2,
+                 traced=broken)
+    times, outs, errors = kernels.measure(paths, (x,), host_ms=lambda fn: 2.0, dev_ms=lambda fn: 0.5)
+    assert errors == {"traced": "RuntimeError: no kernel image"}
+    assert set(outs) == {"eager", "compiled", "kernel", "op"}
+    assert times == dict(eager_ms=2.0, eager_dev_ms=0.5, compiled_ms=2.0, compiled_dev_ms=0.5, kernel_ms=2.0,
+                         kernel_dev_ms=0.5, op_ms=2.0)  # the op's device time is the kernel's
+    row = kernels.summarize("flux_rope", "rope", "4x8", 1_000_000, 4.0, times, outs, errors)
+    assert row["kernel_gbs"] == 2.0 and row["kernel_pct_copy"] == 50.0 and row["kernel_vs_compiled"] == 1.0
+    assert "traced_dev_ms" not in row and "traced_ms" not in row
+    assert row["traced_gbs"] is None and row["traced_vs_compiled"] is None and row["host_traced_vs_compiled"] is None
+    assert row["kernel_max_abs_diff"] == 1.0 and row["op_max_abs_diff"] == 0.0 and row["traced_max_abs_diff"] is None
+    assert row["errors"] == errors
+    result = dict(device="NVIDIA H100 80GB HBM3", versions="torch 2.13.0, triton 3.9.0", rows=[
+        row, dict(row, case="wan_rope", compiled_dev_ms=None)])
+    assert [line.split(", ")[3] for line in kernels.measurement_rows(result)] == ["'flux_rope'"]
+
+
+def test_block_benchmark_reports_a_failing_variant_and_runs_the_others(monkeypatch, capsys):
+    blocks = _load("blocks")
+    real = blocks._measure
+
+    def measure(block, inputs, ref, fusions, *args):
+        if fusions == ["rope"]:
+            raise RuntimeError("Inductor failed on the bound graph")
+        return real(block, inputs, ref, fusions, *args)
+
+    monkeypatch.setattr(blocks, "_measure", measure)
+    assert blocks.main(["--tiny", "--variant", "triton_rope", "--variant", "triton_adaln"]) == 1
+    captured = capsys.readouterr()
+    assert "FAILED flux_double triton_rope: RuntimeError: Inductor failed on the bound graph" in captured.err
+    assert "FAILED flux_single triton_rope" in captured.err
+    result = blocks.run(tiny=True, variants=["triton_rope", "triton_adaln"])
+    rows = {(r["block"], r["variant"]): r for r in result["rows"]}
+    assert rows["flux_double", "triton_rope"]["median_ms"] is None and rows["flux_double", "triton_rope"]["vs_eager"] is None
+    assert [rows[b, "triton_adaln"]["matches"] for b in ("flux_double", "flux_single")] == [{"adaln": 4}, {"adaln": 1}]
+    for b in ("flux_double", "flux_single"):
+        adaln = rows[b, "triton_adaln"]
+        assert "error" not in adaln and adaln["median_ms"] > 0 and adaln["vs_eager"] > 0
+        assert adaln["triton_ops"] == 0  # no kernel on CPU: every fused op keeps its native provider
