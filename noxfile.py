@@ -22,11 +22,13 @@ nox.options.default_venv_backend = "venv"
 TORCH = {"2.6": "2.6.0", "2.8": "2.8.0", "2.11": "2.11.0", "2.14": "2.14.1"}
 
 # tests/triton/test_traceable.py: the kernels' triton_ops as Inductor traces them, a torch internal
-# (higher-order op, functionalization); PyPI's CUDA torch wheels bring their own triton.
+# (higher-order op, functionalization); PyPI's CUDA torch wheels bring their own triton, so
+# tests/triton/test_compile.py also compiles every launch with that release's Triton (3.2 with
+# torch 2.6 is the base of triton-ascend 3.2: its rope once issued 16-bit loads that 3.9 vectorized).
 # tests/models: the 48-model zoo, because the engine differs by release beyond the patterns (the
 # shared attention processors below 2.8, the conjugate-view rope form below 2.11).
 ENGINE_TESTS = ["tests/kernels", "tests/compilation", "tests/integration/test_pipelines.py", "tests/test_warm_start.py",
-                "tests/triton/test_traceable.py", "tests/models"]
+                "tests/triton/test_traceable.py", "tests/triton/test_compile.py", "tests/models"]
 
 
 def _engine(session: nox.Session, version: str) -> None:

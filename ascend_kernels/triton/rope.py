@@ -32,7 +32,7 @@ __all__ = ["plan_rope", "rope"]
 @triton.jit
 def _rope_kernel(
     x_ptr, cos_ptr, sin_ptr, out_ptr,
-    n_rows, n1, n2, d,
+    n_rows, n1, n2, d, width,
     xs0, xs1, xs2, xsd,
     cs0, cs1, cs2, csd,
     ss0, ss1, ss2, ssd,
@@ -42,9 +42,10 @@ def _rope_kernel(
 ):
     pid = tl.program_id(0)
     n_blocks = tl.cdiv(n_rows, BLOCK_R)
-    # interleaved: the whole row; half: each half (BLOCK_D covers D // 2)
+    # width: the whole row (interleaved) or each half (BLOCK_D covers D // 2), computed on the host:
+    # an argument carries its divisibility by 16 into the compiler (Triton 3.2, the base of
+    # triton-ascend 3.2, cannot see it through an in-kernel `d // 2` and issues 16-bit loads)
     cols = tl.arange(0, BLOCK_D)
-    width = d if INTERLEAVED else d // 2
     cmask = cols < width
     for blk in range(pid, n_blocks, tl.num_programs(0)):
         rmask, rows, i0, i1, i2 = row_coords(blk, n_rows, n1, n2, BLOCK_R)
@@ -96,7 +97,7 @@ def plan_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str
     block_r = _common.rows_per_tile(row_width, x.device.type)
     return out, _common.Launch(
         _rope_kernel, _common.grid(_common.cdiv(n_rows, block_r), x.device),
-        (x, cos, sin, out, n_rows, n1, n2, d, *xs, x.stride(-1), *cs, csd, *ss, ssd),
+        (x, cos, sin, out, n_rows, n1, n2, d, d if interleaved else d // 2, *xs, x.stride(-1), *cs, csd, *ss, ssd),
         dict(INTERLEAVED=interleaved, X_FLAT=x_flat, C_FLAT=c_flat, S_FLAT=s_flat, BLOCK_R=block_r,
              BLOCK_D=block_d),
         _common.num_warps(block_r * row_width), _common.options(x.device),
