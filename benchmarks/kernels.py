@@ -18,7 +18,9 @@ twice (median, L2 flushed before each run):
 
 Achieved bandwidth counts the bytes a fused kernel must move (each input read once at its real
 size, the output written once) and is compared with this device's measured device-to-device copy
-bandwidth. It prints a table, writes ``kernels.json`` (with the machine) and prints the
+bandwidth (a 1 GiB copy), and the device time with that of a copy moving the same bytes
+(``*_pct_same_size_copy``: at Flux sizes even a copy loses to ramp-up and tail, which this
+separates from the kernel's own efficiency). It prints a table, writes ``kernels.json`` (with the machine) and prints the
 `ascend_kernels.triton.measurements.Measurement` rows to record (only after the block check of
 ``benchmarks/blocks.py``; see that module's docstring). A path that fails (say Inductor's launch of
 the ``triton_op``) is reported in its row's ``errors`` and on stderr, the others are still measured,
@@ -121,6 +123,18 @@ def copy_bandwidth_gbs() -> float:
     return 2 * src.numel() / (ms * 1e-3) / 1e9
 
 
+def same_size_copy_ms(moved: int) -> float:
+    """Device time (`device_ms`) of a device-to-device copy that moves ``moved`` bytes in all (half
+    read, half written): the floor for a case of that size, ramp-up and tail included. A 50 MB
+    Flux-size call cannot reach the 1 GiB copy's bandwidth even as a plain copy; against this the
+    kernel's own efficiency shows."""
+    import torch
+
+    src = torch.empty(moved // 2, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    return device_ms(lambda: dst.copy_(src))
+
+
 def device_ms(fn: Callable[[], Any], reps: int = 100) -> float:
     """Median device time of ``fn`` (CUDA kernels only; no host launch cost): ``fn`` captured in a CUDA
     graph, each replay bracketed by events after an L2 flush (256 MB written, more than any L2)."""
@@ -185,14 +199,16 @@ def _ratio(num: float | None, den: float | None) -> float | None:
 
 
 def summarize(case: str, op: str, shape: str, moved: int, peak_gbs: float, times: dict[str, float],
-              outs: dict[str, Any], errors: dict[str, str]) -> dict[str, Any]:
-    """One table row from `measure`'s results: bandwidth and % of copy from device times, the
+              outs: dict[str, Any], errors: dict[str, str], copy_ms: float | None = None) -> dict[str, Any]:
+    """One table row from `measure`'s results: bandwidth and % of copy from device times (of the
+    1 GiB copy's bandwidth ``peak_gbs``, and of ``copy_ms``, a copy moving the same bytes), the
     kernel against eager and Inductor, and each fused path's largest difference from eager."""
-    row: dict[str, Any] = dict(case=case, op=op, shape=shape, mb_moved=moved / 1e6, **times)
+    row: dict[str, Any] = dict(case=case, op=op, shape=shape, mb_moved=moved / 1e6, copy_dev_ms=copy_ms, **times)
     for key in DEVICE_TIMED:
         ms = times.get(f"{key}_dev_ms")
         gbs = moved / (ms * 1e-3) / 1e9 if ms else None
         row[f"{key}_gbs"], row[f"{key}_pct_copy"] = gbs, _ratio(100 * gbs, peak_gbs) if gbs else None
+        row[f"{key}_pct_same_size_copy"] = _ratio(100 * copy_ms, ms) if copy_ms else None
     row["kernel_vs_eager"] = _ratio(times.get("eager_dev_ms"), times.get("kernel_dev_ms"))
     row["kernel_vs_compiled"] = _ratio(times.get("compiled_dev_ms"), times.get("kernel_dev_ms"))
     row["traced_vs_compiled"] = _ratio(times.get("compiled_dev_ms"), times.get("traced_dev_ms"))
@@ -236,7 +252,9 @@ def run(cases: Sequence[str] | None = None) -> dict[str, Any]:
         with use_providers(**{case.op: "triton"}):
             times, outs, errors = measure(paths, args, host_ms, device_ms)
         out = outs["kernel"] if "kernel" in outs else case.composite(*args)  # its size: the bytes written
-        rows.append(summarize(case.name, case.op, case.shape, _bytes(args, out), peak, times, outs, errors))
+        moved = _bytes(args, out)
+        rows.append(summarize(case.name, case.op, case.shape, moved, peak, times, outs, errors,
+                              copy_ms=same_size_copy_ms(moved)))
         del args, outs, out
         torch.cuda.empty_cache()
     torch.compiler.reset()
@@ -249,6 +267,8 @@ COLUMNS = [
     ("case", "case"), ("shape", "shape"), ("mb_moved", "MB"),
     ("eager_dev_ms", "eager dev ms"), ("compiled_dev_ms", "compiled dev ms"), ("kernel_dev_ms", "triton dev ms"),
     ("kernel_gbs", "triton GB/s"), ("kernel_pct_copy", "triton % copy"), ("compiled_pct_copy", "compiled % copy"),
+    ("copy_dev_ms", "same-size copy dev ms"), ("kernel_pct_same_size_copy", "triton % same-size copy"),
+    ("compiled_pct_same_size_copy", "compiled % same-size copy"),
     ("kernel_vs_eager", "vs eager"), ("kernel_vs_compiled", "vs compiled"),
     ("compiled_ms", "compiled host ms"), ("kernel_ms", "triton host ms"), ("op_ms", "triton op host ms"),
     ("traced_ms", "triton in Inductor host ms"), ("traced_dev_ms", "triton in Inductor dev ms"),

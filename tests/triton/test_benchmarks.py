@@ -108,8 +108,9 @@ def test_kernel_benchmark_reports_a_failing_path_and_measures_the_others():
     assert set(outs) == {"eager", "compiled", "kernel", "op"}
     assert times == dict(eager_ms=2.0, eager_dev_ms=0.5, compiled_ms=2.0, compiled_dev_ms=0.5, kernel_ms=2.0,
                          kernel_dev_ms=0.5, op_ms=2.0)  # the op's device time is the kernel's
-    row = kernels.summarize("flux_rope", "rope", "4x8", 1_000_000, 4.0, times, outs, errors)
+    row = kernels.summarize("flux_rope", "rope", "4x8", 1_000_000, 4.0, times, outs, errors, copy_ms=0.4)
     assert row["kernel_gbs"] == 2.0 and row["kernel_pct_copy"] == 50.0 and row["kernel_vs_compiled"] == 1.0
+    assert row["kernel_pct_same_size_copy"] == 80.0 and row["traced_pct_same_size_copy"] is None
     assert "traced_dev_ms" not in row and "traced_ms" not in row
     assert row["traced_gbs"] is None and row["traced_vs_compiled"] is None and row["host_traced_vs_compiled"] is None
     assert row["kernel_max_abs_diff"] == 1.0 and row["op_max_abs_diff"] == 0.0 and row["traced_max_abs_diff"] is None
