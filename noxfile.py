@@ -71,10 +71,15 @@ TRITON_ASCEND = "3.2.0"
 @nox.session(name="triton-ascend", python="3.11", tags=["triton"])
 def triton_ascend(session: nox.Session) -> None:
     """The kernels lowered as triton-ascend lowers them for an Ascend 910B, up to the linalg that CANN
-    compiles (tests/triton/test_ascend_lowering.py): no NPU, no CANN. triton-ascend installs as the
-    ``triton`` module, so it gets its own environment; pybind11 is a dependency it does not declare."""
+    compiles (tests/triton/test_ascend_lowering.py): no NPU, no CANN. Then their numerics in
+    triton-ascend's own interpreter (its Python frontend: `tl.split`/`tl.join`/`tl.reshape` as it
+    defines them), against the native ops on CPU. triton-ascend installs as the ``triton`` module,
+    so it gets its own environment; pybind11 is a dependency it does not declare, and numpy stays
+    below 2.4, whose ``int()`` of a one-element array (an error since 2.4) its interpreter uses."""
     session.install("torch==2.13.0")
-    session.install("-e", ".", "pytest", "numpy", "pybind11", f"triton-ascend=={TRITON_ASCEND}")
+    session.install("-e", ".", "pytest", "numpy<2.4", "pybind11", f"triton-ascend=={TRITON_ASCEND}")
     session.run("python", "-c", "import importlib.metadata as m, torch; "
                 "print('torch', torch.__version__, 'triton-ascend', m.version('triton-ascend'))")
     session.run("python", "-m", "pytest", "-q", "-p", "no:xdist", "tests/triton/test_ascend_lowering.py", *session.posargs)
+    session.run("python", "-m", "pytest", "-q", "-p", "no:xdist", "tests/triton/test_kernels.py",
+                "tests/triton/test_blocks.py", *session.posargs, env={"TRITON_INTERPRET": "1"})
