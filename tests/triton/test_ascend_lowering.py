@@ -52,7 +52,7 @@ def lower(launch) -> str:
 
     target = GPUTarget("npu", ARCH, 0)
     backend = make_backend(target)
-    options = backend.parse_options({})
+    options = backend.parse_options({"num_warps": launch.num_warps, **launch.options})  # as a launch passes them
     stages: dict = {}
     backend.add_stages(stages, options)
     context = ir.context()
