@@ -158,7 +158,7 @@ def run(tiny: bool = False, variants: Sequence[str] | None = None) -> dict[str, 
     import torch
     from diffusers.models.transformers.transformer_flux import FluxSingleTransformerBlock, FluxTransformerBlock
 
-    from diffusers_ascend.benchmarks._common import machine_info, register_ops
+    from diffusers_ascend.benchmarks._common import error_line, machine_info, register_ops
 
     register_ops()
     device_type = "cpu" if tiny else "cuda"
@@ -184,7 +184,7 @@ def run(tiny: bool = False, variants: Sequence[str] | None = None) -> dict[str, 
             try:
                 row = _measure(block, inputs, ref, fusions, providers, capture, timer, warmup, runs)
             except Exception as e:  # noqa: BLE001  (reported in the row; main exits 1)
-                row = dict(median_ms=None, error=f"{type(e).__name__}: {e}".splitlines()[0][:300])
+                row = dict(median_ms=None, error=error_line(e))
             eager_ms = row["median_ms"] if name == "eager" else eager_ms
             rows.append(dict(block=block_name, variant=name, providers=",".join(sorted(set(providers.values()))) or "-",
                              vs_eager=row["median_ms"] / eager_ms if eager_ms and row["median_ms"] else None, **row))

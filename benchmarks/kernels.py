@@ -20,9 +20,9 @@ Achieved bandwidth counts the bytes a fused kernel must move (each input read on
 size, the output written once) and is compared with this device's measured device-to-device copy
 bandwidth (a 1 GiB copy), and the device time with that of a copy moving the same bytes
 (``*_pct_same_size_copy``: at Flux sizes even a copy loses to ramp-up and tail, which this
-separates from the kernel's own efficiency). It prints a table, writes ``kernels.json`` (with the machine) and prints the
-`ascend_kernels.triton.measurements.Measurement` rows to record (only after the block check of
-``benchmarks/blocks.py``; see that module's docstring). A path that fails (say Inductor's launch of
+separates from the kernel's own efficiency). It prints a table, writes ``kernels.json`` (with the
+machine) and prints the `ascend_kernels.triton.measurements.Measurement` rows to record (only
+after the block check of ``benchmarks/blocks.py``; see that module's docstring). A path that fails (say Inductor's launch of
 the ``triton_op``) is reported in its row's ``errors`` and on stderr, the others are still measured,
 and the script exits 1.
 """
@@ -165,8 +165,7 @@ def device_ms(fn: Callable[[], Any], reps: int = 100) -> float:
     return statistics.median(times)
 
 
-# Paths timed per case; the device time of the op is the kernel's (only its host path differs).
-PATHS = ("eager", "compiled", "kernel", "op", "traced")
+# Paths also timed on the device; the op's device time is the kernel's (only its host path differs).
 DEVICE_TIMED = ("eager", "compiled", "kernel", "traced")
 
 
@@ -190,7 +189,9 @@ def measure(paths: dict[str, Callable[..., Any]], args: Sequence[Any], host_ms: 
             if key in DEVICE_TIMED:
                 times[f"{key}_dev_ms"] = dev_ms(lambda fn=fn: fn(*args))
         except Exception as e:  # noqa: BLE001  (reported per path; see the docstring)
-            errors[key] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+            from diffusers_ascend.benchmarks._common import error_line
+
+            errors[key] = error_line(e)
     return times, outs, errors
 
 

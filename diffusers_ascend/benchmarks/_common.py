@@ -108,6 +108,15 @@ def write_json(result: dict[str, Any], out_dir: str | None, name: str) -> str | 
     return path
 
 
+def error_line(e: BaseException) -> str:
+    """``"Type: first line of the message"`` (at most 300 characters), for a failed row of a table.
+
+    >>> error_line(RuntimeError("no kernel image\nsecond line"))
+    'RuntimeError: no kernel image'
+    """
+    return f"{type(e).__name__}: {e}".splitlines()[0][:300]
+
+
 def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     """`(fn(), seconds)`."""
     start = time.perf_counter()
