@@ -15,6 +15,17 @@ of vector cores; a tile keeps x, cos, sin, the rotated x and y live (5 x 16 KB i
 the 192 KB unified buffer; a 128-wide bf16 row is 256 bytes (32-byte aligned), and the fp32
 tables 512 bytes. Strided (every-other-element) loads, the alternative for the pairs, are slow on
 Ascend's DMA, hence the in-register split.
+
+Token tiles (Ascend): a row tile spans the heads of one or two tokens, so a ``(1, S, 1, D)`` table
+row is found per x row as ``row // H``, which triton-ascend's adapter cannot read as an affine
+address: it issues one DMA per row for each table (``DiscreteMemAccess`` in its lowering, 2 such
+loads per launch for Flux's interleaved rope, 4 for the half layout). Where x's rows are evenly
+spaced and the tables are one row per token, broadcast over the heads (every diffusers model at
+batch 1), `TOKEN_TILE_DEVICES` use `_rope_tokens_kernel` instead: tiles of ``(tokens, heads, D)``
+whose addresses are affine in each index, the table rows of the tile's tokens read once as one
+block. The head block is the power of two that pads the fewest heads (8 for Flux's 24 and Wan's
+40 heads), with 4 tokens to a 4096-element tile. CUDA keeps the row tiles its H100 numbers were
+measured with (`docs/triton.md`); its L2 serves the repeated table rows.
 """
 
 from __future__ import annotations
@@ -74,6 +85,55 @@ def _rope_kernel(
             tl.store(out_ptr + o_row + hi[None, :], (x2 * c2 + x1 * s2).to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _rope_tokens_kernel(
+    x_ptr, cos_ptr, sin_ptr, out_ptr,
+    n_tokens, n_heads, d, width,
+    xs_row, xsd, cs_tok, csd, ss_tok, ssd,
+    INTERLEAVED: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    # x row (token t, head h) = t * n_heads + h starts at row * xs_row (flat rows); the output's at
+    # row * d; a table's row for token t at t * cs_tok. Tiles: BLOCK_T tokens x BLOCK_H heads x D.
+    pid = tl.program_id(0)
+    n_hblocks = tl.cdiv(n_heads, BLOCK_H)
+    n_tiles = tl.cdiv(n_tokens, BLOCK_T) * n_hblocks
+    cols = tl.arange(0, BLOCK_D)
+    cmask = cols < width
+    for tile in range(pid, n_tiles, tl.num_programs(0)):
+        toks = ((tile // n_hblocks) * BLOCK_T + tl.arange(0, BLOCK_T)).to(tl.int64)
+        heads = (tile % n_hblocks) * BLOCK_H + tl.arange(0, BLOCK_H)
+        tmask = toks < n_tokens
+        rows = toks[:, None] * n_heads + heads[None, :]
+        mask = (tmask[:, None] & (heads < n_heads)[None, :])[:, :, None] & cmask[None, None, :]
+        x_off = (rows * xs_row)[:, :, None] + cols[None, None, :] * xsd
+        o_off = (rows * d)[:, :, None] + cols[None, None, :]
+        tab_mask = tmask[:, None] & cmask[None, :]
+        c_off = (toks * cs_tok)[:, None] + cols[None, :] * csd
+        s_off = (toks * ss_tok)[:, None] + cols[None, :] * ssd
+        if INTERLEAVED:
+            x = tl.load(x_ptr + x_off, mask=mask, other=0.0).to(tl.float32)
+            c = tl.load(cos_ptr + c_off, mask=tab_mask, other=0.0).to(tl.float32)
+            s = tl.load(sin_ptr + s_off, mask=tab_mask, other=0.0).to(tl.float32)
+            x_even, x_odd = tl.split(tl.reshape(x, (BLOCK_T, BLOCK_H, BLOCK_D // 2, 2)))
+            rot = tl.reshape(tl.join(-x_odd, x_even), (BLOCK_T, BLOCK_H, BLOCK_D))
+            y = x * c[:, None, :] + rot * s[:, None, :]
+            tl.store(out_ptr + o_off, y.to(out_ptr.dtype.element_ty), mask=mask)
+        else:
+            x1 = tl.load(x_ptr + x_off, mask=mask, other=0.0).to(tl.float32)
+            x2 = tl.load(x_ptr + x_off + width * xsd, mask=mask, other=0.0).to(tl.float32)
+            c1 = tl.load(cos_ptr + c_off, mask=tab_mask, other=0.0).to(tl.float32)[:, None, :]
+            c2 = tl.load(cos_ptr + c_off + width * csd, mask=tab_mask, other=0.0).to(tl.float32)[:, None, :]
+            s1 = tl.load(sin_ptr + s_off, mask=tab_mask, other=0.0).to(tl.float32)[:, None, :]
+            s2 = tl.load(sin_ptr + s_off + width * ssd, mask=tab_mask, other=0.0).to(tl.float32)[:, None, :]
+            tl.store(out_ptr + o_off, (x1 * c1 - x2 * s1).to(out_ptr.dtype.element_ty), mask=mask)
+            tl.store(out_ptr + o_off + width, (x2 * c2 + x1 * s2).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+# Device types whose rope walks token tiles where the tables allow (see the module docstring). The
+# interpreter and lowering tests widen it, as they widen `DEVICE_TYPES`.
+TOKEN_TILE_DEVICES: tuple[str, ...] = ("npu",)
+
+
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
     """``ascend_kernels::rope`` (same signature and semantics) as one Triton kernel."""
     out, launch = plan_rope(x, cos, sin, layout)
@@ -92,13 +152,46 @@ def plan_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str
     cs, csd, c_flat = _common.operand_strides(cos, x.shape)
     ss, ssd, s_flat = _common.operand_strides(sin, x.shape)
     n_rows = x.numel() // d
-    block_d = _common.block(d if interleaved else d // 2)
+    width = d if interleaved else d // 2
+    block_d = _common.block(width)
     row_width = block_d if interleaved else 2 * block_d  # the half layout holds both halves
+    if x.device.type in TOKEN_TILE_DEVICES and x_flat and n2 > 1 and cs[2] == 0 == ss[2] and not (c_flat or s_flat):
+        tokens = _token_stride(sizes, cs), _token_stride(sizes, ss)
+        if None not in tokens:
+            return out, _plan_tokens(x, cos, sin, out, interleaved, n_rows // n2, n2, xs[2], tokens, (csd, ssd),
+                                     block_d, row_width)
     block_r = _common.rows_per_tile(row_width, x.device.type)
     return out, _common.Launch(
         _rope_kernel, _common.grid(_common.cdiv(n_rows, block_r), x.device),
-        (x, cos, sin, out, n_rows, n1, n2, d, d if interleaved else d // 2, *xs, x.stride(-1), *cs, csd, *ss, ssd),
+        (x, cos, sin, out, n_rows, n1, n2, d, width, *xs, x.stride(-1), *cs, csd, *ss, ssd),
         dict(INTERLEAVED=interleaved, X_FLAT=x_flat, C_FLAT=c_flat, S_FLAT=s_flat, BLOCK_R=block_r,
              BLOCK_D=block_d),
         _common.num_warps(block_r * row_width), _common.options(x.device),
+    )
+
+
+def _token_stride(sizes, strides) -> int | None:
+    """A table's stride from token to token, where its rows are one per token ``(i0, i1)`` and evenly
+    spaced (``None`` otherwise, e.g. a table shared by a batch of several: ``i1``'s wraps)."""
+    (n0, n1, _), (s0, s1, _) = sizes, strides
+    lead, flat = _common.row_strides([1, n0, n1], [0, s0, s1])
+    return lead[2] if flat else None
+
+
+def _plan_tokens(x, cos, sin, out, interleaved: bool, n_tokens: int, n_heads: int, xs_row: int,
+                 tok_strides: tuple[int, int], last_strides: tuple[int, int], block_d: int,
+                 row_width: int) -> _common.Launch:
+    per_tile = max(1, _common.TILE_ELEMENTS.get(x.device.type, 4096) // row_width)  # rows of a tile
+    # The head block that pads the fewest heads (ties: the larger block), then tokens to fill the tile.
+    block_h = min((b for b in (1 << i for i in range(per_tile.bit_length())) if b <= _common.block(n_heads)),
+                  key=lambda b: (_common.cdiv(n_heads, b) * b, -b))
+    block_t = min(max(1, per_tile // block_h), _common.block(n_tokens))
+    n_tiles = _common.cdiv(n_tokens, block_t) * _common.cdiv(n_heads, block_h)
+    width = x.shape[-1] if interleaved else x.shape[-1] // 2
+    return _common.Launch(
+        _rope_tokens_kernel, _common.grid(n_tiles, x.device),
+        (x, cos, sin, out, n_tokens, n_heads, x.shape[-1], width, xs_row, x.stride(-1),
+         tok_strides[0], last_strides[0], tok_strides[1], last_strides[1]),
+        dict(INTERLEAVED=interleaved, BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d),
+        _common.num_warps(block_t * block_h * row_width), _common.options(x.device),
     )

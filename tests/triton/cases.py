@@ -4,6 +4,8 @@ one token, batch 3, slices), built for a dtype and a device. Shared by the inter
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from .conftest import randn
@@ -126,6 +128,29 @@ def _meta(*shape, dtype=torch.bfloat16):
     return torch.empty(*shape, dtype=dtype, device="meta")
 
 
+@contextlib.contextmanager
+def token_tile_devices(*device_types: str):
+    """`ascend_kernels.triton.rope.TOKEN_TILE_DEVICES` widened to ``device_types`` (Ascend's choice
+    planned on CPU or meta tensors), restored afterwards."""
+    from ascend_kernels.triton import rope
+
+    saved = rope.TOKEN_TILE_DEVICES
+    rope.TOKEN_TILE_DEVICES = (*saved, *device_types)
+    try:
+        yield
+    finally:
+        rope.TOKEN_TILE_DEVICES = saved
+
+
+def token_tiles(plan):
+    """``plan`` run as Ascend plans it (token tiles) on meta tensors."""
+    def build():
+        with token_tile_devices("meta"):
+            return plan()
+
+    return build
+
+
 def model_plans():
     """``{case: () -> (out, Launch)}``: every kernel's launch at Flux and Wan 14B sizes (bf16, fp32
     tables/modulation/weights where the models have them) and a few odd forms."""
@@ -143,6 +168,11 @@ def model_plans():
         "rms_norm_fp16_no_weight_fp32_out": lambda: plan_rms_norm(meta(8, 77, dtype=torch.float16), None, 1e-6, f32),
         "rope_flux_interleaved": lambda: plan_rope(flux_q, meta(1, 4608, 1, 128, dtype=f32), meta(1, 4608, 1, 128, dtype=f32), "interleaved"),
         "rope_wan_half": lambda: plan_rope(wan_q, meta(1, 75600, 1, 128, dtype=f32), meta(1, 75600, 1, 128, dtype=f32), "half"),
+        # the same calls as Ascend plans them: token tiles (`rope.TOKEN_TILE_DEVICES`)
+        "rope_flux_interleaved_tokens": token_tiles(lambda: plan_rope(
+            flux_q, meta(1, 4608, 1, 128, dtype=f32), meta(1, 4608, 1, 128, dtype=f32), "interleaved")),
+        "rope_wan_half_tokens": token_tiles(lambda: plan_rope(
+            wan_q, meta(1, 75600, 1, 128, dtype=f32), meta(1, 75600, 1, 128, dtype=f32), "half")),
         "adaln_flux": lambda: plan_adaln_modulate(flux_h, meta(1, 3072), meta(1, 3072), 1e-6),
         "adaln_wan_fp32_mod": lambda: plan_adaln_modulate(wan_h, meta(1, 1, 5120, dtype=f32), meta(1, 1, 5120, dtype=f32), 1e-6, None, None, bf),
         "adaln_affine_fp32": lambda: plan_adaln_modulate(meta(3, 5, 77, dtype=f32), meta(3, 77, dtype=f32), meta(3, 77, dtype=f32), 1e-6, meta(77, dtype=f32), meta(77, dtype=f32)),

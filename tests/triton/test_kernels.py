@@ -13,7 +13,7 @@ import ascend_kernels
 from ascend_kernels.registry import select_provider, use_providers
 from ascend_kernels.testing import assert_close
 
-from .cases import CASES
+from .cases import CASES, token_tile_devices
 from .conftest import randn
 from ..kernels.conftest import flux_rope, wan_rope
 
@@ -38,10 +38,40 @@ def test_rms_norm(dtype, case):
     _check("rms_norm", CASES["rms_norm"][case](dtype, "cpu"), f"rms_norm {case}")
 
 
+@pytest.fixture(params=["row_tiles", "token_tiles"])
+def tiles(request):
+    """Each rope test twice: with the row tiles CUDA plans, and with Ascend's token tiles where the
+    tables allow them (`rope.TOKEN_TILE_DEVICES` widened to ``"cpu"``)."""
+    if request.param == "row_tiles":
+        yield request.param
+        return
+    with token_tile_devices("cpu"):
+        yield request.param
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("case", list(CASES["rope"]))
-def test_rope(dtype, case, layout):
-    _check("rope", (*CASES["rope"][case](dtype, "cpu"), layout), f"rope {layout} {case}")
+def test_rope(dtype, case, layout, tiles):
+    _check("rope", (*CASES["rope"][case](dtype, "cpu"), layout), f"rope {layout} {case} ({tiles})")
+
+
+# Cases whose tables are one row per token, broadcast over the heads: token tiles on Ascend.
+TOKEN_TILE_CASES = {"flux_bshd_1s1d", "per_batch_tables", "three_dims_sd_tables"}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("case", list(CASES["rope"]))
+def test_rope_token_tiles_only_where_the_tables_are_per_token(case, layout):
+    from ascend_kernels.triton.rope import plan_rope
+
+    args = (*CASES["rope"][case](torch.bfloat16, "cpu"), layout)
+    assert plan_rope(*args)[1].kernel.__name__ == "_rope_kernel"  # a device outside TOKEN_TILE_DEVICES
+    with token_tile_devices("cpu"):
+        launch = plan_rope(*args)[1]
+    # Not token tiles: heads-major x (the tables vary along the last leading dim), one table row for
+    # every row (already flat), a table shared by a batch of 2 (token rows wrap), gapped x rows.
+    expected = "_rope_tokens_kernel" if case in TOKEN_TILE_CASES else "_rope_kernel"
+    assert launch.kernel.__name__ == expected, case
 
 
 @pytest.mark.parametrize("case", list(CASES["adaln_modulate"]))
@@ -56,7 +86,7 @@ def test_mul_add(dtype, case):
     assert out.dtype == (args[0] * args[1] + args[2]).dtype  # eager's promotion
 
 
-def test_rope_with_diffusers_tables(dtype):
+def test_rope_with_diffusers_tables(dtype, tiles):
     """The tables the models feed: Flux's FluxPosEmbed (S, D) as the fused processor broadcasts
     them, and Wan's WanRotaryPosEmbed (1, S, 1, D)."""
     cos, sin = flux_rope(13)
