@@ -16,6 +16,7 @@ pytestmark = pytest.mark.usefixtures("interpreter")
 # Replacements per block with fusions="all" (FINDINGS section 1); gelu_tanh has no Triton kernel.
 TRITON_NODES = {"flux_double": 4 + 2 + 4 + 4, "flux_single": 2 + 2 + 1 + 1, "wan": 4 + 2 + 2 + 2}
 GELU_NODES = {"flux_double": 2, "flux_single": 1, "wan": 1}
+ROPE_NODES = 2  # q and k, in each block
 
 
 def _block(name, dtype):
@@ -25,9 +26,18 @@ def _block(name, dtype):
     return (double if name == "flux_double" else single), flux_block_inputs(dtype=dtype)
 
 
+@pytest.mark.parametrize("tiles", ["row_tiles", "token_tiles"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("name", list(TRITON_NODES))
-def test_block_runs_the_triton_kernels(name, dtype):
+def test_block_runs_the_triton_kernels(name, dtype, tiles, monkeypatch):
+    """Also as Ascend plans rope (token tiles): every rope node of these blocks takes them."""
+    from ascend_kernels.triton import rope
+
+    token_plans = []
+    real = rope._plan_tokens
+    monkeypatch.setattr(rope, "_plan_tokens", lambda *a: token_plans.append(a[0].shape) or real(*a))
+    if tiles == "token_tiles":
+        monkeypatch.setattr(rope, "TOKEN_TILE_DEVICES", (*rope.TOKEN_TILE_DEVICES, "cpu"))
     torch._dynamo.reset()
     block, inputs = _block(name, dtype)
     backend = AscendBackend(fusions="all", executor="eager", on_error="raise")
@@ -37,6 +47,7 @@ def test_block_runs_the_triton_kernels(name, dtype):
             ref = block(**inputs)
     finally:
         torch._dynamo.reset()
+    assert len(token_plans) == (ROPE_NODES if tiles == "token_tiles" else 0), token_plans
     (graph,) = backend.report.graphs
     bound = list(graph["bound_providers"].values())
     assert bound.count("triton") == TRITON_NODES[name], graph["bound_providers"]
