@@ -13,7 +13,7 @@ import ascend_kernels  # noqa: F401
 from ascend_kernels.registry import select_provider, use_providers
 from ascend_kernels.testing import assert_close
 
-from .cases import CASES
+from .cases import CASES, token_tile_devices
 from .conftest import randn
 
 pytestmark = pytest.mark.cuda
@@ -38,6 +38,23 @@ def test_cases(op, case, dtype):
     layouts = ("interleaved", "half") if op == "rope" else (None,)
     for layout in layouts:
         _check(op, args + ((layout,) if layout else ()), f"{op} {case} {layout or ''}")
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+@pytest.mark.parametrize("case", list(CASES["rope"]))
+def test_rope_token_tiles_compiled(case, layout, dtype):
+    """Ascend's rope tiling (token tiles), compiled and run by the GPU's Triton: the interpreter
+    tests check its semantics, this checks the compiled code (CUDA itself plans row tiles)."""
+    with token_tile_devices("cuda"):
+        _check("rope", CASES["rope"][case](dtype, "cuda") + (layout,), f"rope {case} {layout} (token tiles)")
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+def test_rope_token_tiles_at_flux_size(layout):
+    q = randn(1, 4608, 24, 128, dtype=torch.bfloat16, device="cuda")
+    cos, sin = randn(1, 4608, 1, 128, device="cuda", seed=1), randn(1, 4608, 1, 128, device="cuda", seed=2)
+    with token_tile_devices("cuda"):
+        _check("rope", (q, cos, sin, layout), f"flux-size rope {layout} (token tiles)")
 
 
 def test_model_sizes_bf16():
