@@ -156,10 +156,11 @@ def plan_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str
     block_d = _common.block(width)
     row_width = block_d if interleaved else 2 * block_d  # the half layout holds both halves
     if x.device.type in TOKEN_TILE_DEVICES and x_flat and n2 > 1 and cs[2] == 0 == ss[2] and not (c_flat or s_flat):
-        tokens = _token_stride(sizes, cs), _token_stride(sizes, ss)
-        if None not in tokens:
-            return out, _plan_tokens(x, cos, sin, out, interleaved, n_rows // n2, n2, xs[2], tokens, (csd, ssd),
-                                     block_d, row_width)
+        cos_tok, sin_tok = _token_stride(sizes, cs), _token_stride(sizes, ss)
+        if cos_tok is not None and sin_tok is not None:
+            launch = _plan_tokens((x, cos, sin, out), interleaved, width, n2, xs[2], (cos_tok, csd), (sin_tok, ssd),
+                                  block_d, row_width)
+            return out, launch
     block_r = _common.rows_per_tile(row_width, x.device.type)
     return out, _common.Launch(
         _rope_kernel, _common.grid(_common.cdiv(n_rows, block_r), x.device),
@@ -178,20 +179,21 @@ def _token_stride(sizes, strides) -> int | None:
     return lead[2] if flat else None
 
 
-def _plan_tokens(x, cos, sin, out, interleaved: bool, n_tokens: int, n_heads: int, xs_row: int,
-                 tok_strides: tuple[int, int], last_strides: tuple[int, int], block_d: int,
-                 row_width: int) -> _common.Launch:
+def _plan_tokens(tensors, interleaved: bool, width: int, n_heads: int, xs_row: int, cos_strides: tuple[int, int],
+                 sin_strides: tuple[int, int], block_d: int, row_width: int) -> _common.Launch:
+    """The `_rope_tokens_kernel` launch: ``tensors`` = (x, cos, sin, out); x's rows evenly spaced
+    ``xs_row`` apart, ``n_heads`` to a token; each table's (token stride, last-dim stride)."""
+    x = tensors[0]
+    n_tokens = x.numel() // (x.shape[-1] * n_heads)
     per_tile = max(1, _common.TILE_ELEMENTS.get(x.device.type, 4096) // row_width)  # rows of a tile
     # The head block that pads the fewest heads (ties: the larger block), then tokens to fill the tile.
     block_h = min((b for b in (1 << i for i in range(per_tile.bit_length())) if b <= _common.block(n_heads)),
                   key=lambda b: (_common.cdiv(n_heads, b) * b, -b))
     block_t = min(max(1, per_tile // block_h), _common.block(n_tokens))
     n_tiles = _common.cdiv(n_tokens, block_t) * _common.cdiv(n_heads, block_h)
-    width = x.shape[-1] if interleaved else x.shape[-1] // 2
     return _common.Launch(
         _rope_tokens_kernel, _common.grid(n_tiles, x.device),
-        (x, cos, sin, out, n_tokens, n_heads, x.shape[-1], width, xs_row, x.stride(-1),
-         tok_strides[0], last_strides[0], tok_strides[1], last_strides[1]),
+        (*tensors, n_tokens, n_heads, x.shape[-1], width, xs_row, x.stride(-1), *cos_strides, *sin_strides),
         dict(INTERLEAVED=interleaved, BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d),
         _common.num_warps(block_t * block_h * row_width), _common.options(x.device),
     )

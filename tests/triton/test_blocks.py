@@ -35,7 +35,7 @@ def test_block_runs_the_triton_kernels(name, dtype, tiles, monkeypatch):
 
     token_plans = []
     real = rope._plan_tokens
-    monkeypatch.setattr(rope, "_plan_tokens", lambda *a: token_plans.append(a[0].shape) or real(*a))
+    monkeypatch.setattr(rope, "_plan_tokens", lambda *a: token_plans.append(a[0][0].shape) or real(*a))
     if tiles == "token_tiles":
         monkeypatch.setattr(rope, "TOKEN_TILE_DEVICES", (*rope.TOKEN_TILE_DEVICES, "cpu"))
     torch._dynamo.reset()
