@@ -124,6 +124,15 @@ def mul_add_cases():
 TRITON_TYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
 
+def arg_type(value) -> str:
+    """Triton's signature type of a (non-constexpr) launch argument, as its JIT types it."""
+    if isinstance(value, torch.Tensor):
+        return "*" + TRITON_TYPES[value.dtype]
+    if isinstance(value, float):
+        return "fp32"
+    return "i32" if -(2**31) <= value < 2**31 else "i64"
+
+
 def _meta(*shape, dtype=torch.bfloat16):
     return torch.empty(*shape, dtype=dtype, device="meta")
 

@@ -17,11 +17,10 @@ from __future__ import annotations
 import re
 
 import pytest
-import torch
 
 from ascend_kernels.triton import triton_ascend_available
 
-from .cases import TRITON_TYPES, model_plans
+from .cases import arg_type, model_plans
 
 # The plans are built at collection (they import the kernel modules, hence triton): skip the module.
 pytest.importorskip("triton", reason="needs triton-ascend (nox -s triton-ascend)")
@@ -41,12 +40,7 @@ def lower(launch) -> str:
     names = launch.kernel.arg_names
     signature, constants = {}, dict(launch.constexprs)
     for name, value in zip(names, launch.args):
-        if isinstance(value, torch.Tensor):
-            signature[name] = "*" + TRITON_TYPES[value.dtype]
-        elif isinstance(value, float):
-            signature[name] = "fp32"
-        else:
-            signature[name] = "i32" if -(2**31) <= value < 2**31 else "i64"
+        signature[name] = arg_type(value)
     signature.update({name: "constexpr" for name in constants})
     assert set(signature) == set(names), "a kernel argument was not planned"
 

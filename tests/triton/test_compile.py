@@ -12,7 +12,7 @@ import os
 import pytest
 import torch
 
-from .cases import TRITON_TYPES as _TYPES
+from .cases import arg_type
 from .cases import model_plans
 
 # The plans are built at collection (they import the kernel modules, hence triton): skip the module.
@@ -33,18 +33,13 @@ def _compile(launch, arch: int, specialize: bool = False):
     names = launch.kernel.arg_names
     sig, const, attrs = {}, {}, {}
     for i, (name, value) in enumerate(zip(names, launch.args)):
-        if isinstance(value, torch.Tensor):
-            sig[name] = "*" + _TYPES[value.dtype]
-            if specialize:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-        elif isinstance(value, float):
-            sig[name] = "fp32"
-        elif specialize and value == 1:
+        sig[name] = arg_type(value)
+        if not specialize or isinstance(value, float):
+            continue
+        if not isinstance(value, torch.Tensor) and value == 1:
             sig[name], const[(i,)] = "constexpr", 1
-        else:
-            sig[name] = "i32" if -(2**31) <= value < 2**31 else "i64"
-            if specialize and value % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(value, torch.Tensor) or value % 16 == 0:
+            attrs[(i,)] = [["tt.divisibility", 16]]
     for name, value in launch.constexprs.items():
         sig[name] = "constexpr"
         const[(names.index(name),)] = value
@@ -69,9 +64,7 @@ def _ast_source_3_2(launch, specialize: bool, target):
     attrs = make_backend(target).get_attrs_descriptor(params, values) if specialize else AttrsDescriptor()
     equal_to_1 = attrs.get_constants()
     constants = {p.name: v for p, v in zip(params, values) if p.is_constexpr or p.num in equal_to_1}
-    sig = {p.name: ("*" + _TYPES[v.dtype] if isinstance(v, torch.Tensor) else "fp32" if isinstance(v, float)
-                    else "i32" if -(2**31) <= v < 2**31 else "i64")
-           for p, v in zip(params, values) if p.name not in constants}
+    sig = {p.name: arg_type(v) for p, v in zip(params, values) if p.name not in constants}
     return ASTSource(launch.kernel, sig, constants, attrs)
 
 
