@@ -20,7 +20,10 @@ of the general ``i0 * s0 + i1 * s1 + i2 * s2``. Both give the same offsets; the 
 int64 ``//`` and ``%`` per row, and triton-ascend reads its affine addresses as one 2-D block where
 the general form's computed row starts make it issue one DMA per row (`DiscreteMemAccess` in its
 lowering, ``tests/triton/test_ascend_lowering.py``). The output, allocated by the plan, is
-contiguous: row ``r`` starts at ``r * d``.
+contiguous: row ``r`` starts at ``r * d``. An operand whose row is a quotient of the row number
+(``row // H``: one rope table row per token, one adaLN modulation row per batch) is not flat; on
+`AFFINE_TILE_DEVICES` those kernels walk tiles of whole groups instead (rope: tokens x heads;
+adaLN: rows of one batch), where each such row is read once per tile, at an affine address.
 """
 
 from __future__ import annotations
@@ -34,9 +37,16 @@ import triton
 import triton.language as tl
 
 __all__ = [
-    "Launch", "TILE_ELEMENTS", "block", "cdiv", "grid", "lead3", "num_warps", "options", "row_coords", "row_offsets",
+    "AFFINE_TILE_DEVICES", "Launch", "TILE_ELEMENTS", "block", "cdiv", "grid", "lead3", "num_warps", "options", "row_coords", "row_offsets",
     "operand_strides", "row_strides", "rows_per_tile", "strides_as",
 ]
+
+# Device types whose kernels plan tiles with addresses affine in each tile index where an operand's
+# rows depend on a quotient of the row number (rope's per-token tables broadcast over the heads,
+# adaLN's per-batch modulation): triton-ascend moves such a tile as one block, where row tiles make
+# it issue one DMA per row (module docstring). CUDA keeps the row tiles its H100 numbers were
+# measured with. The interpreter and lowering tests widen it, as they widen `DEVICE_TYPES`.
+AFFINE_TILE_DEVICES: tuple[str, ...] = ("npu",)
 
 # Elements per tile (rows x block columns), per device type.
 TILE_ELEMENTS = {"cuda": 4096, "npu": 4096}

@@ -14,10 +14,19 @@ program's batch is re-read per row, from L2. Ascend: the grid is the number of v
 widest accepted row is 8192 elements (`limits.max_row`: x, the centred row, scale, shift and y
 in fp32 are 5 x 32 KB, within the 192 KB unified buffer); 3072-wide bf16 rows are 6 KB, 32-byte
 aligned.
+
+Batch tiles (Ascend): with a per-batch modulation (``B > 1``: SD3 or PixArt under a batched CFG,
+any model at batch 2+), a row tile finds its rows' modulation row as ``row // S``, which
+triton-ascend's adapter cannot read as an affine address: it moves scale and shift one DMA per
+row (``DiscreteMemAccess`` in its lowering). On `_common.AFFINE_TILE_DEVICES`, where x's rows are
+evenly spaced and the modulation rows of the batches are too, `_adaln_batches_kernel` walks tiles
+that never cross a batch: the tile's one scale/shift row is read once, at an affine address. The
+Flux/Wan widths are one row per tile either way; what changes there is the address, not the tile.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -29,6 +38,33 @@ from . import _common
 from ._common import row_coords, row_offsets
 
 __all__ = ["adaln_modulate", "plan_adaln_modulate"]
+
+
+@triton.jit
+def _norm_params(w_ptr, b_ptr, cols, cmask, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """The LayerNorm weight and bias rows in fp32, loaded once per program (0.0 for an absent one,
+    which `_layer_norm` never reads)."""
+    w, b = 0.0, 0.0
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        b = tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    return w, b
+
+
+@triton.jit
+def _layer_norm(x, mask, d, eps, w, b, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """LayerNorm of each row of an fp32 tile (masked lanes 0): ``(x - mean) / sqrt(var + eps)``,
+    times the weight row and plus the bias row where present."""
+    mean = tl.sum(x, axis=1) / d
+    xc = tl.where(mask, x - mean[:, None], 0.0)
+    var = tl.sum(xc * xc, axis=1) / d
+    y = xc * (1.0 / tl.sqrt(var + eps))[:, None]
+    if HAS_WEIGHT:
+        y = y * w[None, :]
+    if HAS_BIAS:
+        y = y + b[None, :]
+    return y
 
 
 @triton.jit
@@ -46,10 +82,7 @@ def _adaln_kernel(
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_D)
     cmask = cols < d
-    if HAS_WEIGHT:
-        w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
-    if HAS_BIAS:
-        b = tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    w, b = _norm_params(w_ptr, b_ptr, cols, cmask, HAS_WEIGHT, HAS_BIAS)
     if MOD_SHARED:  # one scale/shift row for every row (batch 1): read once per program, not per row
         scale_row = tl.load(scale_ptr + cols * csd, mask=cmask, other=0.0).to(tl.float32)
         shift_row = tl.load(shift_ptr + cols * hsd, mask=cmask, other=0.0).to(tl.float32)
@@ -59,14 +92,7 @@ def _adaln_kernel(
         mask = rmask[:, None] & cmask[None, :]
         x_off = row_offsets(rows, i0, i1, i2, xs0, xs1, xs2, X_FLAT) + cols[None, :] * xsd
         x = tl.load(x_ptr + x_off, mask=mask, other=0.0).to(tl.float32)
-        mean = tl.sum(x, axis=1) / d
-        xc = tl.where(mask, x - mean[:, None], 0.0)
-        var = tl.sum(xc * xc, axis=1) / d
-        y = xc * (1.0 / tl.sqrt(var + eps))[:, None]
-        if HAS_WEIGHT:
-            y = y * w[None, :]
-        if HAS_BIAS:
-            y = y + b[None, :]
+        y = _layer_norm(x, mask, d, eps, w, b, HAS_WEIGHT, HAS_BIAS)
         if MOD_SHARED:
             y = y * (1.0 + scale_row[None, :]) + shift_row[None, :]
         else:
@@ -77,6 +103,35 @@ def _adaln_kernel(
             y = y * (1.0 + scale) + shift
         o_off = (rows * d)[:, None] + cols[None, :]
         tl.store(out_ptr + o_off, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _adaln_batches_kernel(
+    x_ptr, scale_ptr, shift_ptr, w_ptr, b_ptr, out_ptr,
+    n_batches, batch_rows, d,
+    xs_row, xsd, cs_batch, csd, hs_batch, hsd,
+    eps,
+    HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    # Rows of batch b are b * batch_rows + j, j < batch_rows; x's row r starts at r * xs_row (flat
+    # rows), the output's at r * d; batch b's scale row at b * cs_batch, its shift row at b * hs_batch.
+    # A tile is BLOCK_R rows of one batch, so its modulation is one row at a scalar offset.
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_D)
+    cmask = cols < d
+    w, b = _norm_params(w_ptr, b_ptr, cols, cmask, HAS_WEIGHT, HAS_BIAS)
+    tiles_per_batch = tl.cdiv(batch_rows, BLOCK_R)
+    for tile in range(pid, n_batches * tiles_per_batch, tl.num_programs(0)):
+        batch = (tile // tiles_per_batch).to(tl.int64)
+        j = (tile % tiles_per_batch) * BLOCK_R + tl.arange(0, BLOCK_R)
+        rows = batch * batch_rows + j
+        mask = (j < batch_rows)[:, None] & cmask[None, :]
+        x = tl.load(x_ptr + (rows * xs_row)[:, None] + cols[None, :] * xsd, mask=mask, other=0.0).to(tl.float32)
+        y = _layer_norm(x, mask, d, eps, w, b, HAS_WEIGHT, HAS_BIAS)
+        scale = tl.load(scale_ptr + batch * cs_batch + cols * csd, mask=cmask, other=0.0).to(tl.float32)
+        shift = tl.load(shift_ptr + batch * hs_batch + cols * hsd, mask=cmask, other=0.0).to(tl.float32)
+        y = y * (1.0 + scale[None, :]) + shift[None, :]
+        tl.store(out_ptr + (rows * d)[:, None] + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 def adaln_modulate(
@@ -118,10 +173,42 @@ def plan_adaln_modulate(
     # Every row reads the same modulation row when no leading dim of x with more than one index
     # moves the scale/shift pointers (Flux and Wan at batch 1).
     shared = all(n == 1 or (c == 0 and h == 0) for n, c, h in zip(sizes, cs, hs))
+    tensors = (x, scale, shift, w, b, out)
+    constexprs = dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None)
+    if x.device.type in _common.AFFINE_TILE_DEVICES and x_flat and not shared and not (c_flat and h_flat):
+        batches = _batches(sizes, cs, hs)
+        if batches is not None:
+            n_batches, batch_rows, cs_batch, hs_batch = batches
+            return out, _common.Launch(
+                _adaln_batches_kernel,
+                _common.grid(n_batches * _common.cdiv(batch_rows, block_r), x.device),
+                (*tensors, n_batches, batch_rows, d, xs[2], x.stride(-1), cs_batch, csd, hs_batch, hsd, float(eps)),
+                dict(constexprs, BLOCK_R=block_r, BLOCK_D=block_d),
+                _common.num_warps(block_r * block_d), _common.options(x.device),
+            )
     return out, _common.Launch(
         _adaln_kernel, _common.grid(_common.cdiv(n_rows, block_r), x.device),
-        (x, scale, shift, w, b, out, n_rows, n1, n2, d, *xs, x.stride(-1), *cs, csd, *hs, hsd, float(eps)),
-        dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, MOD_SHARED=shared, X_FLAT=x_flat,
-             C_FLAT=c_flat, H_FLAT=h_flat, BLOCK_R=block_r, BLOCK_D=block_d),
+        (*tensors, n_rows, n1, n2, d, *xs, x.stride(-1), *cs, csd, *hs, hsd, float(eps)),
+        dict(constexprs, MOD_SHARED=shared, X_FLAT=x_flat, C_FLAT=c_flat, H_FLAT=h_flat, BLOCK_R=block_r,
+             BLOCK_D=block_d),
         _common.num_warps(block_r * block_d), _common.options(x.device),
     )
+
+
+def _batches(sizes, cs, hs) -> tuple[int, int, int, int] | None:
+    """``(batches, rows per batch, scale's and shift's stride from batch to batch)`` where the rows
+    split into batches of consecutive rows that each read one scale and one shift row, evenly spaced
+    from batch to batch (``None`` otherwise, e.g. a modulation shared by a batch of 2 whose rows
+    vary within it). A "batch" is what the leading dims with non-zero modulation strides index."""
+    k, batch_rows = 3, 1
+    while k and cs[k - 1] == 0 == hs[k - 1]:  # the inner dims the modulation is broadcast over
+        k -= 1
+        batch_rows *= sizes[k]
+    if k == 0 or batch_rows == 1:  # one row for all (MOD_SHARED), or a row per row (flat already)
+        return None
+    outer = [1] * (3 - k) + list(sizes[:k])
+    c_lead, c_flat = _common.row_strides(outer, [0] * (3 - k) + list(cs[:k]))
+    h_lead, h_flat = _common.row_strides(outer, [0] * (3 - k) + list(hs[:k]))
+    if not (c_flat and h_flat):
+        return None
+    return math.prod(outer), batch_rows, c_lead[2], h_lead[2]

@@ -21,7 +21,7 @@ row is found per x row as ``row // H``, which triton-ascend's adapter cannot rea
 address: it issues one DMA per row for each table (``DiscreteMemAccess`` in its lowering, 2 such
 loads per launch for Flux's interleaved rope, 4 for the half layout). Where x's rows are evenly
 spaced and the tables are one row per token, broadcast over the heads (every diffusers model at
-batch 1), `TOKEN_TILE_DEVICES` use `_rope_tokens_kernel` instead: tiles of ``(tokens, heads, D)``
+batch 1), `_common.AFFINE_TILE_DEVICES` use `_rope_tokens_kernel` instead: tiles of ``(tokens, heads, D)``
 whose addresses are affine in each index, the table rows of the tile's tokens read once as one
 block. The head block is the power of two that pads the fewest heads (8 for Flux's 24 and Wan's
 40 heads), with 4 tokens to a 4096-element tile. CUDA keeps the row tiles its H100 numbers were
@@ -129,11 +129,6 @@ def _rope_tokens_kernel(
             tl.store(out_ptr + o_off + width, (x2 * c2 + x1 * s2).to(out_ptr.dtype.element_ty), mask=mask)
 
 
-# Device types whose rope walks token tiles where the tables allow (see the module docstring). The
-# interpreter and lowering tests widen it, as they widen `DEVICE_TYPES`.
-TOKEN_TILE_DEVICES: tuple[str, ...] = ("npu",)
-
-
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
     """``ascend_kernels::rope`` (same signature and semantics) as one Triton kernel."""
     out, launch = plan_rope(x, cos, sin, layout)
@@ -155,7 +150,7 @@ def plan_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str
     width = d if interleaved else d // 2
     block_d = _common.block(width)
     row_width = block_d if interleaved else 2 * block_d  # the half layout holds both halves
-    if x.device.type in TOKEN_TILE_DEVICES and x_flat and n2 > 1 and cs[2] == 0 == ss[2] and not (c_flat or s_flat):
+    if x.device.type in _common.AFFINE_TILE_DEVICES and x_flat and n2 > 1 and cs[2] == 0 == ss[2] and not (c_flat or s_flat):
         cos_tok, sin_tok = _token_stride(sizes, cs), _token_stride(sizes, ss)
         if cos_tok is not None and sin_tok is not None:
             launch = _plan_tokens((x, cos, sin, out), interleaved, width, n2, xs[2], (cos_tok, csd), (sin_tok, ssd),

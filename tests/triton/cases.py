@@ -95,6 +95,9 @@ def adaln_cases():
         "per_token_mod": make((2, 3, 24), [(2, 3, 24), (24,)]),
         "two_dims": make((7, 100), [(100,), (1, 100)]),
         "gapped_x": make((2, 5, 40), [(2, 40), (2, 1, 40)], gap=True),
+        "batches_span_tiles": make((2, 70, 200), [(2, 200), (2, 1, 200)]),  # 16-row tiles, 70 rows a batch
+        "four_dims_b11d": make((2, 3, 4, 24), [(2, 1, 1, 24), (2, 1, 1, 24)], affine=torch.float32),
+        "mod_shared_by_batch": make((2, 3, 4, 24), [(1, 3, 1, 24), (1, 3, 1, 24)]),  # rows wrap every 12
     }
 
 
@@ -138,23 +141,23 @@ def _meta(*shape, dtype=torch.bfloat16):
 
 
 @contextlib.contextmanager
-def token_tile_devices(*device_types: str):
-    """`ascend_kernels.triton.rope.TOKEN_TILE_DEVICES` widened to ``device_types`` (Ascend's choice
-    planned on CPU or meta tensors), restored afterwards."""
-    from ascend_kernels.triton import rope
+def affine_tile_devices(*device_types: str):
+    """`ascend_kernels.triton._common.AFFINE_TILE_DEVICES` widened to ``device_types`` (Ascend's
+    tiling, planned on CPU or meta tensors), restored afterwards."""
+    from ascend_kernels.triton import _common
 
-    saved = rope.TOKEN_TILE_DEVICES
-    rope.TOKEN_TILE_DEVICES = (*saved, *device_types)
+    saved = _common.AFFINE_TILE_DEVICES
+    _common.AFFINE_TILE_DEVICES = (*saved, *device_types)
     try:
         yield
     finally:
-        rope.TOKEN_TILE_DEVICES = saved
+        _common.AFFINE_TILE_DEVICES = saved
 
 
-def token_tiles(plan):
-    """``plan`` run as Ascend plans it (token tiles) on meta tensors."""
+def affine_tiles(plan):
+    """``plan`` run as Ascend plans it (rope's token tiles, adaLN's batch tiles) on meta tensors."""
     def build():
-        with token_tile_devices("meta"):
+        with affine_tile_devices("meta"):
             return plan()
 
     return build
@@ -171,19 +174,24 @@ def model_plans():
     meta, bf, f32 = _meta, torch.bfloat16, torch.float32
     flux_q, wan_q = meta(1, 4608, 24, 128), meta(1, 75600, 40, 128)
     flux_h, wan_h = meta(1, 4096, 3072), meta(1, 75600, 5120)
+    sd3_h, sd3_mod = meta(2, 4096, 1536), meta(2, 6 * 1536)  # the chunks of SD3's AdaLayerNormZero
     return {
         "rms_norm_flux_qk": lambda: plan_rms_norm(flux_q, meta(128), 1e-6),
         "rms_norm_wan_qk_fp32_weight": lambda: plan_rms_norm(wan_h, meta(5120, dtype=f32), 1e-6),
         "rms_norm_fp16_no_weight_fp32_out": lambda: plan_rms_norm(meta(8, 77, dtype=torch.float16), None, 1e-6, f32),
         "rope_flux_interleaved": lambda: plan_rope(flux_q, meta(1, 4608, 1, 128, dtype=f32), meta(1, 4608, 1, 128, dtype=f32), "interleaved"),
         "rope_wan_half": lambda: plan_rope(wan_q, meta(1, 75600, 1, 128, dtype=f32), meta(1, 75600, 1, 128, dtype=f32), "half"),
-        # the same calls as Ascend plans them: token tiles (`rope.TOKEN_TILE_DEVICES`)
-        "rope_flux_interleaved_tokens": token_tiles(lambda: plan_rope(
+        # the same calls as Ascend plans them: token tiles (`_common.AFFINE_TILE_DEVICES`)
+        "rope_flux_interleaved_tokens": affine_tiles(lambda: plan_rope(
             flux_q, meta(1, 4608, 1, 128, dtype=f32), meta(1, 4608, 1, 128, dtype=f32), "interleaved")),
-        "rope_wan_half_tokens": token_tiles(lambda: plan_rope(
+        "rope_wan_half_tokens": affine_tiles(lambda: plan_rope(
             wan_q, meta(1, 75600, 1, 128, dtype=f32), meta(1, 75600, 1, 128, dtype=f32), "half")),
         "adaln_flux": lambda: plan_adaln_modulate(flux_h, meta(1, 3072), meta(1, 3072), 1e-6),
         "adaln_wan_fp32_mod": lambda: plan_adaln_modulate(wan_h, meta(1, 1, 5120, dtype=f32), meta(1, 1, 5120, dtype=f32), 1e-6, None, None, bf),
+        # a per-batch modulation (SD3's width, batched CFG): row tiles, and Ascend's batch tiles
+        "adaln_sd3_batch2": lambda: plan_adaln_modulate(sd3_h, sd3_mod[:, :1536], sd3_mod[:, 1536:3072], 1e-6),
+        "adaln_sd3_batch2_batches": affine_tiles(lambda: plan_adaln_modulate(
+            sd3_h, sd3_mod[:, :1536], sd3_mod[:, 1536:3072], 1e-6)),
         "adaln_affine_fp32": lambda: plan_adaln_modulate(meta(3, 5, 77, dtype=f32), meta(3, 77, dtype=f32), meta(3, 77, dtype=f32), 1e-6, meta(77, dtype=f32), meta(77, dtype=f32)),
         "mul_add_flux_gate": lambda: plan_mul_add(meta(1, 1, 3072), flux_h, flux_h),
         "mul_add_wan_mixed": lambda: plan_mul_add(wan_h, meta(1, 1, 5120, dtype=f32), meta(1, 75600, 5120, dtype=f32)),

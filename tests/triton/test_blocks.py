@@ -17,29 +17,43 @@ pytestmark = pytest.mark.usefixtures("interpreter")
 TRITON_NODES = {"flux_double": 4 + 2 + 4 + 4, "flux_single": 2 + 2 + 1 + 1, "wan": 4 + 2 + 2 + 2}
 GELU_NODES = {"flux_double": 2, "flux_single": 1, "wan": 1}
 ROPE_NODES = 2  # q and k, in each block
+ADALN_NODES = {"flux_double": 4, "flux_single": 1, "wan": 2}
 
 
-def _block(name, dtype):
+def _block(name, dtype, batch):
     if name == "wan":
-        return tiny_wan_block(dtype=dtype), wan_block_inputs(dtype=dtype)
+        return tiny_wan_block(dtype=dtype), wan_block_inputs(batch=batch, dtype=dtype)
     double, single = tiny_flux_blocks(dtype=dtype)
-    return (double if name == "flux_double" else single), flux_block_inputs(dtype=dtype)
+    return (double if name == "flux_double" else single), flux_block_inputs(batch=batch, dtype=dtype)
 
 
-@pytest.mark.parametrize("tiles", ["row_tiles", "token_tiles"])
+def _recorded(calls, fn):
+    """``fn``, appending each result that is not None to ``calls``."""
+    def wrapper(*args):
+        result = fn(*args)
+        if result is not None:
+            calls.append(result)
+        return result
+
+    return wrapper
+
+
+@pytest.mark.parametrize("batch,tiles", [(1, "row_tiles"), (1, "affine_tiles"), (2, "affine_tiles")])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("name", list(TRITON_NODES))
-def test_block_runs_the_triton_kernels(name, dtype, tiles, monkeypatch):
-    """Also as Ascend plans rope (token tiles): every rope node of these blocks takes them."""
-    from ascend_kernels.triton import rope
+def test_block_runs_the_triton_kernels(name, dtype, batch, tiles, monkeypatch):
+    """Also as Ascend plans them (`_common.AFFINE_TILE_DEVICES`): at batch 1 every rope node takes
+    token tiles (the tables are per token); at batch 2 the tables are shared by the batch, so rope
+    keeps row tiles, and every adaLN node takes batch tiles (one modulation row per sample)."""
+    from ascend_kernels.triton import _common, adaln, rope
 
-    token_plans = []
-    real = rope._plan_tokens
-    monkeypatch.setattr(rope, "_plan_tokens", lambda *a: token_plans.append(a[0][0].shape) or real(*a))
-    if tiles == "token_tiles":
-        monkeypatch.setattr(rope, "TOKEN_TILE_DEVICES", (*rope.TOKEN_TILE_DEVICES, "cpu"))
+    token_plans, batch_plans = [], []
+    monkeypatch.setattr(rope, "_plan_tokens", _recorded(token_plans, rope._plan_tokens))
+    monkeypatch.setattr(adaln, "_batches", _recorded(batch_plans, adaln._batches))
+    if tiles == "affine_tiles":
+        monkeypatch.setattr(_common, "AFFINE_TILE_DEVICES", (*_common.AFFINE_TILE_DEVICES, "cpu"))
     torch._dynamo.reset()
-    block, inputs = _block(name, dtype)
+    block, inputs = _block(name, dtype, batch)
     backend = AscendBackend(fusions="all", executor="eager", on_error="raise")
     try:
         with torch.no_grad():
@@ -47,7 +61,9 @@ def test_block_runs_the_triton_kernels(name, dtype, tiles, monkeypatch):
             ref = block(**inputs)
     finally:
         torch._dynamo.reset()
-    assert len(token_plans) == (ROPE_NODES if tiles == "token_tiles" else 0), token_plans
+    ascend = tiles == "affine_tiles"
+    assert len(token_plans) == (ROPE_NODES if ascend and batch == 1 else 0), token_plans
+    assert len(batch_plans) == (ADALN_NODES[name] if ascend and batch == 2 else 0), batch_plans
     (graph,) = backend.report.graphs
     bound = list(graph["bound_providers"].values())
     assert bound.count("triton") == TRITON_NODES[name], graph["bound_providers"]

@@ -78,7 +78,7 @@ def test_launch_compiles_for_cuda(case, arch):
     assert compiled.metadata.num_warps == launch.num_warps
 
 
-# CUDA's plans only: the rope token tiles are Ascend's (`rope.TOKEN_TILE_DEVICES`); compiled for
+# CUDA's plans only: the rope token tiles are Ascend's (`_common.AFFINE_TILE_DEVICES`); compiled for
 # sm_90 their (4, 128) table tiles, spread over 256 threads, load 64 or 32 bits per thread.
 @pytest.mark.parametrize("case", [c for c in model_plans() if ("flux" in c or "wan" in c) and "tokens" not in c])
 def test_model_size_accesses_are_128_bit(case):

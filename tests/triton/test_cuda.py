@@ -13,7 +13,7 @@ import ascend_kernels  # noqa: F401
 from ascend_kernels.registry import select_provider, use_providers
 from ascend_kernels.testing import assert_close
 
-from .cases import CASES, token_tile_devices
+from .cases import CASES, affine_tile_devices
 from .conftest import randn
 
 pytestmark = pytest.mark.cuda
@@ -45,7 +45,7 @@ def test_cases(op, case, dtype):
 def test_rope_token_tiles_compiled(case, layout, dtype):
     """Ascend's rope tiling (token tiles), compiled and run by the GPU's Triton: the interpreter
     tests check its semantics, this checks the compiled code (CUDA itself plans row tiles)."""
-    with token_tile_devices("cuda"):
+    with affine_tile_devices("cuda"):
         _check("rope", CASES["rope"][case](dtype, "cuda") + (layout,), f"rope {case} {layout} (token tiles)")
 
 
@@ -53,8 +53,27 @@ def test_rope_token_tiles_compiled(case, layout, dtype):
 def test_rope_token_tiles_at_flux_size(layout):
     q = randn(1, 4608, 24, 128, dtype=torch.bfloat16, device="cuda")
     cos, sin = randn(1, 4608, 1, 128, device="cuda", seed=1), randn(1, 4608, 1, 128, device="cuda", seed=2)
-    with token_tile_devices("cuda"):
+    with affine_tile_devices("cuda"):
         _check("rope", (q, cos, sin, layout), f"flux-size rope {layout} (token tiles)")
+
+
+@pytest.mark.parametrize("case", list(CASES["adaln_modulate"]))
+def test_adaln_batch_tiles_compiled(case, dtype):
+    """Ascend's adaLN tiling (batch tiles where the modulation is per batch), compiled and run by
+    the GPU's Triton (CUDA itself plans row tiles)."""
+    with affine_tile_devices("cuda"):
+        _check("adaln_modulate", CASES["adaln_modulate"][case](dtype, "cuda"), f"adaln {case} (batch tiles)")
+
+
+def test_adaln_batch_tiles_at_sd3_size():
+    bf = torch.bfloat16
+    h, mod = randn(2, 4096, 1536, dtype=bf, device="cuda"), randn(2, 6 * 1536, dtype=bf, device="cuda", seed=1)
+    from ascend_kernels.triton.adaln import plan_adaln_modulate
+
+    args = (h, mod[:, :1536], mod[:, 1536:3072], 1e-6)
+    with affine_tile_devices("cuda"):
+        assert plan_adaln_modulate(*args)[1].kernel.__name__ == "_adaln_batches_kernel"
+        _check("adaln_modulate", args, "sd3-size adaln (batch tiles)")
 
 
 def test_model_sizes_bf16():

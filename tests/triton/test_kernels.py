@@ -13,7 +13,7 @@ import ascend_kernels
 from ascend_kernels.registry import select_provider, use_providers
 from ascend_kernels.testing import assert_close
 
-from .cases import CASES, token_tile_devices
+from .cases import CASES, affine_tile_devices
 from .conftest import randn
 from ..kernels.conftest import flux_rope, wan_rope
 
@@ -38,14 +38,15 @@ def test_rms_norm(dtype, case):
     _check("rms_norm", CASES["rms_norm"][case](dtype, "cpu"), f"rms_norm {case}")
 
 
-@pytest.fixture(params=["row_tiles", "token_tiles"])
+@pytest.fixture(params=["row_tiles", "affine_tiles"])
 def tiles(request):
-    """Each rope test twice: with the row tiles CUDA plans, and with Ascend's token tiles where the
-    tables allow them (`rope.TOKEN_TILE_DEVICES` widened to ``"cpu"``)."""
+    """A rope or adaLN test twice: with the row tiles CUDA plans, and with Ascend's tiles (rope's
+    token tiles, adaLN's batch tiles) where the operands allow them (`_common.AFFINE_TILE_DEVICES`
+    widened to ``"cpu"``)."""
     if request.param == "row_tiles":
         yield request.param
         return
-    with token_tile_devices("cpu"):
+    with affine_tile_devices("cpu"):
         yield request.param
 
 
@@ -65,8 +66,8 @@ def test_rope_token_tiles_only_where_the_tables_are_per_token(case, layout):
     from ascend_kernels.triton.rope import plan_rope
 
     args = (*CASES["rope"][case](torch.bfloat16, "cpu"), layout)
-    assert plan_rope(*args)[1].kernel.__name__ == "_rope_kernel"  # a device outside TOKEN_TILE_DEVICES
-    with token_tile_devices("cpu"):
+    assert plan_rope(*args)[1].kernel.__name__ == "_rope_kernel"  # a device outside AFFINE_TILE_DEVICES
+    with affine_tile_devices("cpu"):
         launch = plan_rope(*args)[1]
     # Not token tiles: heads-major x (the tables vary along the last leading dim), one table row for
     # every row (already flat), a table shared by a batch of 2 (token rows wrap), gapped x rows.
@@ -75,8 +76,27 @@ def test_rope_token_tiles_only_where_the_tables_are_per_token(case, layout):
 
 
 @pytest.mark.parametrize("case", list(CASES["adaln_modulate"]))
-def test_adaln_modulate(dtype, case):
-    _check("adaln_modulate", CASES["adaln_modulate"][case](dtype, "cpu"), f"adaln_modulate {case}")
+def test_adaln_modulate(dtype, case, tiles):
+    _check("adaln_modulate", CASES["adaln_modulate"][case](dtype, "cpu"), f"adaln_modulate {case} ({tiles})")
+
+
+# Cases with one modulation row per batch of several rows, batches evenly spaced: batch tiles on Ascend.
+BATCH_TILE_CASES = {"flux_bd_chunks_batch3", "wan_b1d_fp32_out", "batches_span_tiles", "four_dims_b11d"}
+
+
+@pytest.mark.parametrize("case", list(CASES["adaln_modulate"]))
+def test_adaln_batch_tiles_only_where_the_modulation_is_per_batch(case):
+    from ascend_kernels.triton.adaln import plan_adaln_modulate
+
+    args = CASES["adaln_modulate"][case](torch.bfloat16, "cpu")
+    assert plan_adaln_modulate(*args)[1].kernel.__name__ == "_adaln_kernel"  # outside AFFINE_TILE_DEVICES
+    with affine_tile_devices("cpu"):
+        launch = plan_adaln_modulate(*args)[1]
+    # Not batch tiles: one token per batch (a modulation row per row: flat already), a per-token
+    # scale, one modulation row for all rows (read once per program), gapped x rows, a modulation
+    # shared by a batch of 2 whose rows vary within it (its rows wrap).
+    expected = "_adaln_batches_kernel" if case in BATCH_TILE_CASES else "_adaln_kernel"
+    assert launch.kernel.__name__ == expected, case
 
 
 @pytest.mark.parametrize("case", list(CASES["mul_add"]))
