@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 __all__ = [
-    "AFFINE_TILE_DEVICES", "Launch", "TILE_ELEMENTS", "block", "cdiv", "grid", "lead3", "num_warps", "options", "row_coords", "row_offsets",
+    "AFFINE_TILE_DEVICES", "Launch", "TILE_ELEMENTS", "batch_split", "block", "cdiv", "grid", "lead3", "num_warps", "options", "row_coords", "row_offsets",
     "operand_strides", "row_strides", "rows_per_tile", "strides_as",
 ]
 
@@ -142,6 +142,38 @@ def operand_strides(t: torch.Tensor, shape: Sequence[int]) -> tuple[list[int], i
     st = _broadcast_strides(t, shape)
     lead, flat = row_strides(*lead3(shape, st))
     return lead, st[-1], flat
+
+
+def batch_split(sizes: Sequence[int], strides: Sequence[Sequence[int]]) -> tuple[int, int, list[tuple[int, int]]] | None:
+    """Rows split into batches of consecutive rows, where every operand is flat within a batch and
+    from batch to batch: ``(batches, rows per batch, [(batch stride, row stride) per operand])``,
+    with the most rows per batch that allows it; ``None`` where no split does (or only one batch).
+
+    An operand's row ``j`` of batch ``b`` then starts at ``b * batch_stride + j * row_stride``: a
+    per-batch modulation or gate ``(B, 1, D)`` is row stride 0, a table shared by the batch is batch
+    stride 0. A tile within one batch is affine in ``j`` for every operand, where row tiles of the
+    whole tensor would compute ``row // rows_per_batch`` per row.
+
+    Args:
+        sizes: ``(n0, n1, n2)``, the leading sizes of the output (`lead3`).
+        strides: each operand's three leading strides against those sizes.
+
+    >>> batch_split([1, 2, 4096], [[0, 4096 * 1536, 1536], [0, 6 * 1536, 0]])  # x and an SD3 gate
+    (2, 4096, [(6291456, 1536), (9216, 0)])
+    """
+    for k in (1, 2):  # dims k.. within a batch, dims ..k-1 index the batches
+        outer, inner = [1] * (3 - k) + list(sizes[:k]), [1] * k + list(sizes[k:])
+        split = []
+        for st in strides:
+            (_, _, bs), b_flat = row_strides(outer, [0] * (3 - k) + list(st[:k]))
+            (_, _, rs), r_flat = row_strides(inner, [0] * k + list(st[k:]))
+            if not (b_flat and r_flat):
+                break
+            split.append((bs, rs))
+        else:
+            if outer[1] * outer[2] > 1:
+                return outer[1] * outer[2], inner[1] * inner[2], split
+    return None
 
 
 def rows_per_tile(block_d: int, device_type: str) -> int:

@@ -19,14 +19,14 @@ Batch tiles (Ascend): with a per-batch modulation (``B > 1``: SD3 or PixArt unde
 any model at batch 2+), a row tile finds its rows' modulation row as ``row // S``, which
 triton-ascend's adapter cannot read as an affine address: it moves scale and shift one DMA per
 row (``DiscreteMemAccess`` in its lowering). On `_common.AFFINE_TILE_DEVICES`, where x's rows are
-evenly spaced and the modulation rows of the batches are too, `_adaln_batches_kernel` walks tiles
+evenly spaced within a batch and from batch to batch, as are the modulation rows of the batches
+(`_common.batch_split`), `_adaln_batches_kernel` walks tiles
 that never cross a batch: the tile's one scale/shift row is read once, at an affine address. The
 Flux/Wan widths are one row per tile either way; what changes there is the address, not the tile.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
@@ -109,13 +109,13 @@ def _adaln_kernel(
 def _adaln_batches_kernel(
     x_ptr, scale_ptr, shift_ptr, w_ptr, b_ptr, out_ptr,
     n_batches, batch_rows, d,
-    xs_row, xsd, cs_batch, csd, hs_batch, hsd,
+    xs_batch, xs_row, xsd, cs_batch, csd, hs_batch, hsd,
     eps,
     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    # Rows of batch b are b * batch_rows + j, j < batch_rows; x's row r starts at r * xs_row (flat
-    # rows), the output's at r * d; batch b's scale row at b * cs_batch, its shift row at b * hs_batch.
-    # A tile is BLOCK_R rows of one batch, so its modulation is one row at a scalar offset.
+    # Rows of batch b are b * batch_rows + j, j < batch_rows; x's row j of batch b starts at
+    # b * xs_batch + j * xs_row, the output's row r at r * d; batch b's scale row at b * cs_batch, its
+    # shift row at b * hs_batch. A tile is BLOCK_R rows of one batch: its modulation is one row.
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_D)
     cmask = cols < d
@@ -126,7 +126,8 @@ def _adaln_batches_kernel(
         j = (tile % tiles_per_batch) * BLOCK_R + tl.arange(0, BLOCK_R)
         rows = batch * batch_rows + j
         mask = (j < batch_rows)[:, None] & cmask[None, :]
-        x = tl.load(x_ptr + (rows * xs_row)[:, None] + cols[None, :] * xsd, mask=mask, other=0.0).to(tl.float32)
+        x_off = batch * xs_batch + (j * xs_row)[:, None] + cols[None, :] * xsd
+        x = tl.load(x_ptr + x_off, mask=mask, other=0.0).to(tl.float32)
         y = _layer_norm(x, mask, d, eps, w, b, HAS_WEIGHT, HAS_BIAS)
         scale = tl.load(scale_ptr + batch * cs_batch + cols * csd, mask=cmask, other=0.0).to(tl.float32)
         shift = tl.load(shift_ptr + batch * hs_batch + cols * hsd, mask=cmask, other=0.0).to(tl.float32)
@@ -175,14 +176,14 @@ def plan_adaln_modulate(
     shared = all(n == 1 or (c == 0 and h == 0) for n, c, h in zip(sizes, cs, hs))
     tensors = (x, scale, shift, w, b, out)
     constexprs = dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None)
-    if x.device.type in _common.AFFINE_TILE_DEVICES and x_flat and not shared and not (c_flat and h_flat):
-        batches = _batches(sizes, cs, hs)
+    if x.device.type in _common.AFFINE_TILE_DEVICES and not shared and not (x_flat and c_flat and h_flat):
+        batches = _batches(sizes, xs, cs, hs)
         if batches is not None:
-            n_batches, batch_rows, cs_batch, hs_batch = batches
+            n_batches, batch_rows, x_batch, x_row, cs_batch, hs_batch = batches
             return out, _common.Launch(
                 _adaln_batches_kernel,
                 _common.grid(n_batches * _common.cdiv(batch_rows, block_r), x.device),
-                (*tensors, n_batches, batch_rows, d, xs[2], x.stride(-1), cs_batch, csd, hs_batch, hsd, float(eps)),
+                (*tensors, n_batches, batch_rows, d, x_batch, x_row, x.stride(-1), cs_batch, csd, hs_batch, hsd, float(eps)),
                 dict(constexprs, BLOCK_R=block_r, BLOCK_D=block_d),
                 _common.num_warps(block_r * block_d), _common.options(x.device),
             )
@@ -195,20 +196,16 @@ def plan_adaln_modulate(
     )
 
 
-def _batches(sizes, cs, hs) -> tuple[int, int, int, int] | None:
-    """``(batches, rows per batch, scale's and shift's stride from batch to batch)`` where the rows
-    split into batches of consecutive rows that each read one scale and one shift row, evenly spaced
-    from batch to batch (``None`` otherwise, e.g. a modulation shared by a batch of 2 whose rows
-    vary within it). A "batch" is what the leading dims with non-zero modulation strides index."""
-    k, batch_rows = 3, 1
-    while k and cs[k - 1] == 0 == hs[k - 1]:  # the inner dims the modulation is broadcast over
-        k -= 1
-        batch_rows *= sizes[k]
-    if k == 0 or batch_rows == 1:  # one row for all (MOD_SHARED), or a row per row (flat already)
+
+def _batches(sizes, xs, cs, hs) -> tuple[int, int, int, int, int, int] | None:
+    """``(batches, rows per batch, x's batch and row strides, scale's and shift's batch strides)`` where the rows
+    split into batches that each read one scale and one shift row (`_common.batch_split` with the
+    modulation's row stride 0); ``None`` otherwise, e.g. a modulation shared by a batch of 2 whose
+    rows vary within it."""
+    split = _common.batch_split(sizes, (xs, cs, hs))
+    if split is None:
         return None
-    outer = [1] * (3 - k) + list(sizes[:k])
-    c_lead, c_flat = _common.row_strides(outer, [0] * (3 - k) + list(cs[:k]))
-    h_lead, h_flat = _common.row_strides(outer, [0] * (3 - k) + list(hs[:k]))
-    if not (c_flat and h_flat):
+    n_batches, batch_rows, ((x_batch, x_row), (c_batch, c_row), (h_batch, h_row)) = split
+    if c_row or h_row:  # the modulation varies within a batch
         return None
-    return math.prod(outer), batch_rows, c_lead[2], h_lead[2]
+    return n_batches, batch_rows, x_batch, x_row, c_batch, h_batch

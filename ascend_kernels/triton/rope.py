@@ -19,13 +19,14 @@ Ascend's DMA, hence the in-register split.
 Token tiles (Ascend): a row tile spans the heads of one or two tokens, so a ``(1, S, 1, D)`` table
 row is found per x row as ``row // H``, which triton-ascend's adapter cannot read as an affine
 address: it issues one DMA per row for each table (``DiscreteMemAccess`` in its lowering, 2 such
-loads per launch for Flux's interleaved rope, 4 for the half layout). Where x's rows are evenly
-spaced and the tables are one row per token, broadcast over the heads (every diffusers model at
-batch 1), `_common.AFFINE_TILE_DEVICES` use `_rope_tokens_kernel` instead: tiles of ``(tokens, heads, D)``
-whose addresses are affine in each index, the table rows of the tile's tokens read once as one
-block. The head block is the power of two that pads the fewest heads (8 for Flux's 24 and Wan's
-40 heads), with 4 tokens to a 4096-element tile. CUDA keeps the row tiles its H100 numbers were
-measured with (`docs/triton.md`); its L2 serves the repeated table rows.
+loads per launch for Flux's interleaved rope, 4 for the half layout). Where the tables vary by
+(batch, token) only, broadcast over the heads (x laid out (batch, tokens, heads, D) as Flux and Wan
+call it, at any batch, one table for the batch or one per sample), `_common.AFFINE_TILE_DEVICES` use
+`_rope_tokens_kernel` instead: tiles of one batch x tokens x heads x D, whose addresses are affine
+in each index (through x's own strides: no flatness needed), the table rows of the tile's tokens
+read once as one block. The head block is the power of two that pads the fewest heads (8 for
+Flux's 24 and Wan's 40 heads), with 4 tokens to a 4096-element tile. CUDA keeps the row tiles its
+H100 numbers were measured with (`docs/triton.md`); its L2 serves the repeated table rows.
 """
 
 from __future__ import annotations
@@ -88,28 +89,30 @@ def _rope_kernel(
 @triton.jit
 def _rope_tokens_kernel(
     x_ptr, cos_ptr, sin_ptr, out_ptr,
-    n_tokens, n_heads, d, width,
-    xs_row, xsd, cs_tok, csd, ss_tok, ssd,
+    n_batches, n_tokens, n_heads, d, width,
+    xs_b, xs_t, xs_h, xsd, cs_b, cs_t, csd, ss_b, ss_t, ssd,
     INTERLEAVED: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    # x row (token t, head h) = t * n_heads + h starts at row * xs_row (flat rows); the output's at
-    # row * d; a table's row for token t at t * cs_tok. Tiles: BLOCK_T tokens x BLOCK_H heads x D.
+    # x's row (batch b, token t, head h) starts at b * xs_b + t * xs_t + h * xs_h, the output's row
+    # (b * n_tokens + t) * n_heads + h at row * d, a table's row for (b, t) at b * cs_b + t * cs_t
+    # (cs_b = 0: one table for the batch). Tiles: one batch x BLOCK_T tokens x BLOCK_H heads x D,
+    # so every address is affine in the tile's token and head indices.
     pid = tl.program_id(0)
     n_hblocks = tl.cdiv(n_heads, BLOCK_H)
-    n_tiles = tl.cdiv(n_tokens, BLOCK_T) * n_hblocks
+    per_batch = tl.cdiv(n_tokens, BLOCK_T) * n_hblocks
     cols = tl.arange(0, BLOCK_D)
     cmask = cols < width
-    for tile in range(pid, n_tiles, tl.num_programs(0)):
-        toks = ((tile // n_hblocks) * BLOCK_T + tl.arange(0, BLOCK_T)).to(tl.int64)
+    for tile in range(pid, n_batches * per_batch, tl.num_programs(0)):
+        b = (tile // per_batch).to(tl.int64)
+        toks = (((tile % per_batch) // n_hblocks) * BLOCK_T + tl.arange(0, BLOCK_T)).to(tl.int64)
         heads = (tile % n_hblocks) * BLOCK_H + tl.arange(0, BLOCK_H)
         tmask = toks < n_tokens
-        rows = toks[:, None] * n_heads + heads[None, :]
         mask = (tmask[:, None] & (heads < n_heads)[None, :])[:, :, None] & cmask[None, None, :]
-        x_off = (rows * xs_row)[:, :, None] + cols[None, None, :] * xsd
-        o_off = (rows * d)[:, :, None] + cols[None, None, :]
+        x_off = (b * xs_b + toks[:, None] * xs_t + heads[None, :] * xs_h)[:, :, None] + cols[None, None, :] * xsd
+        o_off = (((b * n_tokens + toks)[:, None] * n_heads + heads[None, :]) * d)[:, :, None] + cols[None, None, :]
         tab_mask = tmask[:, None] & cmask[None, :]
-        c_off = (toks * cs_tok)[:, None] + cols[None, :] * csd
-        s_off = (toks * ss_tok)[:, None] + cols[None, :] * ssd
+        c_off = (b * cs_b + toks * cs_t)[:, None] + cols[None, :] * csd
+        s_off = (b * ss_b + toks * ss_t)[:, None] + cols[None, :] * ssd
         if INTERLEAVED:
             x = tl.load(x_ptr + x_off, mask=mask, other=0.0).to(tl.float32)
             c = tl.load(cos_ptr + c_off, mask=tab_mask, other=0.0).to(tl.float32)
@@ -150,12 +153,11 @@ def plan_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str
     width = d if interleaved else d // 2
     block_d = _common.block(width)
     row_width = block_d if interleaved else 2 * block_d  # the half layout holds both halves
-    if x.device.type in _common.AFFINE_TILE_DEVICES and x_flat and n2 > 1 and cs[2] == 0 == ss[2] and not (c_flat or s_flat):
-        cos_tok, sin_tok = _token_stride(sizes, cs), _token_stride(sizes, ss)
-        if cos_tok is not None and sin_tok is not None:
-            launch = _plan_tokens((x, cos, sin, out), interleaved, width, n2, xs[2], (cos_tok, csd), (sin_tok, ssd),
-                                  block_d, row_width)
-            return out, launch
+    if (x.device.type in _common.AFFINE_TILE_DEVICES and n2 > 1 and cs[2] == 0 == ss[2]
+            and not (x_flat and c_flat and s_flat)):
+        # the tables vary by (batch, token) only, and row tiles would compute their rows per row
+        return out, _plan_tokens((x, cos, sin, out), interleaved, width, sizes, xs, (cs, csd), (ss, ssd), block_d,
+                                 row_width)
     block_r = _common.rows_per_tile(row_width, x.device.type)
     return out, _common.Launch(
         _rope_kernel, _common.grid(_common.cdiv(n_rows, block_r), x.device),
@@ -166,29 +168,24 @@ def plan_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str
     )
 
 
-def _token_stride(sizes, strides) -> int | None:
-    """A table's stride from token to token, where its rows are one per token ``(i0, i1)`` and evenly
-    spaced (``None`` otherwise, e.g. a table shared by a batch of several: ``i1``'s wraps)."""
-    (n0, n1, _), (s0, s1, _) = sizes, strides
-    lead, flat = _common.row_strides([1, n0, n1], [0, s0, s1])
-    return lead[2] if flat else None
-
-
-def _plan_tokens(tensors, interleaved: bool, width: int, n_heads: int, xs_row: int, cos_strides: tuple[int, int],
-                 sin_strides: tuple[int, int], block_d: int, row_width: int) -> _common.Launch:
-    """The `_rope_tokens_kernel` launch: ``tensors`` = (x, cos, sin, out); x's rows evenly spaced
-    ``xs_row`` apart, ``n_heads`` to a token; each table's (token stride, last-dim stride)."""
+def _plan_tokens(tensors, interleaved: bool, width: int, sizes, xs, cos_strides, sin_strides, block_d: int,
+                 row_width: int) -> _common.Launch:
+    """The `_rope_tokens_kernel` launch: ``tensors`` = (x, cos, sin, out); ``sizes`` = (batches,
+    tokens, heads) and ``xs`` x's strides over them; each table's (three leading strides, last-dim
+    stride), its head stride 0."""
     x = tensors[0]
-    n_tokens = x.numel() // (x.shape[-1] * n_heads)
+    n_batches, n_tokens, n_heads = sizes
+    (cs, csd), (ss, ssd) = cos_strides, sin_strides
     per_tile = max(1, _common.TILE_ELEMENTS.get(x.device.type, 4096) // row_width)  # rows of a tile
     # The head block that pads the fewest heads (ties: the larger block), then tokens to fill the tile.
     block_h = min((b for b in (1 << i for i in range(per_tile.bit_length())) if b <= _common.block(n_heads)),
                   key=lambda b: (_common.cdiv(n_heads, b) * b, -b))
     block_t = min(max(1, per_tile // block_h), _common.block(n_tokens))
-    n_tiles = _common.cdiv(n_tokens, block_t) * _common.cdiv(n_heads, block_h)
+    n_tiles = n_batches * _common.cdiv(n_tokens, block_t) * _common.cdiv(n_heads, block_h)
     return _common.Launch(
         _rope_tokens_kernel, _common.grid(n_tiles, x.device),
-        (*tensors, n_tokens, n_heads, x.shape[-1], width, xs_row, x.stride(-1), *cos_strides, *sin_strides),
+        (*tensors, n_batches, n_tokens, n_heads, x.shape[-1], width, *xs, x.stride(-1),
+         cs[0], cs[1], csd, ss[0], ss[1], ssd),
         dict(INTERLEAVED=interleaved, BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d),
         _common.num_warps(block_t * block_h * row_width), _common.options(x.device),
     )

@@ -119,6 +119,8 @@ def mul_add_cases():
         "long_rows_column_tiles": make([(1, 1, 1500), (1, 2, 1500), (1, 2, 1500)]),
         "one_dim": make([(77,), (77,), (1,)]),
         "gapped_x_and_residual": make([(2, 5, 24), (2, 1, 24), (2, 5, 24)], gap=(0, 2)),
+        "batches_span_tiles": make([(2, 1, 200), (2, 70, 200), (2, 70, 200)]),  # 16-row tiles, 70 a batch
+        "shared_by_batch_per_token": make([(2, 5, 3, 24), (1, 5, 1, 24), (2, 5, 3, 24)]),  # y's rows wrap
     }
 
 
@@ -155,7 +157,8 @@ def affine_tile_devices(*device_types: str):
 
 
 def affine_tiles(plan):
-    """``plan`` run as Ascend plans it (rope's token tiles, adaLN's batch tiles) on meta tensors."""
+    """``plan`` run as Ascend plans it (rope's token tiles, adaLN's and mul_add's batch tiles) on meta
+    tensors. The cases of `model_plans` so planned end in ``_tokens`` or ``_batches``."""
     def build():
         with affine_tile_devices("meta"):
             return plan()
@@ -174,6 +177,7 @@ def model_plans():
     meta, bf, f32 = _meta, torch.bfloat16, torch.float32
     flux_q, wan_q = meta(1, 4608, 24, 128), meta(1, 75600, 40, 128)
     flux_h, wan_h = meta(1, 4096, 3072), meta(1, 75600, 5120)
+    flux_tables = (meta(1, 4608, 1, 128, dtype=f32), meta(1, 4608, 1, 128, dtype=f32))
     sd3_h, sd3_mod = meta(2, 4096, 1536), meta(2, 6 * 1536)  # the chunks of SD3's AdaLayerNormZero
     return {
         "rms_norm_flux_qk": lambda: plan_rms_norm(flux_q, meta(128), 1e-6),
@@ -186,6 +190,9 @@ def model_plans():
             flux_q, meta(1, 4608, 1, 128, dtype=f32), meta(1, 4608, 1, 128, dtype=f32), "interleaved")),
         "rope_wan_half_tokens": affine_tiles(lambda: plan_rope(
             wan_q, meta(1, 75600, 1, 128, dtype=f32), meta(1, 75600, 1, 128, dtype=f32), "half")),
+        # two Flux images a prompt: one table for the batch (row tiles), and Ascend's token tiles
+        "rope_flux_batch2": lambda: plan_rope(meta(2, 4608, 24, 128), *flux_tables, "interleaved"),
+        "rope_flux_batch2_tokens": affine_tiles(lambda: plan_rope(meta(2, 4608, 24, 128), *flux_tables, "interleaved")),
         "adaln_flux": lambda: plan_adaln_modulate(flux_h, meta(1, 3072), meta(1, 3072), 1e-6),
         "adaln_wan_fp32_mod": lambda: plan_adaln_modulate(wan_h, meta(1, 1, 5120, dtype=f32), meta(1, 1, 5120, dtype=f32), 1e-6, None, None, bf),
         # a per-batch modulation (SD3's width, batched CFG): row tiles, and Ascend's batch tiles
@@ -194,6 +201,8 @@ def model_plans():
             sd3_h, sd3_mod[:, :1536], sd3_mod[:, 1536:3072], 1e-6)),
         "adaln_affine_fp32": lambda: plan_adaln_modulate(meta(3, 5, 77, dtype=f32), meta(3, 77, dtype=f32), meta(3, 77, dtype=f32), 1e-6, meta(77, dtype=f32), meta(77, dtype=f32)),
         "mul_add_flux_gate": lambda: plan_mul_add(meta(1, 1, 3072), flux_h, flux_h),
+        "mul_add_gate_batch2": lambda: plan_mul_add(sd3_mod[:, None, :1536], sd3_h, sd3_h),
+        "mul_add_gate_batch2_batches": affine_tiles(lambda: plan_mul_add(sd3_mod[:, None, :1536], sd3_h, sd3_h)),
         "mul_add_wan_mixed": lambda: plan_mul_add(wan_h, meta(1, 1, 5120, dtype=f32), meta(1, 75600, 5120, dtype=f32)),
     }
 

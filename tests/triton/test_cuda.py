@@ -49,9 +49,10 @@ def test_rope_token_tiles_compiled(case, layout, dtype):
         _check("rope", CASES["rope"][case](dtype, "cuda") + (layout,), f"rope {case} {layout} (token tiles)")
 
 
+@pytest.mark.parametrize("batch", [1, 2])  # 2: two images a prompt, one table for the batch
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
-def test_rope_token_tiles_at_flux_size(layout):
-    q = randn(1, 4608, 24, 128, dtype=torch.bfloat16, device="cuda")
+def test_rope_token_tiles_at_flux_size(layout, batch):
+    q = randn(batch, 4608, 24, 128, dtype=torch.bfloat16, device="cuda")
     cos, sin = randn(1, 4608, 1, 128, device="cuda", seed=1), randn(1, 4608, 1, 128, device="cuda", seed=2)
     with affine_tile_devices("cuda"):
         _check("rope", (q, cos, sin, layout), f"flux-size rope {layout} (token tiles)")
@@ -65,6 +66,14 @@ def test_adaln_batch_tiles_compiled(case, dtype):
         _check("adaln_modulate", CASES["adaln_modulate"][case](dtype, "cuda"), f"adaln {case} (batch tiles)")
 
 
+@pytest.mark.parametrize("case", list(CASES["mul_add"]))
+def test_mul_add_batch_tiles_compiled(case, dtype):
+    """Ascend's mul_add tiling (batch tiles where an operand is per batch), compiled and run by the
+    GPU's Triton (CUDA itself plans row tiles)."""
+    with affine_tile_devices("cuda"):
+        _check("mul_add", CASES["mul_add"][case](dtype, "cuda"), f"mul_add {case} (batch tiles)")
+
+
 def test_adaln_batch_tiles_at_sd3_size():
     bf = torch.bfloat16
     h, mod = randn(2, 4096, 1536, dtype=bf, device="cuda"), randn(2, 6 * 1536, dtype=bf, device="cuda", seed=1)
@@ -74,6 +83,7 @@ def test_adaln_batch_tiles_at_sd3_size():
     with affine_tile_devices("cuda"):
         assert plan_adaln_modulate(*args)[1].kernel.__name__ == "_adaln_batches_kernel"
         _check("adaln_modulate", args, "sd3-size adaln (batch tiles)")
+        _check("mul_add", (mod[:, None, 3072:4608], h, h), "sd3-size gate (batch tiles)")
 
 
 def test_model_sizes_bf16():

@@ -40,9 +40,9 @@ def test_rms_norm(dtype, case):
 
 @pytest.fixture(params=["row_tiles", "affine_tiles"])
 def tiles(request):
-    """A rope or adaLN test twice: with the row tiles CUDA plans, and with Ascend's tiles (rope's
-    token tiles, adaLN's batch tiles) where the operands allow them (`_common.AFFINE_TILE_DEVICES`
-    widened to ``"cpu"``)."""
+    """A rope, adaLN or mul_add test twice: with the row tiles CUDA plans, and with Ascend's tiles
+    (rope's token tiles, adaLN's and mul_add's batch tiles) where the operands allow them
+    (`_common.AFFINE_TILE_DEVICES` widened to ``"cpu"``)."""
     if request.param == "row_tiles":
         yield request.param
         return
@@ -56,54 +56,49 @@ def test_rope(dtype, case, layout, tiles):
     _check("rope", (*CASES["rope"][case](dtype, "cpu"), layout), f"rope {layout} {case} ({tiles})")
 
 
-# Cases whose tables are one row per token, broadcast over the heads: token tiles on Ascend.
-TOKEN_TILE_CASES = {"flux_bshd_1s1d", "per_batch_tables", "three_dims_sd_tables"}
-
-
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("case", list(CASES["rope"]))
-def test_rope_token_tiles_only_where_the_tables_are_per_token(case, layout):
-    from ascend_kernels.triton.rope import plan_rope
-
-    args = (*CASES["rope"][case](torch.bfloat16, "cpu"), layout)
-    assert plan_rope(*args)[1].kernel.__name__ == "_rope_kernel"  # a device outside AFFINE_TILE_DEVICES
-    with affine_tile_devices("cpu"):
-        launch = plan_rope(*args)[1]
-    # Not token tiles: heads-major x (the tables vary along the last leading dim), one table row for
-    # every row (already flat), a table shared by a batch of 2 (token rows wrap), gapped x rows.
-    expected = "_rope_tokens_kernel" if case in TOKEN_TILE_CASES else "_rope_kernel"
-    assert launch.kernel.__name__ == expected, case
-
-
 @pytest.mark.parametrize("case", list(CASES["adaln_modulate"]))
 def test_adaln_modulate(dtype, case, tiles):
     _check("adaln_modulate", CASES["adaln_modulate"][case](dtype, "cpu"), f"adaln_modulate {case} ({tiles})")
 
 
-# Cases with one modulation row per batch of several rows, batches evenly spaced: batch tiles on Ascend.
-BATCH_TILE_CASES = {"flux_bd_chunks_batch3", "wan_b1d_fp32_out", "batches_span_tiles", "four_dims_b11d"}
-
-
-@pytest.mark.parametrize("case", list(CASES["adaln_modulate"]))
-def test_adaln_batch_tiles_only_where_the_modulation_is_per_batch(case):
-    from ascend_kernels.triton.adaln import plan_adaln_modulate
-
-    args = CASES["adaln_modulate"][case](torch.bfloat16, "cpu")
-    assert plan_adaln_modulate(*args)[1].kernel.__name__ == "_adaln_kernel"  # outside AFFINE_TILE_DEVICES
-    with affine_tile_devices("cpu"):
-        launch = plan_adaln_modulate(*args)[1]
-    # Not batch tiles: one token per batch (a modulation row per row: flat already), a per-token
-    # scale, one modulation row for all rows (read once per program), gapped x rows, a modulation
-    # shared by a batch of 2 whose rows vary within it (its rows wrap).
-    expected = "_adaln_batches_kernel" if case in BATCH_TILE_CASES else "_adaln_kernel"
-    assert launch.kernel.__name__ == expected, case
-
-
 @pytest.mark.parametrize("case", list(CASES["mul_add"]))
-def test_mul_add(dtype, case):
+def test_mul_add(dtype, case, tiles):
     args = CASES["mul_add"][case](dtype, "cpu")
-    out = _check("mul_add", args, f"mul_add {case}")
+    out = _check("mul_add", args, f"mul_add {case} ({tiles})")
     assert out.dtype == (args[0] * args[1] + args[2]).dtype  # eager's promotion
+
+
+# Per op: its row-tile kernel, Ascend's kernel, and the cases whose operands take Ascend's. Rope:
+# tables that vary by batch and token only, broadcast over the heads. adaLN: one modulation row per
+# batch of rows. mul_add: an operand per batch, every operand evenly spaced within a batch and
+# across batches. Not taken: every operand flat already (one table or modulation row for every
+# row, per-token modulation, scalars and last-dim broadcasts), heads-major rope x (the tables vary
+# along the last leading dim), and an adaLN/mul_add operand shared by a batch of 2 whose rows vary
+# within it (its rows wrap).
+ASCEND_TILES = {
+    "rope": ("_rope_kernel", "_rope_tokens_kernel", {
+        "flux_bshd_1s1d", "per_batch_tables", "three_dims_sd_tables",
+        "sliced_x", "gapped_x"}),  # batch 2 with one table: a tile is tokens of one batch
+    "adaln_modulate": ("_adaln_kernel", "_adaln_batches_kernel", {
+        "flux_bd_chunks_batch3", "wan_b1d_fp32_out", "batches_span_tiles", "four_dims_b11d",
+        "gapped_x"}),  # gapped x: the gaps fall between batches, rows within one are evenly spaced
+    "mul_add": ("_mul_add_kernel", "_mul_add_batches_kernel", {
+        "gate_b1d_batch3", "residual_first_gate_bd", "wan_mixed_promotes_to_fp32", "gapped_x_and_residual",
+        "batches_span_tiles"}),
+}
+
+
+@pytest.mark.parametrize("op,case,layout", [(op, case, layout) for op in ASCEND_TILES for case in CASES[op]
+                                            for layout in (LAYOUTS if op == "rope" else (None,))])
+def test_ascend_tiles_only_where_the_operands_allow(op, case, layout):
+    from ascend_kernels.triton import planner
+
+    args = CASES[op][case](torch.bfloat16, "cpu") + ((layout,) if layout else ())
+    row_kernel, ascend_kernel, ascend_cases = ASCEND_TILES[op]
+    assert planner(op)(*args)[1].kernel.__name__ == row_kernel  # a device outside AFFINE_TILE_DEVICES
+    with affine_tile_devices("cpu"):
+        launch = planner(op)(*args)[1]
+    assert launch.kernel.__name__ == (ascend_kernel if case in ascend_cases else row_kernel), case
 
 
 def test_rope_with_diffusers_tables(dtype, tiles):
