@@ -20,11 +20,11 @@ Token tiles (Ascend): a row tile spans the heads of one or two tokens, so a ``(1
 row is found per x row as ``row // H``, which triton-ascend's adapter cannot read as an affine
 address: it issues one DMA per row for each table (``DiscreteMemAccess`` in its lowering, 2 such
 loads per launch for Flux's interleaved rope, 4 for the half layout). Where the tables vary by
-(batch, token) only, broadcast over the heads (x laid out (batch, tokens, heads, D) as Flux and Wan
-call it, at any batch, one table for the batch or one per sample), `_common.AFFINE_TILE_DEVICES` use
-`_rope_tokens_kernel` instead: tiles of one batch x tokens x heads x D, whose addresses are affine
-in each index (through x's own strides: no flatness needed), the table rows of the tile's tokens
-read once as one block. The head block is the power of two that pads the fewest heads (8 for
+(batch, token) only, broadcast over the heads (x token-major ``(B, S, H, D)`` as Flux and Wan call
+it, or heads-major ``(B, H, S, D)`` as CogVideoX does; any batch, one table for the batch or one per
+sample), `_common.AFFINE_TILE_DEVICES` use `_rope_tokens_kernel` instead: tiles of one batch x
+tokens x heads x D, whose addresses are affine in each index (through x's and the output's own
+strides: no flatness needed), the table rows of the tile's tokens read once as one block. The head block is the power of two that pads the fewest heads (8 for
 Flux's 24 and Wan's 40 heads), with 4 tokens to a 4096-element tile. CUDA keeps the row tiles its
 H100 numbers were measured with (`docs/triton.md`); its L2 serves the repeated table rows.
 """
@@ -89,14 +89,14 @@ def _rope_kernel(
 @triton.jit
 def _rope_tokens_kernel(
     x_ptr, cos_ptr, sin_ptr, out_ptr,
-    n_batches, n_tokens, n_heads, d, width,
-    xs_b, xs_t, xs_h, xsd, cs_b, cs_t, csd, ss_b, ss_t, ssd,
+    n_batches, n_tokens, n_heads, width,
+    xs_b, xs_t, xs_h, xsd, os_b, os_t, os_h, cs_b, cs_t, csd, ss_b, ss_t, ssd,
     INTERLEAVED: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    # x's row (batch b, token t, head h) starts at b * xs_b + t * xs_t + h * xs_h, the output's row
-    # (b * n_tokens + t) * n_heads + h at row * d, a table's row for (b, t) at b * cs_b + t * cs_t
-    # (cs_b = 0: one table for the batch). Tiles: one batch x BLOCK_T tokens x BLOCK_H heads x D,
-    # so every address is affine in the tile's token and head indices.
+    # x's row (batch b, token t, head h) starts at b * xs_b + t * xs_t + h * xs_h, the output's at
+    # b * os_b + t * os_t + h * os_h, a table's row for (b, t) at b * cs_b + t * cs_t (cs_b = 0: one
+    # table for the batch). Tiles: one batch x BLOCK_T tokens x BLOCK_H heads x D, so every address
+    # is affine in the tile's token and head indices, whichever of them x lays out first.
     pid = tl.program_id(0)
     n_hblocks = tl.cdiv(n_heads, BLOCK_H)
     per_batch = tl.cdiv(n_tokens, BLOCK_T) * n_hblocks
@@ -109,7 +109,7 @@ def _rope_tokens_kernel(
         tmask = toks < n_tokens
         mask = (tmask[:, None] & (heads < n_heads)[None, :])[:, :, None] & cmask[None, None, :]
         x_off = (b * xs_b + toks[:, None] * xs_t + heads[None, :] * xs_h)[:, :, None] + cols[None, None, :] * xsd
-        o_off = (((b * n_tokens + toks)[:, None] * n_heads + heads[None, :]) * d)[:, :, None] + cols[None, None, :]
+        o_off = (b * os_b + toks[:, None] * os_t + heads[None, :] * os_h)[:, :, None] + cols[None, None, :]
         tab_mask = tmask[:, None] & cmask[None, :]
         c_off = (b * cs_b + toks * cs_t)[:, None] + cols[None, :] * csd
         s_off = (b * ss_b + toks * ss_t)[:, None] + cols[None, :] * ssd
@@ -153,11 +153,12 @@ def plan_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str
     width = d if interleaved else d // 2
     block_d = _common.block(width)
     row_width = block_d if interleaved else 2 * block_d  # the half layout holds both halves
-    if (x.device.type in _common.AFFINE_TILE_DEVICES and n2 > 1 and cs[2] == 0 == ss[2]
-            and not (x_flat and c_flat and s_flat)):
-        # the tables vary by (batch, token) only, and row tiles would compute their rows per row
-        return out, _plan_tokens((x, cos, sin, out), interleaved, width, sizes, xs, (cs, csd), (ss, ssd), block_d,
-                                 row_width)
+    if x.device.type in _common.AFFINE_TILE_DEVICES and not (x_flat and c_flat and s_flat):
+        # the heads: the leading dim (of 1 and 2) that the tables are broadcast over
+        heads = next((k for k in (2, 1) if sizes[k] > 1 and cs[k] == 0 == ss[k]), None)
+        if heads is not None:
+            return out, _plan_tokens((x, cos, sin, out), interleaved, width, sizes, heads, xs, (cs, csd), (ss, ssd),
+                                     block_d, row_width)
     block_r = _common.rows_per_tile(row_width, x.device.type)
     return out, _common.Launch(
         _rope_kernel, _common.grid(_common.cdiv(n_rows, block_r), x.device),
@@ -168,14 +169,17 @@ def plan_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str
     )
 
 
-def _plan_tokens(tensors, interleaved: bool, width: int, sizes, xs, cos_strides, sin_strides, block_d: int,
-                 row_width: int) -> _common.Launch:
-    """The `_rope_tokens_kernel` launch: ``tensors`` = (x, cos, sin, out); ``sizes`` = (batches,
-    tokens, heads) and ``xs`` x's strides over them; each table's (three leading strides, last-dim
-    stride), its head stride 0."""
-    x = tensors[0]
-    n_batches, n_tokens, n_heads = sizes
+def _plan_tokens(tensors, interleaved: bool, width: int, sizes, heads: int, xs, cos_strides, sin_strides,
+                 block_d: int, row_width: int) -> _common.Launch:
+    """The `_rope_tokens_kernel` launch: ``tensors`` = (x, cos, sin, out); ``sizes`` the three leading
+    sizes, of which dim 0 is the batch, dim ``heads`` the heads (1: x heads-major, 2: token-major)
+    and the other the tokens; ``xs`` x's leading strides; each table's (three leading strides,
+    last-dim stride), its head stride 0."""
+    x, d = tensors[0], tensors[0].shape[-1]
+    toks = 3 - heads
+    n_batches, n_tokens, n_heads = sizes[0], sizes[toks], sizes[heads]
     (cs, csd), (ss, ssd) = cos_strides, sin_strides
+    os = (sizes[1] * sizes[2] * d, sizes[2] * d, d)  # the output is contiguous
     per_tile = max(1, _common.TILE_ELEMENTS.get(x.device.type, 4096) // row_width)  # rows of a tile
     # The head block that pads the fewest heads (ties: the larger block), then tokens to fill the tile.
     block_h = min((b for b in (1 << i for i in range(per_tile.bit_length())) if b <= _common.block(n_heads)),
@@ -184,8 +188,8 @@ def _plan_tokens(tensors, interleaved: bool, width: int, sizes, xs, cos_strides,
     n_tiles = n_batches * _common.cdiv(n_tokens, block_t) * _common.cdiv(n_heads, block_h)
     return _common.Launch(
         _rope_tokens_kernel, _common.grid(n_tiles, x.device),
-        (*tensors, n_batches, n_tokens, n_heads, x.shape[-1], width, *xs, x.stride(-1),
-         cs[0], cs[1], csd, ss[0], ss[1], ssd),
+        (*tensors, n_batches, n_tokens, n_heads, width, xs[0], xs[toks], xs[heads], x.stride(-1),
+         os[0], os[toks], os[heads], cs[0], cs[toks], csd, ss[0], ss[toks], ssd),
         dict(INTERLEAVED=interleaved, BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d),
         _common.num_warps(block_t * block_h * row_width), _common.options(x.device),
     )

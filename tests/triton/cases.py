@@ -178,6 +178,7 @@ def model_plans():
     flux_q, wan_q = meta(1, 4608, 24, 128), meta(1, 75600, 40, 128)
     flux_h, wan_h = meta(1, 4096, 3072), meta(1, 75600, 5120)
     flux_tables = (meta(1, 4608, 1, 128, dtype=f32), meta(1, 4608, 1, 128, dtype=f32))
+    cog_q, cog_tables = meta(2, 48, 226 + 17550, 64)[:, :, 226:], (meta(17550, 64, dtype=f32), meta(17550, 64, dtype=f32))
     sd3_h, sd3_mod = meta(2, 4096, 1536), meta(2, 6 * 1536)  # the chunks of SD3's AdaLayerNormZero
     return {
         "rms_norm_flux_qk": lambda: plan_rms_norm(flux_q, meta(128), 1e-6),
@@ -193,6 +194,10 @@ def model_plans():
         # two Flux images a prompt: one table for the batch (row tiles), and Ascend's token tiles
         "rope_flux_batch2": lambda: plan_rope(meta(2, 4608, 24, 128), *flux_tables, "interleaved"),
         "rope_flux_batch2_tokens": affine_tiles(lambda: plan_rope(meta(2, 4608, 24, 128), *flux_tables, "interleaved")),
+        # CogVideoX-5B's image tokens under a batched CFG: heads-major x, sliced after the 226 text
+        # tokens, and one (S, D) table for the batch (row tiles, and Ascend's token tiles)
+        "rope_cogvideox_heads_major": lambda: plan_rope(cog_q, *cog_tables, "interleaved"),
+        "rope_cogvideox_heads_major_tokens": affine_tiles(lambda: plan_rope(cog_q, *cog_tables, "interleaved")),
         "adaln_flux": lambda: plan_adaln_modulate(flux_h, meta(1, 3072), meta(1, 3072), 1e-6),
         "adaln_wan_fp32_mod": lambda: plan_adaln_modulate(wan_h, meta(1, 1, 5120, dtype=f32), meta(1, 1, 5120, dtype=f32), 1e-6, None, None, bf),
         # a per-batch modulation (SD3's width, batched CFG): row tiles, and Ascend's batch tiles

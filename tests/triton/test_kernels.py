@@ -69,16 +69,16 @@ def test_mul_add(dtype, case, tiles):
 
 
 # Per op: its row-tile kernel, Ascend's kernel, and the cases whose operands take Ascend's. Rope:
-# tables that vary by batch and token only, broadcast over the heads. adaLN: one modulation row per
-# batch of rows. mul_add: an operand per batch, every operand evenly spaced within a batch and
-# across batches. Not taken: every operand flat already (one table or modulation row for every
-# row, per-token modulation, scalars and last-dim broadcasts), heads-major rope x (the tables vary
-# along the last leading dim), and an adaLN/mul_add operand shared by a batch of 2 whose rows vary
-# within it (its rows wrap).
+# tables that vary by batch and token only, broadcast over the heads (x token- or heads-major).
+# adaLN: one modulation row per batch of rows. mul_add: an operand per batch, every operand evenly
+# spaced within a batch and across batches. Not taken: every operand flat already (one table or
+# modulation row for every row, per-token modulation, scalars and last-dim broadcasts), and an
+# adaLN/mul_add operand shared by a batch of 2 whose rows vary within it (its rows wrap).
 ASCEND_TILES = {
     "rope": ("_rope_kernel", "_rope_tokens_kernel", {
         "flux_bshd_1s1d", "per_batch_tables", "three_dims_sd_tables",
-        "sliced_x", "gapped_x"}),  # batch 2 with one table: a tile is tokens of one batch
+        "sliced_x", "gapped_x",  # batch 2 with one table: a tile is tokens of one batch
+        "bnsd_11sd_batch3"}),  # heads-major x: the heads are dim 1
     "adaln_modulate": ("_adaln_kernel", "_adaln_batches_kernel", {
         "flux_bd_chunks_batch3", "wan_b1d_fp32_out", "batches_span_tiles", "four_dims_b11d",
         "gapped_x"}),  # gapped x: the gaps fall between batches, rows within one are evenly spaced
