@@ -14,6 +14,9 @@ on the tensor size but the native composite's own compute):
 - ``supports_us`` and ``plan_us``: what the ``triton`` provider adds before Triton's own launcher
   on every call: its ``supports_args`` limits check and its launch planning (``plan_<op>``:
   output allocation, strides, grid), both run here on CPU tensors.
+- ``ascend_plan_us``: the same planning as an Ascend NPU does it (`_common.AFFINE_TILE_DEVICES`:
+  rope's token tiles, adaLN's and mul_add's batch tiles where the operands take them), which its
+  default eager executor pays on every call. The batch-2 rows are the forms that take batch tiles.
 
 Under the inductor executor a node bound to the kernel's ``triton_op`` pays none of these at run
 time (`diffusers_ascend.compilation.backend.bind_compiler_ops`): Inductor planned the launch once
@@ -29,7 +32,7 @@ import time
 from typing import Any, Callable, Sequence
 
 
-def _cases() -> dict[str, tuple[str, tuple]]:
+def _cases() -> list[tuple[str, str, tuple]]:
     import torch
 
     bf, f32 = torch.bfloat16, torch.float32
@@ -40,12 +43,16 @@ def _cases() -> dict[str, tuple[str, tuple]]:
     # Flux's forms at 4 tokens (the host path does not depend on the token count; the native
     # composite's compute, which does, stays small).
     x, h, table = rand(1, 4, 24, 128), rand(1, 4, 3072), rand(1, 4, 1, 128, dtype=f32)
-    return {
-        "rms_norm": ("1x4x24x128", (x, rand(128, dtype=f32), 1e-6, None)),
-        "rope": ("1x4x24x128", (x, table, table, "interleaved")),
-        "adaln_modulate": ("1x4x3072", (h, rand(1, 3072), rand(1, 3072), 1e-6, None, None, None)),
-        "mul_add": ("1x4x3072", (rand(1, 1, 3072), h, h)),
-    }
+    x2, h2 = rand(2, 4, 24, 128), rand(2, 4, 3072)  # two images a prompt, or a batched CFG
+    return [
+        ("rms_norm", "1x4x24x128", (x, rand(128, dtype=f32), 1e-6, None)),
+        ("rope", "1x4x24x128", (x, table, table, "interleaved")),
+        ("adaln_modulate", "1x4x3072", (h, rand(1, 3072), rand(1, 3072), 1e-6, None, None, None)),
+        ("mul_add", "1x4x3072", (rand(1, 1, 3072), h, h)),
+        ("rope", "2x4x24x128", (x2, table, table, "interleaved")),
+        ("adaln_modulate", "2x4x3072", (h2, rand(2, 3072), rand(2, 3072), 1e-6, None, None, None)),
+        ("mul_add", "2x4x3072", (rand(2, 1, 3072), h2, h2)),
+    ]
 
 
 def per_call_us(fn: Callable[[], Any], calls: int, repeat: int) -> float:
@@ -66,12 +73,12 @@ def run(calls: int = 2000, repeat: int = 5) -> dict[str, Any]:
 
     import ascend_kernels  # noqa: F401  (registers torch.ops.ascend_kernels)
     from ascend_kernels.registry import providers
-    from ascend_kernels.triton import planner
+    from ascend_kernels.triton import _common, planner
     from diffusers_ascend.benchmarks._common import machine_info
 
     rows = []
     with torch.no_grad():
-        for op, (shape, args) in _cases().items():
+        for op, shape, args in _cases():
             native = next(p.impl for p in providers(op) if p.name == "native")
             triton = next(p for p in providers(op) if p.name == "triton")
             plan = planner(op)
@@ -81,6 +88,13 @@ def run(calls: int = 2000, repeat: int = 5) -> dict[str, Any]:
             for key, fn in (("native_us", lambda: native(*args)), ("op_us", lambda: overload(*args)),
                             ("supports_us", lambda: triton.supports_args(*args)), ("plan_us", lambda: plan(*args))):
                 row[key] = per_call_us(fn, calls, repeat)
+            saved = _common.AFFINE_TILE_DEVICES
+            _common.AFFINE_TILE_DEVICES = (*saved, "cpu")
+            try:
+                row["ascend_kernel"] = plan(*args)[1].kernel.__name__
+                row["ascend_plan_us"] = per_call_us(lambda: plan(*args), calls, repeat)
+            finally:
+                _common.AFFINE_TILE_DEVICES = saved
             row["dispatch_us"] = row["op_us"] - row["native_us"]
             row["triton_python_us"] = row["supports_us"] + row["plan_us"]
             rows.append(row)
@@ -90,7 +104,7 @@ def run(calls: int = 2000, repeat: int = 5) -> dict[str, Any]:
 COLUMNS = [
     ("op", "op"), ("shape", "shape"), ("native_us", "native us"), ("op_us", "op us"),
     ("dispatch_us", "dispatch us"), ("supports_us", "triton supports_args us"), ("plan_us", "triton plan us"),
-    ("triton_python_us", "triton Python us"),
+    ("triton_python_us", "triton Python us"), ("ascend_plan_us", "Ascend plan us"), ("ascend_kernel", "Ascend kernel"),
 ]
 
 

@@ -144,7 +144,7 @@ def operand_strides(t: torch.Tensor, shape: Sequence[int]) -> tuple[list[int], i
     return lead, st[-1], flat
 
 
-def batch_split(sizes: Sequence[int], strides: Sequence[Sequence[int]]) -> tuple[int, int, list[tuple[int, int]]] | None:
+def batch_split(sizes: Sequence[int], strides: Sequence[Sequence[int]]) -> tuple[int, int, tuple[tuple[int, int], ...]] | None:
     """Rows split into batches of consecutive rows, where every operand is flat within a batch and
     from batch to batch: ``(batches, rows per batch, [(batch stride, row stride) per operand])``,
     with the most rows per batch that allows it; ``None`` where no split does (or only one batch).
@@ -159,8 +159,13 @@ def batch_split(sizes: Sequence[int], strides: Sequence[Sequence[int]]) -> tuple
         strides: each operand's three leading strides against those sizes.
 
     >>> batch_split([1, 2, 4096], [[0, 4096 * 1536, 1536], [0, 6 * 1536, 0]])  # x and an SD3 gate
-    (2, 4096, [(6291456, 1536), (9216, 0)])
+    (2, 4096, ((6291456, 1536), (9216, 0)))
     """
+    return _batch_split(tuple(sizes), tuple(map(tuple, strides)))
+
+
+@functools.lru_cache(maxsize=1024)  # on the eager executor's per-call path; a model has few shapes
+def _batch_split(sizes: tuple[int, ...], strides: tuple[tuple[int, ...], ...]):
     for k in (1, 2):  # dims k.. within a batch, dims ..k-1 index the batches
         outer, inner = [1] * (3 - k) + list(sizes[:k]), [1] * k + list(sizes[k:])
         split = []
@@ -172,7 +177,7 @@ def batch_split(sizes: Sequence[int], strides: Sequence[Sequence[int]]) -> tuple
             split.append((bs, rs))
         else:
             if outer[1] * outer[2] > 1:
-                return outer[1] * outer[2], inner[1] * inner[2], split
+                return outer[1] * outer[2], inner[1] * inner[2], tuple(split)
     return None
 
 
