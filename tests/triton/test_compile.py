@@ -12,8 +12,7 @@ import os
 import pytest
 import torch
 
-from .cases import arg_type
-from .cases import model_plans
+from .cases import CASES, affine_tile_devices, arg_type, model_plans
 
 # The plans are built at collection (they import the kernel modules, hence triton): skip the module.
 pytest.importorskip("triton", reason="needs triton")
@@ -76,6 +75,20 @@ def test_launch_compiles_for_cuda(case, arch):
     compiled = _compile(launch, arch)
     assert compiled.asm["cubin"], case
     assert compiled.metadata.num_warps == launch.num_warps
+
+
+@pytest.mark.parametrize("op,case,layout", [(op, case, layout) for op in ("rope", "adaln_modulate", "mul_add")
+                                            for case in CASES[op]
+                                            for layout in (("interleaved", "half") if op == "rope" else (None,))])
+def test_ascend_tiles_of_every_case_compile_for_cuda(op, case, layout):
+    """The odd shapes of the interpreter cases, as Ascend plans them (token and batch tiles), compile
+    for sm_90 too: the ``cuda`` tests run those plans on a GPU (the H100 has run the row tiles)."""
+    from ascend_kernels.triton import planner
+
+    args = CASES[op][case](torch.bfloat16, "cpu") + ((layout,) if layout else ())
+    with affine_tile_devices("cpu"):
+        _, launch = planner(op)(*args)
+    assert _compile(launch, 90).asm["cubin"], case
 
 
 # CUDA's plans only: token and batch tiles are Ascend's (`_common.AFFINE_TILE_DEVICES`); compiled for
