@@ -144,7 +144,9 @@ def operand_strides(t: torch.Tensor, shape: Sequence[int]) -> tuple[list[int], i
     return lead, st[-1], flat
 
 
-def batch_split(sizes: Sequence[int], strides: Sequence[Sequence[int]]) -> tuple[int, int, tuple[tuple[int, int], ...]] | None:
+def batch_split(
+    sizes: Sequence[int], strides: Sequence[Sequence[int]]
+) -> tuple[int, int, tuple[tuple[int, int], ...]] | None:
     """Rows split into batches of consecutive rows, where every operand is flat within a batch and
     from batch to batch: ``(batches, rows per batch, [(batch stride, row stride) per operand])``,
     with the most rows per batch that allows it; ``None`` where no split does (or only one batch).

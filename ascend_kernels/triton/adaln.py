@@ -183,7 +183,8 @@ def plan_adaln_modulate(
             return out, _common.Launch(
                 _adaln_batches_kernel,
                 _common.grid(n_batches * _common.cdiv(batch_rows, block_r), x.device),
-                (*tensors, n_batches, batch_rows, d, x_batch, x_row, x.stride(-1), cs_batch, csd, hs_batch, hsd, float(eps)),
+                (*tensors, n_batches, batch_rows, d, x_batch, x_row, x.stride(-1), cs_batch, csd, hs_batch, hsd,
+                 float(eps)),
                 dict(constexprs, BLOCK_R=block_r, BLOCK_D=block_d),
                 _common.num_warps(block_r * block_d), _common.options(x.device),
             )
@@ -196,12 +197,11 @@ def plan_adaln_modulate(
     )
 
 
-
 def _batches(sizes, xs, cs, hs) -> tuple[int, int, int, int, int, int] | None:
-    """``(batches, rows per batch, x's batch and row strides, scale's and shift's batch strides)`` where the rows
-    split into batches that each read one scale and one shift row (`_common.batch_split` with the
-    modulation's row stride 0); ``None`` otherwise, e.g. a modulation shared by a batch of 2 whose
-    rows vary within it."""
+    """``(batches, rows per batch, x's batch and row strides, scale's and shift's batch strides)``
+    where the rows split into batches that each read one scale and one shift row
+    (`_common.batch_split` with the modulation's row stride 0); ``None`` otherwise, e.g. a
+    modulation shared by a batch of 2 whose rows vary within it."""
     split = _common.batch_split(sizes, (xs, cs, hs))
     if split is None:
         return None
