@@ -116,6 +116,7 @@ def test_kernel_benchmark_reports_a_failing_path_and_measures_the_others():
     row = kernels.summarize("flux_rope", "rope", "4x8", 1_000_000, 4.0, times, outs, errors, copy_ms=0.4)
     assert row["kernel_gbs"] == 2.0 and row["kernel_pct_copy"] == 50.0 and row["kernel_vs_compiled"] == 1.0
     assert row["kernel_pct_same_size_copy"] == 80.0 and row["traced_pct_same_size_copy"] is None
+    assert row["ceiling_vs_compiled"] == 1.25  # Inductor's 0.5 ms against a 0.4 ms copy of the bytes
     assert "traced_dev_ms" not in row and "traced_ms" not in row
     assert row["traced_gbs"] is None and row["traced_vs_compiled"] is None and row["host_traced_vs_compiled"] is None
     assert row["kernel_max_abs_diff"] == 1.0 and row["op_max_abs_diff"] == 0.0 and row["traced_max_abs_diff"] is None
