@@ -21,9 +21,10 @@ int64 ``//`` and ``%`` per row, and triton-ascend reads its affine addresses as 
 the general form's computed row starts make it issue one DMA per row (`DiscreteMemAccess` in its
 lowering, ``tests/triton/test_ascend_lowering.py``). The output, allocated by the plan, is
 contiguous: row ``r`` starts at ``r * d``. An operand whose row is a quotient of the row number
-(``row // H``: one rope table row per token, one adaLN modulation row per batch) is not flat; on
-`AFFINE_TILE_DEVICES` those kernels walk tiles of whole groups instead (rope: tokens x heads;
-adaLN: rows of one batch), where each such row is read once per tile, at an affine address.
+(``row // H``: one rope table row per token, one adaLN modulation or mul_add gate row per batch)
+is not flat; on `AFFINE_TILE_DEVICES` those kernels walk tiles that stay within one group instead
+(rope: one batch's tokens x heads; adaLN and mul_add: rows of one batch, `batch_split`), where
+every address is affine in the tile's indices.
 """
 
 from __future__ import annotations
@@ -37,15 +38,16 @@ import triton
 import triton.language as tl
 
 __all__ = [
-    "AFFINE_TILE_DEVICES", "Launch", "TILE_ELEMENTS", "batch_split", "block", "cdiv", "grid", "lead3", "num_warps", "options", "row_coords", "row_offsets",
-    "operand_strides", "row_strides", "rows_per_tile", "strides_as",
+    "AFFINE_TILE_DEVICES", "Launch", "TILE_ELEMENTS", "batch_split", "block", "cdiv", "grid", "lead3", "num_warps",
+    "operand_strides", "options", "row_coords", "row_offsets", "row_strides", "rows_per_tile", "strides_as",
 ]
 
 # Device types whose kernels plan tiles with addresses affine in each tile index where an operand's
 # rows depend on a quotient of the row number (rope's per-token tables broadcast over the heads,
-# adaLN's per-batch modulation): triton-ascend moves such a tile as one block, where row tiles make
-# it issue one DMA per row (module docstring). CUDA keeps the row tiles its H100 numbers were
-# measured with. The interpreter and lowering tests widen it, as they widen `DEVICE_TYPES`.
+# adaLN's per-batch modulation, mul_add's per-batch gate): triton-ascend moves such a tile as one
+# block, where row tiles make it issue one DMA per row (module docstring). CUDA keeps the row tiles
+# its H100 numbers were measured with. The interpreter and lowering tests widen it, as they widen
+# `DEVICE_TYPES`.
 AFFINE_TILE_DEVICES: tuple[str, ...] = ("npu",)
 
 # Elements per tile (rows x block columns), per device type.

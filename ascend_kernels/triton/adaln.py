@@ -20,9 +20,9 @@ any model at batch 2+), a row tile finds its rows' modulation row as ``row // S`
 triton-ascend's adapter cannot read as an affine address: it moves scale and shift one DMA per
 row (``DiscreteMemAccess`` in its lowering). On `_common.AFFINE_TILE_DEVICES`, where x's rows are
 evenly spaced within a batch and from batch to batch, as are the modulation rows of the batches
-(`_common.batch_split`), `_adaln_batches_kernel` walks tiles
-that never cross a batch: the tile's one scale/shift row is read once, at an affine address. The
-Flux/Wan widths are one row per tile either way; what changes there is the address, not the tile.
+(`_common.batch_split`), `_adaln_batches_kernel` walks tiles that never cross a batch: the tile's
+one scale/shift row is read once, at an affine address. The Flux/Wan widths are one row per tile
+either way; what changes there is the address, not the tile.
 """
 
 from __future__ import annotations

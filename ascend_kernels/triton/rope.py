@@ -21,12 +21,13 @@ row is found per x row as ``row // H``, which triton-ascend's adapter cannot rea
 address: it issues one DMA per row for each table (``DiscreteMemAccess`` in its lowering, 2 such
 loads per launch for Flux's interleaved rope, 4 for the half layout). Where the tables vary by
 (batch, token) only, broadcast over the heads (x token-major ``(B, S, H, D)`` as Flux and Wan call
-it, or heads-major ``(B, H, S, D)`` as CogVideoX does; any batch, one table for the batch or one per
-sample), `_common.AFFINE_TILE_DEVICES` use `_rope_tokens_kernel` instead: tiles of one batch x
+it, or heads-major ``(B, H, S, D)`` as CogVideoX does; any batch, one table for the batch or one
+per sample), `_common.AFFINE_TILE_DEVICES` use `_rope_tokens_kernel` instead: tiles of one batch x
 tokens x heads x D, whose addresses are affine in each index (through x's and the output's own
-strides: no flatness needed), the table rows of the tile's tokens read once as one block. The head block is the power of two that pads the fewest heads (8 for
-Flux's 24 and Wan's 40 heads), with 4 tokens to a 4096-element tile. CUDA keeps the row tiles its
-H100 numbers were measured with (`docs/triton.md`); its L2 serves the repeated table rows.
+strides: no flatness needed), the table rows of the tile's tokens read once as one block. The head
+block is the power of two that pads the fewest heads (8 for Flux's 24 and Wan's 40 heads), with 4
+tokens to a 4096-element tile. CUDA keeps the row tiles its H100 numbers were measured with
+(`docs/triton.md`); its L2 serves the repeated table rows.
 """
 
 from __future__ import annotations
