@@ -15,8 +15,9 @@ on the tensor size but the native composite's own compute):
   on every call: its ``supports_args`` limits check and its launch planning (``plan_<op>``:
   output allocation, strides, grid), both run here on CPU tensors.
 - ``ascend_plan_us``: the same planning as an Ascend NPU does it (`_common.AFFINE_TILE_DEVICES`:
-  rope's token tiles, adaLN's and mul_add's batch tiles where the operands take them), which its
-  default eager executor pays on every call. The batch-2 rows are the forms that take batch tiles.
+  rope's and rms_norm's token tiles, adaLN's and mul_add's batch tiles where the operands take
+  them), which its default eager executor pays on every call. The batch-2 rows are the forms that
+  take batch tiles, and q of a fused QKV projection the form that takes rms_norm's token tiles.
 
 Under the inductor executor a node bound to the kernel's ``triton_op`` pays none of these at run
 time (`diffusers_ascend.compilation.backend.bind_compiler_ops`): Inductor planned the launch once
@@ -44,6 +45,7 @@ def _cases() -> list[tuple[str, str, tuple]]:
     # composite's compute, which does, stays small).
     x, h, table = rand(1, 4, 24, 128), rand(1, 4, 3072), rand(1, 4, 1, 128, dtype=f32)
     x2, h2 = rand(2, 4, 24, 128), rand(2, 4, 3072)  # two images a prompt, or a batched CFG
+    q2 = rand(2, 4, 3 * 3072)[..., :3072].unflatten(-1, (24, 128))  # q of fused QKV projections
     return [
         ("rms_norm", "1x4x24x128", (x, rand(128, dtype=f32), 1e-6, None)),
         ("rope", "1x4x24x128", (x, table, table, "interleaved")),
@@ -52,6 +54,7 @@ def _cases() -> list[tuple[str, str, tuple]]:
         ("rope", "2x4x24x128", (x2, table, table, "interleaved")),
         ("adaln_modulate", "2x4x3072", (h2, rand(2, 3072), rand(2, 3072), 1e-6, None, None, None)),
         ("mul_add", "2x4x3072", (rand(2, 1, 3072), h2, h2)),
+        ("rms_norm", "2x4x24x128 of QKV", (q2, rand(128, dtype=f32), 1e-6, None)),
     ]
 
 

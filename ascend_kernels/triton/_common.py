@@ -21,10 +21,11 @@ int64 ``//`` and ``%`` per row, and triton-ascend reads its affine addresses as 
 the general form's computed row starts make it issue one DMA per row (`DiscreteMemAccess` in its
 lowering, ``tests/triton/test_ascend_lowering.py``). The output, allocated by the plan, is
 contiguous: row ``r`` starts at ``r * d``. An operand whose row is a quotient of the row number
-(``row // H``: one rope table row per token, one adaLN modulation or mul_add gate row per batch)
-is not flat; on `AFFINE_TILE_DEVICES` those kernels walk tiles that stay within one group instead
-(rope: one batch's tokens x heads; adaLN and mul_add: rows of one batch, `batch_split`), where
-every address is affine in the tile's indices.
+(``row // H``: one rope table row per token, one adaLN modulation or mul_add gate row per batch),
+or x whose rows are not evenly spaced (q of fused QKV projections), is not flat; on
+`AFFINE_TILE_DEVICES` those kernels walk tiles that stay within one group instead (rope and
+rms_norm: one batch's tokens x heads, `token_tile`; adaLN and mul_add: rows of one batch,
+`batch_split`), where every address is affine in the tile's indices.
 """
 
 from __future__ import annotations
@@ -40,14 +41,15 @@ import triton.language as tl
 __all__ = [
     "AFFINE_TILE_DEVICES", "Launch", "TILE_ELEMENTS", "batch_split", "block", "cdiv", "grid", "lead3", "num_warps",
     "operand_strides", "options", "row_coords", "row_offsets", "row_strides", "rows_per_tile", "strides_as",
+    "token_tile",
 ]
 
 # Device types whose kernels plan tiles with addresses affine in each tile index where an operand's
 # rows depend on a quotient of the row number (rope's per-token tables broadcast over the heads,
-# adaLN's per-batch modulation, mul_add's per-batch gate): triton-ascend moves such a tile as one
-# block, where row tiles make it issue one DMA per row (module docstring). CUDA keeps the row tiles
-# its H100 numbers were measured with. The interpreter and lowering tests widen it, as they widen
-# `DEVICE_TYPES`.
+# adaLN's per-batch modulation, mul_add's per-batch gate, rms_norm's x with unevenly spaced rows
+# such as q of fused QKV projections): triton-ascend moves such a tile as one block, where row
+# tiles make it issue one DMA per row (module docstring). CUDA keeps the row tiles its H100 numbers
+# were measured with. The interpreter and lowering tests widen it, as they widen `DEVICE_TYPES`.
 AFFINE_TILE_DEVICES: tuple[str, ...] = ("npu",)
 
 # Elements per tile (rows x block columns), per device type.
@@ -183,6 +185,23 @@ def _batch_split(sizes: tuple[int, ...], strides: tuple[tuple[int, ...], ...]):
             if outer[1] * outer[2] > 1:
                 return outer[1] * outer[2], inner[1] * inner[2], tuple(split)
     return None
+
+
+def token_tile(per_tile: int, n_tokens: int, n_heads: int) -> tuple[int, int]:
+    """(tokens, heads) of a 2-D tile of about ``per_tile`` rows over a tokens x heads grid of rows: the
+    head block that pads the fewest heads (ties: the larger block), then tokens to fill the tile.
+
+    >>> token_tile(32, 4608, 24), token_tile(32, 75600, 40)  # Flux's and Wan's heads: 8 pad none
+    ((4, 8), (4, 8))
+    """
+    return _token_tile(per_tile, n_tokens, n_heads)
+
+
+@functools.lru_cache(maxsize=256)  # on the eager executor's per-call path; a model has few shapes
+def _token_tile(per_tile: int, n_tokens: int, n_heads: int) -> tuple[int, int]:
+    block_h = min((b for b in (1 << i for i in range(per_tile.bit_length())) if b <= block(n_heads)),
+                  key=lambda b: (cdiv(n_heads, b) * b, -b))
+    return min(max(1, per_tile // block_h), block(n_tokens)), block_h
 
 
 def rows_per_tile(block_d: int, device_type: str) -> int:

@@ -32,8 +32,6 @@ tokens to a 4096-element tile. CUDA keeps the row tiles its H100 numbers were me
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
@@ -184,7 +182,7 @@ def _plan_tokens(tensors, interleaved: bool, width: int, sizes, heads: int, xs, 
     (cs, csd), (ss, ssd) = cos_strides, sin_strides
     os = (sizes[1] * sizes[2] * d, sizes[2] * d, d)  # the output is contiguous
     per_tile = max(1, _common.TILE_ELEMENTS.get(x.device.type, 4096) // row_width)  # rows of a tile
-    block_t, block_h = _token_tile(per_tile, n_tokens, n_heads)
+    block_t, block_h = _common.token_tile(per_tile, n_tokens, n_heads)
     n_tiles = n_batches * _common.cdiv(n_tokens, block_t) * _common.cdiv(n_heads, block_h)
     return _common.Launch(
         _rope_tokens_kernel, _common.grid(n_tiles, x.device),
@@ -193,13 +191,3 @@ def _plan_tokens(tensors, interleaved: bool, width: int, sizes, heads: int, xs, 
         dict(INTERLEAVED=interleaved, BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d),
         _common.num_warps(block_t * block_h * row_width), _common.options(x.device),
     )
-
-
-@functools.lru_cache(maxsize=256)
-def _token_tile(per_tile: int, n_tokens: int, n_heads: int) -> tuple[int, int]:
-    """(tokens, heads) of a token tile of about ``per_tile`` rows: the head block that pads the fewest
-    heads (ties: the larger block), then tokens to fill the tile. (Cached: it is on the per-call
-    path of the eager executor, and a model calls it with a handful of shapes.)"""
-    block_h = min((b for b in (1 << i for i in range(per_tile.bit_length())) if b <= _common.block(n_heads)),
-                  key=lambda b: (_common.cdiv(n_heads, b) * b, -b))
-    return min(max(1, per_tile // block_h), _common.block(n_tokens)), block_h

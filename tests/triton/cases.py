@@ -28,6 +28,11 @@ def rms_norm_cases():
             x = randn(*shape[:-1], d + 8 if sliced is True else d, dtype=dtype, scale=3.0, device=device)
             if sliced == "gapped":
                 x = gapped(x)
+            elif sliced == "fused_qkv":  # q of a fused QKV projection, (B, S, H, D): token stride 3HD
+                qkv = randn(*shape[:-2], 3 * shape[-2] * d, dtype=dtype, scale=3.0, device=device)
+                x = qkv.chunk(3, dim=-1)[0].unflatten(-1, shape[-2:])
+            elif sliced == "tokens":  # heads-major (B, H, S, D), the image tokens after 2 text tokens
+                x = randn(*shape[:-2], shape[-2] + 2, d, dtype=dtype, scale=3.0, device=device)[..., 2:, :]
             elif sliced:  # a row-major, non-contiguous view (a slice of a fused projection)
                 x = x[..., :d]
             w = None if weight is None else randn(d, dtype=weight if weight != "x" else dtype, seed=1, device=device)
@@ -42,6 +47,9 @@ def rms_norm_cases():
         "d77_out_fp32": make((2, 7, 77), weight=torch.float32, out_dtype=torch.float32),
         "sliced_1d_rows": make((5, 24), weight=torch.float32, sliced=True),
         "gapped_rows": make((2, 3, 40), weight=torch.float32, sliced="gapped"),
+        "fused_qkv_batch2": make((2, 5, 3, 16), weight="x", sliced="fused_qkv"),
+        "fused_qkv_many_heads": make((1, 3, 11, 24), weight=torch.float32, sliced="fused_qkv"),
+        "heads_major_token_slice": make((2, 3, 5, 40), sliced="tokens"),
         "one_dim": make((100,), weight="x"),
     }
 
@@ -157,8 +165,8 @@ def affine_tile_devices(*device_types: str):
 
 
 def affine_tiles(plan):
-    """``plan`` run as Ascend plans it (rope's token tiles, adaLN's and mul_add's batch tiles) on meta
-    tensors. The cases of `model_plans` so planned end in ``_tokens`` or ``_batches``."""
+    """``plan`` run as Ascend plans it (rope's and rms_norm's token tiles, adaLN's and mul_add's batch
+    tiles) on meta tensors. The cases of `model_plans` so planned end in ``_tokens`` or ``_batches``."""
     def build():
         with affine_tile_devices("meta"):
             return plan()
@@ -180,10 +188,14 @@ def model_plans():
     flux_tables = (meta(1, 4608, 1, 128, dtype=f32), meta(1, 4608, 1, 128, dtype=f32))
     cog_q, cog_tables = meta(2, 48, 226 + 17550, 64)[:, :, 226:], (meta(17550, 64, dtype=f32), meta(17550, 64, dtype=f32))
     sd3_h, sd3_mod = meta(2, 4096, 1536), meta(2, 6 * 1536)  # the chunks of SD3's AdaLayerNormZero
+    flux_qkv_q = meta(1, 4096, 3 * 3072)[..., :3072].unflatten(-1, (24, 128))
     return {
         "rms_norm_flux_qk": lambda: plan_rms_norm(flux_q, meta(128), 1e-6),
         "rms_norm_wan_qk_fp32_weight": lambda: plan_rms_norm(wan_h, meta(5120, dtype=f32), 1e-6),
         "rms_norm_fp16_no_weight_fp32_out": lambda: plan_rms_norm(meta(8, 77, dtype=torch.float16), None, 1e-6, f32),
+        # Flux's q after fuse_qkv_projections (a chunk of to_qkv's output): row tiles, and Ascend's
+        "rms_norm_flux_fused_qkv": lambda: plan_rms_norm(flux_qkv_q, meta(128), 1e-6),
+        "rms_norm_flux_fused_qkv_tokens": affine_tiles(lambda: plan_rms_norm(flux_qkv_q, meta(128), 1e-6)),
         "rope_flux_interleaved": lambda: plan_rope(flux_q, meta(1, 4608, 1, 128, dtype=f32), meta(1, 4608, 1, 128, dtype=f32), "interleaved"),
         "rope_wan_half": lambda: plan_rope(wan_q, meta(1, 75600, 1, 128, dtype=f32), meta(1, 75600, 1, 128, dtype=f32), "half"),
         # the same calls as Ascend plans them: token tiles (`_common.AFFINE_TILE_DEVICES`)

@@ -77,11 +77,12 @@ def test_host_path_times_every_layer_of_every_kernel_op(capsys, tmp_path):
     host_path = _load("host_path")
     assert host_path.main(["--calls", "20", "--repeat", "1", "--out", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "host_path.json").read_text())
-    # every kernel op, then the batch-2 forms; each planned as Ascend plans it, too
+    # every kernel op, then the batch-2 forms and fused QKV's q; each planned as Ascend plans it, too
     assert [(r["op"], r["ascend_kernel"]) for r in result["rows"]] == [
             ("rms_norm", "_rms_norm_kernel"), ("rope", "_rope_tokens_kernel"), ("adaln_modulate", "_adaln_kernel"),
             ("mul_add", "_mul_add_kernel"), ("rope", "_rope_tokens_kernel"),
-            ("adaln_modulate", "_adaln_batches_kernel"), ("mul_add", "_mul_add_batches_kernel")]
+            ("adaln_modulate", "_adaln_batches_kernel"), ("mul_add", "_mul_add_batches_kernel"),
+            ("rms_norm", "_rms_norm_tokens_kernel")]
     assert all(r["plan_us"] > 0 and r["ascend_plan_us"] > 0 for r in result["rows"])
     for row in result["rows"]:
         assert all(row[k] > 0 for k in ("native_us", "op_us", "supports_us", "plan_us")), row

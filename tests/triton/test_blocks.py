@@ -17,6 +17,7 @@ pytestmark = pytest.mark.usefixtures("interpreter")
 TRITON_NODES = {"flux_double": 4 + 2 + 4 + 4, "flux_single": 2 + 2 + 1 + 1, "wan": 4 + 2 + 2 + 2}
 GELU_NODES = {"flux_double": 2, "flux_single": 1, "wan": 1}
 ROPE_NODES = 2  # q and k, in each block
+RMS_NORM_NODES = {"flux_double": 4, "flux_single": 2}  # q and k norms (and the text stream's)
 ADALN_NODES = {"flux_double": 4, "flux_single": 1, "wan": 2}
 MUL_ADD_NODES = {"flux_double": 4, "flux_single": 1, "wan": 2}
 
@@ -28,22 +29,17 @@ def _block(name, dtype, batch):
     return (double if name == "flux_double" else single), flux_block_inputs(batch=batch, dtype=dtype)
 
 
-@pytest.mark.parametrize("batch,tiles", [(1, "row_tiles"), (1, "affine_tiles"), (2, "affine_tiles")])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("name", list(TRITON_NODES))
-def test_block_runs_the_triton_kernels(name, dtype, batch, tiles, monkeypatch):
-    """Also as Ascend plans them (`_common.AFFINE_TILE_DEVICES`): every rope node takes token tiles
-    (tables per token, shared by the batch at batch 2), and at batch 2 every adaLN and mul_add node
-    takes batch tiles (a modulation or gate row per sample)."""
+def _run(block, inputs, monkeypatch, ascend: bool):
+    """One compiled forward of ``block`` with fusions="all" on the eager executor, and eager's:
+    (kernels launched, in order; the backend; outputs; eager outputs)."""
     from ascend_kernels.triton import _common
 
     launched = []
     real_launch = _common.Launch.__call__
     monkeypatch.setattr(_common.Launch, "__call__", lambda self: launched.append(self.kernel.__name__) or real_launch(self))
-    if tiles == "affine_tiles":
+    if ascend:
         monkeypatch.setattr(_common, "AFFINE_TILE_DEVICES", (*_common.AFFINE_TILE_DEVICES, "cpu"))
     torch._dynamo.reset()
-    block, inputs = _block(name, dtype, batch)
     backend = AscendBackend(fusions="all", executor="eager", on_error="raise")
     try:
         with torch.no_grad():
@@ -51,17 +47,52 @@ def test_block_runs_the_triton_kernels(name, dtype, batch, tiles, monkeypatch):
             ref = block(**inputs)
     finally:
         torch._dynamo.reset()
-    ascend = tiles == "affine_tiles"
-    assert len(launched) == TRITON_NODES[name], launched  # one forward: a launch per fused node
-    assert launched.count("_rope_tokens_kernel") == (ROPE_NODES if ascend else 0), launched
-    assert launched.count("_adaln_batches_kernel") == (ADALN_NODES[name] if ascend and batch == 2 else 0), launched
-    assert launched.count("_mul_add_batches_kernel") == (MUL_ADD_NODES[name] if ascend and batch == 2 else 0), launched
-    (graph,) = backend.report.graphs
-    bound = list(graph["bound_providers"].values())
-    assert bound.count("triton") == TRITON_NODES[name], graph["bound_providers"]
-    assert bound.count("native") == GELU_NODES[name], graph["bound_providers"]
     out, ref = (out if isinstance(out, tuple) else (out,)), (ref if isinstance(ref, tuple) else (ref,))
+    return launched, backend, out, ref
+
+
+def _assert_matches(out, ref, dtype, name):
     for o, r in zip(out, ref):
         # Same tolerance as tests/compilation/test_blocks.py: fused fp32 math vs eager's bf16 steps.
         kw = {} if dtype == torch.float32 else dict(atol=0.1, rtol=0.05)
         assert_close(o, r, dtype, **kw, msg=name)
+
+
+@pytest.mark.parametrize("batch,tiles", [(1, "row_tiles"), (1, "affine_tiles"), (2, "affine_tiles")])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", list(TRITON_NODES))
+def test_block_runs_the_triton_kernels(name, dtype, batch, tiles, monkeypatch):
+    """Also as Ascend plans them (`_common.AFFINE_TILE_DEVICES`): every rope node takes token tiles
+    (tables per token, shared by the batch at batch 2), and at batch 2 every adaLN and mul_add node
+    takes batch tiles (a modulation or gate row per sample)."""
+    block, inputs = _block(name, dtype, batch)
+    ascend = tiles == "affine_tiles"
+    launched, backend, out, ref = _run(block, inputs, monkeypatch, ascend)
+    assert len(launched) == TRITON_NODES[name], launched  # one forward: a launch per fused node
+    assert launched.count("_rope_tokens_kernel") == (ROPE_NODES if ascend else 0), launched
+    assert launched.count("_adaln_batches_kernel") == (ADALN_NODES[name] if ascend and batch == 2 else 0), launched
+    assert launched.count("_mul_add_batches_kernel") == (MUL_ADD_NODES[name] if ascend and batch == 2 else 0), launched
+    assert launched.count("_rms_norm_tokens_kernel") == 0, launched  # q/k of separate projections are flat
+    (graph,) = backend.report.graphs
+    bound = list(graph["bound_providers"].values())
+    assert bound.count("triton") == TRITON_NODES[name], graph["bound_providers"]
+    assert bound.count("native") == GELU_NODES[name], graph["bound_providers"]
+    _assert_matches(out, ref, dtype, name)
+
+
+@pytest.mark.parametrize("tiles", ["row_tiles", "affine_tiles"])
+@pytest.mark.parametrize("name", ["flux_double", "flux_single"])
+def test_fused_qkv_projections(name, tiles, monkeypatch):
+    """After diffusers' ``fuse_projections()`` the q/k norms read chunks of one QKV output (token
+    stride 3 x H x D): Ascend plans every rms_norm node as token tiles, CUDA as row tiles, and the
+    block still matches eager. Batch 2, bf16."""
+    dtype = torch.bfloat16
+    block, inputs = _block(name, dtype, 2)
+    block.attn.fuse_projections()
+    ascend = tiles == "affine_tiles"
+    launched, backend, out, ref = _run(block, inputs, monkeypatch, ascend)
+    assert len(launched) == TRITON_NODES[name], launched
+    rms_nodes = RMS_NORM_NODES[name]
+    assert launched.count("_rms_norm_tokens_kernel") == (rms_nodes if ascend else 0), launched
+    assert launched.count("_rms_norm_kernel") == (0 if ascend else rms_nodes), launched
+    _assert_matches(out, ref, dtype, name)

@@ -77,7 +77,7 @@ def test_launch_compiles_for_cuda(case, arch):
     assert compiled.metadata.num_warps == launch.num_warps
 
 
-@pytest.mark.parametrize("op,case,layout", [(op, case, layout) for op in ("rope", "adaln_modulate", "mul_add")
+@pytest.mark.parametrize("op,case,layout", [(op, case, layout) for op in ("rms_norm", "rope", "adaln_modulate", "mul_add")
                                             for case in CASES[op]
                                             for layout in (("interleaved", "half") if op == "rope" else (None,))])
 def test_ascend_tiles_of_every_case_compile_for_cuda(op, case, layout):

@@ -58,6 +58,28 @@ def test_rope_token_tiles_at_flux_size(layout, batch):
         _check("rope", (q, cos, sin, layout), f"flux-size rope {layout} (token tiles)")
 
 
+@pytest.mark.parametrize("case", list(CASES["rms_norm"]))
+def test_rms_norm_token_tiles_compiled(case, dtype):
+    """Ascend's rms_norm tiling (token tiles where x's rows are not evenly spaced), compiled and run
+    by the GPU's Triton (CUDA itself plans row tiles)."""
+    with affine_tile_devices("cuda"):
+        _check("rms_norm", CASES["rms_norm"][case](dtype, "cuda"), f"rms_norm {case} (token tiles)")
+
+
+@pytest.mark.parametrize("tiles", ["row_tiles", "token_tiles"])
+def test_rms_norm_of_fused_qkv_at_flux_size(tiles):
+    """Flux's q norm after ``fuse_qkv_projections``: a chunk of to_qkv's output, batch 2."""
+    from ascend_kernels.triton.rms_norm import plan_rms_norm
+
+    bf = torch.bfloat16
+    q = randn(2, 4096, 3 * 3072, dtype=bf, device="cuda").chunk(3, dim=-1)[0].unflatten(-1, (24, 128))
+    args = (q, randn(128, dtype=bf, device="cuda", seed=1), 1e-6, None)
+    with affine_tile_devices(*(("cuda",) if tiles == "token_tiles" else ())):
+        kernel = plan_rms_norm(*args)[1].kernel.__name__
+        assert kernel == ("_rms_norm_tokens_kernel" if tiles == "token_tiles" else "_rms_norm_kernel")
+        _check("rms_norm", args, f"flux-size fused-QKV q norm ({tiles})")
+
+
 @pytest.mark.parametrize("case", list(CASES["adaln_modulate"]))
 def test_adaln_batch_tiles_compiled(case, dtype):
     """Ascend's adaLN tiling (batch tiles where the modulation is per batch), compiled and run by

@@ -33,21 +33,21 @@ def _check(op: str, args: tuple, msg: str) -> torch.Tensor:
     return out
 
 
-@pytest.mark.parametrize("case", list(CASES["rms_norm"]))
-def test_rms_norm(dtype, case):
-    _check("rms_norm", CASES["rms_norm"][case](dtype, "cpu"), f"rms_norm {case}")
-
-
 @pytest.fixture(params=["row_tiles", "affine_tiles"])
 def tiles(request):
-    """A rope, adaLN or mul_add test twice: with the row tiles CUDA plans, and with Ascend's tiles
-    (rope's token tiles, adaLN's and mul_add's batch tiles) where the operands allow them
+    """A kernel test twice: with the row tiles CUDA plans, and with Ascend's tiles (rope's and
+    rms_norm's token tiles, adaLN's and mul_add's batch tiles) where the operands allow them
     (`_common.AFFINE_TILE_DEVICES` widened to ``"cpu"``)."""
     if request.param == "row_tiles":
         yield request.param
         return
     with affine_tile_devices("cpu"):
         yield request.param
+
+
+@pytest.mark.parametrize("case", list(CASES["rms_norm"]))
+def test_rms_norm(dtype, case, tiles):
+    _check("rms_norm", CASES["rms_norm"][case](dtype, "cpu"), f"rms_norm {case} ({tiles})")
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -68,13 +68,16 @@ def test_mul_add(dtype, case, tiles):
     assert out.dtype == (args[0] * args[1] + args[2]).dtype  # eager's promotion
 
 
-# Per op: its row-tile kernel, Ascend's kernel, and the cases whose operands take Ascend's. Rope:
+# Per op: its row-tile kernel, Ascend's kernel, and the cases whose operands take Ascend's. rms_norm:
+# x whose rows are not evenly spaced (any strides; a tile is affine in each leading index). Rope:
 # tables that vary by batch and token only, broadcast over the heads (x token- or heads-major).
 # adaLN: one modulation row per batch of rows. mul_add: an operand per batch, every operand evenly
 # spaced within a batch and across batches. Not taken: every operand flat already (one table or
 # modulation row for every row, per-token modulation, scalars and last-dim broadcasts), and an
 # adaLN/mul_add operand shared by a batch of 2 whose rows vary within it (its rows wrap).
 ASCEND_TILES = {
+    "rms_norm": ("_rms_norm_kernel", "_rms_norm_tokens_kernel", {
+        "gapped_rows", "fused_qkv_batch2", "fused_qkv_many_heads", "heads_major_token_slice"}),
     "rope": ("_rope_kernel", "_rope_tokens_kernel", {
         "flux_bshd_1s1d", "per_batch_tables", "three_dims_sd_tables",
         "sliced_x", "gapped_x",  # batch 2 with one table: a tile is tokens of one batch
