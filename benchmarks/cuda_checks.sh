@@ -23,7 +23,9 @@ EOF
 tag="$(python -c 'import torch; print(torch.cuda.get_device_name(0).split()[1].lower())')"  # e.g. h100
 case "${1:-}" in
   tests)
-    python -m pytest -q -p no:xdist -m cuda tests/triton tests/compilation 2>&1 | tee "$OUT/cuda-tests-$tag.txt"
+    # 4 workers: the time is Triton's JIT compiles on the host (about 260 tests; 90 took 2 minutes
+    # on one process), and the tests time nothing, so they may share the GPU.
+    python -m pytest -q -n 4 -m cuda tests/triton tests/compilation 2>&1 | tee "$OUT/cuda-tests-$tag.txt"
     ;;
   kernels|blocks)
     # A path or variant that fails is reported in the JSON and the script exits 1: keep both.
