@@ -21,8 +21,9 @@ triton-ascend's adapter cannot read as an affine address: it moves scale and shi
 row (``DiscreteMemAccess`` in its lowering). On `_common.AFFINE_TILE_DEVICES`, where x's rows are
 evenly spaced within a batch and from batch to batch, as are the modulation rows of the batches
 (`_common.batch_split`), `_adaln_batches_kernel` walks tiles that never cross a batch: the tile's
-one scale/shift row is read once, at an affine address. The Flux/Wan widths are one row per tile
-either way; what changes there is the address, not the tile.
+one scale/shift row is read once, at an affine address. The same tiles serve x whose rows are not
+evenly spaced (a token slice at batch 2) under a modulation shared by every row. The Flux/Wan
+widths are one row per tile either way; what changes there is the address, not the tile.
 """
 
 from __future__ import annotations
@@ -176,7 +177,7 @@ def plan_adaln_modulate(
     shared = all(n == 1 or (c == 0 and h == 0) for n, c, h in zip(sizes, cs, hs))
     tensors = (x, scale, shift, w, b, out)
     constexprs = dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None)
-    if x.device.type in _common.AFFINE_TILE_DEVICES and not shared and not (x_flat and c_flat and h_flat):
+    if x.device.type in _common.AFFINE_TILE_DEVICES and not (x_flat and c_flat and h_flat):
         batches = _batches(sizes, xs, cs, hs)
         if batches is not None:
             n_batches, batch_rows, x_batch, x_row, cs_batch, hs_batch = batches

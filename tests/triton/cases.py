@@ -103,6 +103,7 @@ def adaln_cases():
         "per_token_mod": make((2, 3, 24), [(2, 3, 24), (24,)]),
         "two_dims": make((7, 100), [(100,), (1, 100)]),
         "gapped_x": make((2, 5, 40), [(2, 40), (2, 1, 40)], gap=True),
+        "gapped_x_shared_mod": make((2, 5, 40), [(40,), (1, 1, 40)], gap=True),
         "batches_span_tiles": make((2, 70, 200), [(2, 200), (2, 1, 200)]),  # 16-row tiles, 70 rows a batch
         "four_dims_b11d": make((2, 3, 4, 24), [(2, 1, 1, 24), (2, 1, 1, 24)], affine=torch.float32),
         "mod_shared_by_batch": make((2, 3, 4, 24), [(1, 3, 1, 24), (1, 3, 1, 24)]),  # rows wrap every 12

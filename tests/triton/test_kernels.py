@@ -84,7 +84,8 @@ ASCEND_TILES = {
         "bnsd_11sd_batch3"}),  # heads-major x: the heads are dim 1
     "adaln_modulate": ("_adaln_kernel", "_adaln_batches_kernel", {
         "flux_bd_chunks_batch3", "wan_b1d_fp32_out", "batches_span_tiles", "four_dims_b11d",
-        "gapped_x"}),  # gapped x: the gaps fall between batches, rows within one are evenly spaced
+        # gapped x: the gaps fall between batches, rows within one are evenly spaced
+        "gapped_x", "gapped_x_shared_mod"}),
     "mul_add": ("_mul_add_kernel", "_mul_add_batches_kernel", {
         "gate_b1d_batch3", "residual_first_gate_bd", "wan_mixed_promotes_to_fp32", "gapped_x_and_residual",
         "batches_span_tiles"}),
