@@ -1,12 +1,13 @@
-"""Every kernel launch, planned at the model sizes, lowered the way triton-ascend lowers it for an
-Ascend 910B (A2/A3): Triton's frontend and the Ascend backend's TTIR passes, then triton-ascend's
-``triton-adapter-opt`` (TTIR to annotated HIVM / HFusion / linalg), the input of CANN's
-``bishengir-compile``. Neither an NPU nor CANN is needed, and neither is used: the last step, the
-NPU binary, is not built. What this checks is that the installed triton-ascend accepts the kernels'
-Triton (``tl.split`` / ``tl.join`` / ``tl.reshape``, the persistent loop with a dynamic step,
-masked loads through per-row strides), lowers every Triton op, and reads the output as the only
-tensor the kernel writes. The adapter is permissive (it passes CUDA inline assembly through, for
-one), so ``bishengir-compile`` may still reject what it accepts. Not numerics, not speed.
+"""Every kernel launch, planned at the model sizes and at the interpreter tests' odd shapes, lowered
+the way triton-ascend lowers it for an Ascend 910B (A2/A3): Triton's frontend and the Ascend
+backend's TTIR passes, then triton-ascend's ``triton-adapter-opt`` (TTIR to annotated HIVM / HFusion
+/ linalg), the input of CANN's ``bishengir-compile``. Neither an NPU nor CANN is needed, and neither
+is used: the last step, the NPU binary, is not built. What this checks is that the installed
+triton-ascend accepts the kernels' Triton (``tl.split`` / ``tl.join`` / ``tl.reshape``, the
+persistent loop with a dynamic step, masked loads through per-row strides), lowers every Triton op,
+and reads the output as the only tensor the kernel writes. The adapter is permissive (it passes CUDA
+inline assembly through, for one), so ``bishengir-compile`` may still reject what it accepts. Not
+numerics, not speed.
 
 Runs in the ``triton-ascend`` nox session, where triton-ascend is installed (it installs as the
 ``triton`` module); skipped wherever it is not.
@@ -17,10 +18,11 @@ from __future__ import annotations
 import re
 
 import pytest
+import torch
 
 from ascend_kernels.triton import triton_ascend_available
 
-from .cases import arg_type, model_plans
+from .cases import CASES, affine_tile_devices, arg_type, model_plans
 
 # The plans are built at collection (they import the kernel modules, hence triton): skip the module.
 pytest.importorskip("triton", reason="needs triton-ascend (nox -s triton-ascend)")
@@ -84,3 +86,28 @@ def test_flat_rows_move_as_blocks(case):
         assert discrete == 0, flags
     else:
         assert discrete > 0, flags
+
+
+# The interpreter cases whose Ascend plan still moves an operand one DMA per row: an operand shared
+# by the batch whose rows vary within it (its rows wrap every batch), so neither a batch nor a
+# token split makes every address affine. No diffusers model calls these forms; the row kernels
+# compute them correctly, one DMA per row.
+DISCRETE_ON_ASCEND = {("adaln_modulate", "mod_shared_by_batch"), ("mul_add", "shared_by_batch_per_token")}
+
+
+@pytest.mark.parametrize("op,case,layout", [(op, case, layout) for op in CASES for case in CASES[op]
+                                            for layout in (("interleaved", "half") if op == "rope" else (None,))])
+def test_ascend_plans_of_the_odd_shapes(op, case, layout):
+    """Every odd shape of the interpreter tests (slices, gaps, broadcasts, batch 3, one token), as
+    Ascend plans it: no DMA per row, except `DISCRETE_ON_ASCEND`, where the row kernel's flag says
+    which operand is not flat."""
+    from ascend_kernels.triton import planner
+
+    args = CASES[op][case](torch.bfloat16, "cpu") + ((layout,) if layout else ())
+    with affine_tile_devices("cpu"):
+        _, launch = planner(op)(*args)
+    discrete = lower(launch).count("DiscreteMemAccess")
+    if (op, case) in DISCRETE_ON_ASCEND:
+        assert discrete > 0 and not all(v for k, v in launch.constexprs.items() if k.endswith("_FLAT")), launch.kernel
+    else:
+        assert discrete == 0, (launch.kernel.__name__, launch.constexprs)
