@@ -91,13 +91,9 @@ def run(calls: int = 2000, repeat: int = 5) -> dict[str, Any]:
             for key, fn in (("native_us", lambda: native(*args)), ("op_us", lambda: overload(*args)),
                             ("supports_us", lambda: triton.supports_args(*args)), ("plan_us", lambda: plan(*args))):
                 row[key] = per_call_us(fn, calls, repeat)
-            saved = _common.AFFINE_TILE_DEVICES
-            _common.AFFINE_TILE_DEVICES = (*saved, "cpu")
-            try:
+            with _common.affine_tile_devices("cpu"):
                 row["ascend_kernel"] = plan(*args)[1].kernel.__name__
                 row["ascend_plan_us"] = per_call_us(lambda: plan(*args), calls, repeat)
-            finally:
-                _common.AFFINE_TILE_DEVICES = saved
             row["dispatch_us"] = row["op_us"] - row["native_us"]
             row["triton_python_us"] = row["supports_us"] + row["plan_us"]
             rows.append(row)

@@ -16,6 +16,12 @@ twice (median, L2 flushed before each run):
   device time alone, what a call costs under graph capture (and the kernel's own speed). Achieved
   bandwidth and the comparisons with Inductor's code are taken from these.
 
+Where Ascend plans the call differently (`ascend_kernels.triton._common.AFFINE_TILE_DEVICES`: rope's
+and rms_norm's token tiles, adaLN's and mul_add's batch tiles), that tiling is timed too, on this
+GPU (``ascend_tiles``; ``ascend_tiles_vs_kernel`` above 1: faster than the row tiles CUDA plans):
+the measurement that would move CUDA to it. The batch-2 cases (two Flux images a prompt, SD3's
+batched CFG) and Flux's q after ``fuse_qkv_projections`` are the forms where it differs.
+
 Achieved bandwidth counts the bytes a fused kernel must move (each input read once at its real
 size, the output written once) and is compared with this device's measured device-to-device copy
 bandwidth (a 1 GiB copy), and the device time with that of a copy moving the same bytes
@@ -43,6 +49,7 @@ from typing import Any, Callable, Sequence
 # 1280x720, 81 frames: 21 x 45 x 80 = 75600 tokens, 40 heads of 128, width 5120.
 FLUX_TOKENS, FLUX_IMG, FLUX_DIM, FLUX_HEADS = 4608, 4096, 3072, 24
 WAN_TOKENS, WAN_DIM, WAN_HEADS = 75600, 5120, 40
+SD3_DIM = 1536  # SD3 medium's width, at 1024x1024 (4096 image tokens) under a batched CFG
 HEAD_DIM = 128
 
 
@@ -84,6 +91,13 @@ def _cases() -> list[Case]:
     def flux_tables():
         return rand(1, FLUX_TOKENS, 1, HEAD_DIM, dtype=f32), rand(1, FLUX_TOKENS, 1, HEAD_DIM, dtype=f32)
 
+    def fused_qkv_q(batch):  # q of FluxAttention after fuse_projections(): a chunk of to_qkv's output
+        return rand(batch, FLUX_IMG, 3 * FLUX_DIM)[..., :FLUX_DIM].unflatten(-1, (FLUX_HEADS, HEAD_DIM))
+
+    def sd3_modulation():  # scale, shift and gate: chunks of SD3's AdaLayerNormZero output (B, 6 x D)
+        mod = rand(2, 6 * SD3_DIM)
+        return mod[:, :SD3_DIM], mod[:, SD3_DIM:2 * SD3_DIM], mod[:, 2 * SD3_DIM:3 * SD3_DIM]
+
     def wan_tables():
         return rand(1, WAN_TOKENS, 1, HEAD_DIM, dtype=f32), rand(1, WAN_TOKENS, 1, HEAD_DIM, dtype=f32)
 
@@ -107,6 +121,15 @@ def _cases() -> list[Case]:
         Case("wan_gate", "mul_add", f"1x{WAN_TOKENS}x{WAN_DIM}",
              lambda: (rand(1, WAN_TOKENS, WAN_DIM), rand(1, 1, WAN_DIM, dtype=f32), rand(1, WAN_TOKENS, WAN_DIM, dtype=f32)),
              gate),
+        # Forms whose Ascend tiling differs from CUDA's row tiles (see the module docstring).
+        Case("flux_qkv_q_norm", "rms_norm", f"1x{FLUX_IMG}x{FLUX_HEADS}x{HEAD_DIM} of QKV",
+             lambda: (fused_qkv_q(1), rand(HEAD_DIM), 1e-6, None), rms),
+        Case("flux_rope_batch2", "rope", f"2x{FLUX_TOKENS}x{FLUX_HEADS}x{HEAD_DIM}",
+             lambda: (rand(2, FLUX_TOKENS, FLUX_HEADS, HEAD_DIM), *flux_tables(), "interleaved"), rope_flux),
+        Case("sd3_adaln_batch2", "adaln_modulate", f"2x{FLUX_IMG}x{SD3_DIM}",
+             lambda: (rand(2, FLUX_IMG, SD3_DIM), *sd3_modulation()[:2], 1e-6, None, None, None), adaln_flux),
+        Case("sd3_gate_batch2", "mul_add", f"2x{FLUX_IMG}x{SD3_DIM}",
+             lambda: (sd3_modulation()[2][:, None], rand(2, FLUX_IMG, SD3_DIM), rand(2, FLUX_IMG, SD3_DIM)), gate),
     ]
 
 
@@ -170,7 +193,7 @@ def device_ms(fn: Callable[[], Any], reps: int = 100) -> float:
 
 
 # Paths also timed on the device; the op's device time is the kernel's (only its host path differs).
-DEVICE_TIMED = ("eager", "compiled", "kernel", "traced")
+DEVICE_TIMED = ("eager", "compiled", "kernel", "traced", "ascend_tiles")
 
 
 def measure(paths: dict[str, Callable[..., Any]], args: Sequence[Any], host_ms: Callable[[Callable[[], Any]], float],
@@ -222,8 +245,9 @@ def summarize(case: str, op: str, shape: str, moved: int, peak_gbs: float, times
     row["traced_vs_compiled"] = _ratio(times.get("compiled_dev_ms"), times.get("traced_dev_ms"))
     row["host_kernel_vs_compiled"] = _ratio(times.get("compiled_ms"), times.get("kernel_ms"))
     row["host_traced_vs_compiled"] = _ratio(times.get("compiled_ms"), times.get("traced_ms"))
+    row["ascend_tiles_vs_kernel"] = _ratio(times.get("kernel_dev_ms"), times.get("ascend_tiles_dev_ms"))
     ref = outs.get("eager")
-    for key in ("kernel", "op", "traced"):
+    for key in ("kernel", "op", "traced", "ascend_tiles"):
         out = outs.get(key)
         row[f"{key}_max_abs_diff"] = (float((out.float() - ref.float()).abs().max())
                                       if out is not None and ref is not None else None)
@@ -238,8 +262,8 @@ def run(cases: Sequence[str] | None = None) -> dict[str, Any]:
 
     import ascend_kernels  # noqa: F401  (registers torch.ops.ascend_kernels)
     from ascend_kernels.registry import use_providers
+    from ascend_kernels.triton import _common, planner, traceable_op
     from ascend_kernels.triton import kernel as triton_kernel
-    from ascend_kernels.triton import traceable_op
     from diffusers_ascend.benchmarks._common import machine_info
 
     def host_ms(fn):
@@ -257,18 +281,34 @@ def run(cases: Sequence[str] | None = None) -> dict[str, Any]:
             eager=case.composite, compiled=torch.compile(case.composite), kernel=triton_kernel(case.op),
             op=getattr(torch.ops.ascend_kernels, case.op),
             traced=torch.compile(lambda *a, _op=traceable_op(case.op): _op(*a)))
+        row_kernel = planner(case.op)(*args)[1].kernel.__name__
+        with _common.affine_tile_devices("cuda"):
+            ascend_kernel = planner(case.op)(*args)[1].kernel.__name__
+        if ascend_kernel != row_kernel:  # time Ascend's tiling on this GPU too
+            paths["ascend_tiles"] = _with_ascend_tiles(paths["kernel"], _common)
         with use_providers(**{case.op: "triton"}):
             times, outs, errors = measure(paths, args, host_ms, device_ms)
         out = outs["kernel"] if "kernel" in outs else case.composite(*args)  # its size: the bytes written
         moved = _bytes(args, out)
-        rows.append(summarize(case.name, case.op, case.shape, moved, peak, times, outs, errors,
-                              copy_ms=same_size_copy_ms(moved)))
+        row = summarize(case.name, case.op, case.shape, moved, peak, times, outs, errors,
+                        copy_ms=same_size_copy_ms(moved))
+        rows.append(dict(row, row_kernel=row_kernel, ascend_kernel=ascend_kernel))
         del args, outs, out
         torch.cuda.empty_cache()
     torch.compiler.reset()
     return dict(benchmark="kernels", dtype="bf16", copy_gbs=peak, machine=machine_info("cuda"),
                 versions=f"torch {torch.__version__}, triton {triton.__version__}",
                 device=torch.cuda.get_device_name(0), rows=rows)
+
+
+def _with_ascend_tiles(kernel: Callable[..., Any], common: Any) -> Callable[..., Any]:
+    """``kernel`` planned as Ascend plans it (``common.affine_tile_devices("cuda")`` around each
+    call; under the device timing's CUDA graph the plan is made once, at capture)."""
+    def call(*args):
+        with common.affine_tile_devices("cuda"):
+            return kernel(*args)
+
+    return call
 
 
 COLUMNS = [
@@ -283,6 +323,8 @@ COLUMNS = [
     ("traced_ms", "triton in Inductor host ms"), ("traced_dev_ms", "triton in Inductor dev ms"),
     ("traced_vs_compiled", "in Inductor vs compiled"),
     ("kernel_max_abs_diff", "max |diff|"), ("traced_max_abs_diff", "in Inductor max |diff|"),
+    ("ascend_kernel", "Ascend tiling"), ("ascend_tiles_dev_ms", "Ascend tiling dev ms"),
+    ("ascend_tiles_vs_kernel", "Ascend tiling vs row tiles"),
 ]
 
 

@@ -30,16 +30,17 @@ rms_norm: one batch's tokens x heads, `token_tile`; adaLN and mul_add: rows of o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 import triton
 import triton.language as tl
 
 __all__ = [
-    "AFFINE_TILE_DEVICES", "Launch", "TILE_ELEMENTS", "batch_split", "block", "cdiv", "grid", "lead3", "num_warps",
+    "AFFINE_TILE_DEVICES", "Launch", "TILE_ELEMENTS", "affine_tile_devices", "batch_split", "block", "cdiv", "grid", "lead3", "num_warps",
     "operand_strides", "options", "row_coords", "row_offsets", "row_strides", "rows_per_tile", "strides_as",
     "token_tile",
 ]
@@ -51,6 +52,29 @@ __all__ = [
 # tiles make it issue one DMA per row (module docstring). CUDA keeps the row tiles its H100 numbers
 # were measured with. The interpreter and lowering tests widen it, as they widen `DEVICE_TYPES`.
 AFFINE_TILE_DEVICES: tuple[str, ...] = ("npu",)
+
+
+@contextlib.contextmanager
+def affine_tile_devices(*device_types: str) -> Iterator[None]:
+    """Plan Ascend's tiling on ``device_types`` too while the block runs: `AFFINE_TILE_DEVICES`
+    widened, restored on exit (also on error). For the checks that run Ascend's plans elsewhere:
+    the interpreter tests on CPU, the ``cuda`` tests and ``benchmarks/kernels.py`` on a GPU,
+    ``benchmarks/host_path.py``. Not thread-safe: it sets a module attribute for the process.
+
+    >>> from ascend_kernels.triton import _common
+    >>> with _common.affine_tile_devices("cpu"):
+    ...     _common.AFFINE_TILE_DEVICES
+    ('npu', 'cpu')
+    >>> _common.AFFINE_TILE_DEVICES
+    ('npu',)
+    """
+    global AFFINE_TILE_DEVICES
+    saved = AFFINE_TILE_DEVICES
+    AFFINE_TILE_DEVICES = (*saved, *device_types)
+    try:
+        yield
+    finally:
+        AFFINE_TILE_DEVICES = saved
 
 # Elements per tile (rows x block columns), per device type.
 TILE_ELEMENTS = {"cuda": 4096, "npu": 4096}

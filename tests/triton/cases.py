@@ -153,16 +153,12 @@ def _meta(*shape, dtype=torch.bfloat16):
 
 @contextlib.contextmanager
 def affine_tile_devices(*device_types: str):
-    """`ascend_kernels.triton._common.AFFINE_TILE_DEVICES` widened to ``device_types`` (Ascend's
-    tiling, planned on CPU or meta tensors), restored afterwards."""
+    """`ascend_kernels.triton._common.affine_tile_devices` (Ascend's tiling, planned on CPU or meta
+    tensors), imported when used: this module is collected where triton is not installed."""
     from ascend_kernels.triton import _common
 
-    saved = _common.AFFINE_TILE_DEVICES
-    _common.AFFINE_TILE_DEVICES = (*saved, *device_types)
-    try:
+    with _common.affine_tile_devices(*device_types):
         yield
-    finally:
-        _common.AFFINE_TILE_DEVICES = saved
 
 
 def affine_tiles(plan):

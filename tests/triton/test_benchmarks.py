@@ -55,6 +55,8 @@ def test_kernel_cases_cover_every_kernel_at_flux_and_wan_sizes():
     assert {c.op for c in names.values()} == {"rms_norm", "rope", "adaln_modulate", "mul_add"}
     assert names["flux_rope"].shape == "1x4608x24x128" and names["flux_adaln"].shape == "1x4096x3072"
     assert names["wan_adaln"].shape == "1x75600x5120"
+    # and the forms Ascend tiles differently, timed in both tilings
+    assert {"flux_qkv_q_norm", "flux_rope_batch2", "sd3_adaln_batch2", "sd3_gate_batch2"} <= set(names)
 
 
 def test_blocks_tiny_plumbing():
@@ -125,6 +127,34 @@ def test_kernel_benchmark_reports_a_failing_path_and_measures_the_others():
     result = dict(device="NVIDIA H100 80GB HBM3", versions="torch 2.13.0, triton 3.9.0", rows=[
         row, dict(row, case="wan_rope", compiled_dev_ms=None)])
     assert [line.split(", ")[3] for line in kernels.measurement_rows(result)] == ["'flux_rope'"]
+
+
+def test_kernel_benchmark_times_ascends_tiling_where_it_differs():
+    """The ``ascend_tiles`` path (Ascend's tiling timed on the GPU, only where it differs from the
+    row tiles): device-timed, compared with the row tiles, checked against eager."""
+    kernels = _load("kernels")
+    x = torch.ones(4, 8)
+    dev = iter([0.5, 0.4])
+    paths = dict(eager=lambda t: t * 2, kernel=lambda t: t * 2, ascend_tiles=lambda t: t * 2 + 0.5)
+    times, outs, errors = kernels.measure(paths, (x,), host_ms=lambda fn: 2.0,
+                                          dev_ms=lambda fn: next(dev, 1.0))
+    assert errors == {} and times["kernel_dev_ms"] == 0.4 and times["ascend_tiles_dev_ms"] == 1.0
+    row = kernels.summarize("sd3_adaln_batch2", "adaln_modulate", "4x8", 1_000_000, 4.0, times, outs, errors)
+    assert row["ascend_tiles_vs_kernel"] == 0.4 and row["ascend_tiles_gbs"] == 1.0
+    assert row["ascend_tiles_max_abs_diff"] == 0.5
+    assert kernels.summarize("flux_rope", "rope", "4x8", 1, 4.0, dict(kernel_dev_ms=0.4), {}, {})[
+        "ascend_tiles_vs_kernel"] is None  # not timed where the tilings are the same
+
+
+def test_ascend_tiles_path_plans_inside_the_switch():
+    pytest.importorskip("triton", reason="the switch lives in the triton package")
+    from ascend_kernels.triton import _common
+
+    kernels = _load("kernels")
+    seen = []
+    call = kernels._with_ascend_tiles(lambda *a: seen.append(_common.AFFINE_TILE_DEVICES) or a, _common)
+    assert call(1, 2) == (1, 2)
+    assert seen == [(*_common.AFFINE_TILE_DEVICES, "cuda")] and "cuda" not in _common.AFFINE_TILE_DEVICES
 
 
 def test_block_benchmark_reports_a_failing_variant_and_runs_the_others(monkeypatch, capsys):
