@@ -91,7 +91,7 @@ def run(calls: int = 2000, repeat: int = 5) -> dict[str, Any]:
             for key, fn in (("native_us", lambda: native(*args)), ("op_us", lambda: overload(*args)),
                             ("supports_us", lambda: triton.supports_args(*args)), ("plan_us", lambda: plan(*args))):
                 row[key] = per_call_us(fn, calls, repeat)
-            with _common.affine_tile_devices("cpu"):
+            with _common.ascend_tiling("cpu"):
                 row["ascend_kernel"] = plan(*args)[1].kernel.__name__
                 row["ascend_plan_us"] = per_call_us(lambda: plan(*args), calls, repeat)
             row["dispatch_us"] = row["op_us"] - row["native_us"]

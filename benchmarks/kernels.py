@@ -16,8 +16,9 @@ twice (median, L2 flushed before each run):
   device time alone, what a call costs under graph capture (and the kernel's own speed). Achieved
   bandwidth and the comparisons with Inductor's code are taken from these.
 
-Where Ascend plans the call differently (`ascend_kernels.triton._common.AFFINE_TILE_DEVICES`: rope's
-and rms_norm's token tiles, adaLN's and mul_add's batch tiles), that tiling is timed too, on this
+Where Ascend plans the call differently (`ascend_kernels.triton._common.ascend_tiling`: rope's and
+rms_norm's token tiles, adaLN's and mul_add's batch tiles, row chunks of Wan's 5120-wide
+reductions), that tiling is timed too, on this
 GPU (``ascend_tiles``; ``ascend_tiles_vs_kernel`` above 1: faster than the row tiles CUDA plans):
 the measurement that would move CUDA to it. The batch-2 cases (two Flux images a prompt, SD3's
 batched CFG) and Flux's q after ``fuse_qkv_projections`` are the forms where it differs.
@@ -282,7 +283,7 @@ def run(cases: Sequence[str] | None = None) -> dict[str, Any]:
             op=getattr(torch.ops.ascend_kernels, case.op),
             traced=torch.compile(lambda *a, _op=traceable_op(case.op): _op(*a)))
         row_kernel = planner(case.op)(*args)[1].kernel.__name__
-        with _common.affine_tile_devices("cuda"):
+        with _common.ascend_tiling("cuda"):
             ascend_kernel = planner(case.op)(*args)[1].kernel.__name__
         if ascend_kernel != row_kernel:  # time Ascend's tiling on this GPU too
             paths["ascend_tiles"] = _with_ascend_tiles(paths["kernel"], _common)
@@ -302,10 +303,10 @@ def run(cases: Sequence[str] | None = None) -> dict[str, Any]:
 
 
 def _with_ascend_tiles(kernel: Callable[..., Any], common: Any) -> Callable[..., Any]:
-    """``kernel`` planned as Ascend plans it (``common.affine_tile_devices("cuda")`` around each
+    """``kernel`` planned as Ascend plans it (``common.ascend_tiling("cuda")`` around each
     call; under the device timing's CUDA graph the plan is made once, at capture)."""
     def call(*args):
-        with common.affine_tile_devices("cuda"):
+        with common.ascend_tiling("cuda"):
             return kernel(*args)
 
     return call

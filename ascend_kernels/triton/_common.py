@@ -40,9 +40,9 @@ import triton
 import triton.language as tl
 
 __all__ = [
-    "AFFINE_TILE_DEVICES", "Launch", "TILE_ELEMENTS", "affine_tile_devices", "batch_split", "block", "cdiv", "grid", "lead3", "num_warps",
-    "operand_strides", "options", "row_coords", "row_offsets", "row_strides", "rows_per_tile", "strides_as",
-    "token_tile",
+    "AFFINE_TILE_DEVICES", "Launch", "ROW_TILE_LIMIT", "TILE_ELEMENTS", "ascend_tiling", "batch_split", "block",
+    "cdiv", "grid", "lead3", "num_warps", "operand_strides", "options", "row_chunk", "row_coords", "row_offsets",
+    "row_strides", "rows_per_tile", "strides_as", "token_tile",
 ]
 
 # Device types whose kernels plan tiles with addresses affine in each tile index where an operand's
@@ -55,29 +55,41 @@ AFFINE_TILE_DEVICES: tuple[str, ...] = ("npu",)
 
 
 @contextlib.contextmanager
-def affine_tile_devices(*device_types: str) -> Iterator[None]:
-    """Plan Ascend's tiling on ``device_types`` too while the block runs: `AFFINE_TILE_DEVICES`
-    widened, restored on exit (also on error). For the checks that run Ascend's plans elsewhere:
-    the interpreter tests on CPU, the ``cuda`` tests and ``benchmarks/kernels.py`` on a GPU,
-    ``benchmarks/host_path.py``. Not thread-safe: it sets a module attribute for the process.
+def ascend_tiling(*device_types: str) -> Iterator[None]:
+    """Plan as Ascend plans on ``device_types`` too while the block runs: `AFFINE_TILE_DEVICES`
+    widened to them and Ascend's `ROW_TILE_LIMIT` applied to them, both restored on exit (also on
+    error). For the checks that run Ascend's plans elsewhere: the interpreter tests on CPU, the
+    ``cuda`` tests and ``benchmarks/kernels.py`` on a GPU, ``benchmarks/host_path.py``. Not
+    thread-safe: it sets module state for the process.
 
     >>> from ascend_kernels.triton import _common
-    >>> with _common.affine_tile_devices("cpu"):
-    ...     _common.AFFINE_TILE_DEVICES
-    ('npu', 'cpu')
-    >>> _common.AFFINE_TILE_DEVICES
-    ('npu',)
+    >>> with _common.ascend_tiling("cpu"):
+    ...     _common.AFFINE_TILE_DEVICES, _common.ROW_TILE_LIMIT["cpu"]
+    (('npu', 'cpu'), 4096)
+    >>> _common.AFFINE_TILE_DEVICES, "cpu" in _common.ROW_TILE_LIMIT
+    (('npu',), False)
     """
     global AFFINE_TILE_DEVICES
-    saved = AFFINE_TILE_DEVICES
+    saved, saved_limits = AFFINE_TILE_DEVICES, dict(ROW_TILE_LIMIT)
     AFFINE_TILE_DEVICES = (*saved, *device_types)
+    ROW_TILE_LIMIT.update(dict.fromkeys(device_types, ROW_TILE_LIMIT["npu"]))
     try:
         yield
     finally:
         AFFINE_TILE_DEVICES = saved
+        ROW_TILE_LIMIT.clear()
+        ROW_TILE_LIMIT.update(saved_limits)
+
 
 # Elements per tile (rows x block columns), per device type.
 TILE_ELEMENTS = {"cuda": 4096, "npu": 4096}
+# Longest row (elements, a power of two) that a reduction over the row keeps in one tile, per device
+# type; a longer row is reduced in column chunks (`row_chunk`). Ascend: every live tile of a program,
+# times two where triton-ascend double-buffers a load (its default), must fit the 192 KB unified
+# buffer, or bishengir-compile fails with "ub overflow"; an adaLN tile of Wan 14B's 5120-wide rows
+# (8192 lanes: x in bf16 and fp32, the centred row, scale, shift, y) needs about that much. CUDA: no
+# limit below `limits.max_row` (registers; the H100 numbers are of whole-row tiles).
+ROW_TILE_LIMIT: dict[str, int] = {"npu": 4096}
 _MAX_GRID = 65535
 # CUDA: programs per SM of a persistent launch (None: one program per row block, up to 65535).
 # Swept on an H100 (tiles of 2048-16384 elements x {None, 2, 4, 8, 16} programs per SM, the eight
@@ -226,6 +238,20 @@ def _token_tile(per_tile: int, n_tokens: int, n_heads: int) -> tuple[int, int]:
     block_h = min((b for b in (1 << i for i in range(per_tile.bit_length())) if b <= block(n_heads)),
                   key=lambda b: (cdiv(n_heads, b) * b, -b))
     return min(max(1, per_tile // block_h), block(n_tokens)), block_h
+
+
+def row_chunk(d: int, device_type: str) -> int | None:
+    """Column chunk of a row of ``d`` elements reduced in chunks on ``device_type``: ``None`` where the
+    row fits one tile (`ROW_TILE_LIMIT`), else the power of two up to that limit, and at least an
+    eighth of it, that pads the last chunk least (ties: the larger).
+
+    >>> row_chunk(3072, "npu"), row_chunk(5120, "npu"), row_chunk(5120, "cuda")  # Flux, Wan 14B
+    (None, 1024, None)
+    """
+    limit = ROW_TILE_LIMIT.get(device_type)
+    if limit is None or block(d) <= limit:
+        return None
+    return min((limit >> k for k in range(4)), key=lambda c: (cdiv(d, c) * c, -c))
 
 
 def rows_per_tile(block_d: int, device_type: str) -> int:

@@ -11,9 +11,14 @@ Limits: `ascend_kernels.triton.limits.adaln_modulate_supports`.
 Tuning: Flux/Wan rows are wide (3072; 5120 for Wan 14B) and there are few per batch, so a tile
 is one row (BLOCK_D = 4096 or 8192 lanes, 8-16 warps on CUDA); the scale/shift row of the
 program's batch is re-read per row, from L2. Ascend: the grid is the number of vector cores; the
-widest accepted row is 8192 elements (`limits.max_row`: x, the centred row, scale, shift and y
-in fp32 are 5 x 32 KB, within the 192 KB unified buffer); 3072-wide bf16 rows are 6 KB, 32-byte
-aligned.
+widest accepted row is 8192 elements (`limits.max_row`). A one-row tile keeps x (in its dtype and
+in fp32), the centred row, scale, shift and y live, and triton-ascend double-buffers the loads by
+default: by that count (an estimate; bishengir-compile, which decides, is not run here) about
+105 KB of the 192 KB unified buffer at 4096 lanes (Flux's 3072, bf16 modulation) and 140 KB with
+fp32 modulation, twice that at 8192 (Wan 14B's 5120): more than the buffer holds. So a row wider than `_common.ROW_TILE_LIMIT` (4096 on Ascend) is reduced in
+column chunks (`_adaln_chunks_kernel`, 1024 wide for 5120: no padded lane), in three passes over
+the row (mean, centred variance, output: the native composite's arithmetic). 3072-wide bf16 rows
+are 6 KB, 32-byte aligned.
 
 Batch tiles (Ascend): with a per-batch modulation (``B > 1``: SD3 or PixArt under a batched CFG,
 any model at batch 2+), a row tile finds its rows' modulation row as ``row // S``, which
@@ -136,6 +141,53 @@ def _adaln_batches_kernel(
         tl.store(out_ptr + (rows * d)[:, None] + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _adaln_chunks_kernel(
+    x_ptr, scale_ptr, shift_ptr, w_ptr, b_ptr, out_ptr,
+    n_rows, n1, n2, d,
+    xs0, xs1, xs2, xsd,
+    cs0, cs1, cs2, csd,
+    hs0, hs1, hs2, hsd,
+    eps,
+    HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    # One row per step, in BLOCK_C-column chunks: the mean, then the variance of the centred row,
+    # then the output, each a pass over the row's chunks (x is read three times, the later passes
+    # from cache). Every operand's row start is a scalar, so each chunk is one contiguous block.
+    pid = tl.program_id(0)
+    chunk = tl.arange(0, BLOCK_C)
+    for r in range(pid, n_rows, tl.num_programs(0)):
+        row = tl.cast(r, tl.int64)
+        i0, i1, i2 = row // (n2 * n1), (row // n2) % n1, row % n2
+        x_row = x_ptr + i0 * xs0 + i1 * xs1 + i2 * xs2
+        acc = tl.zeros([BLOCK_C], dtype=tl.float32)
+        for c in range(0, d, BLOCK_C):
+            cols = c + chunk
+            acc += tl.load(x_row + cols * xsd, mask=cols < d, other=0.0).to(tl.float32)
+        mean = tl.sum(acc, axis=0) / d
+        acc = tl.zeros([BLOCK_C], dtype=tl.float32)
+        for c in range(0, d, BLOCK_C):
+            cols = c + chunk
+            cmask = cols < d
+            xc = tl.where(cmask, tl.load(x_row + cols * xsd, mask=cmask, other=0.0).to(tl.float32) - mean, 0.0)
+            acc += xc * xc
+        rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / d + eps)
+        scale_row = scale_ptr + i0 * cs0 + i1 * cs1 + i2 * cs2
+        shift_row = shift_ptr + i0 * hs0 + i1 * hs1 + i2 * hs2
+        for c in range(0, d, BLOCK_C):
+            cols = c + chunk
+            cmask = cols < d
+            y = (tl.load(x_row + cols * xsd, mask=cmask, other=0.0).to(tl.float32) - mean) * rstd
+            if HAS_WEIGHT:
+                y = y * tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+            if HAS_BIAS:
+                y = y + tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+            scale = tl.load(scale_row + cols * csd, mask=cmask, other=0.0).to(tl.float32)
+            shift = tl.load(shift_row + cols * hsd, mask=cmask, other=0.0).to(tl.float32)
+            y = y * (1.0 + scale) + shift
+            tl.store(out_ptr + row * d + cols, y.to(out_ptr.dtype.element_ty), mask=cmask)
+
+
 def adaln_modulate(
     x: torch.Tensor,
     scale: torch.Tensor,
@@ -177,6 +229,13 @@ def plan_adaln_modulate(
     shared = all(n == 1 or (c == 0 and h == 0) for n, c, h in zip(sizes, cs, hs))
     tensors = (x, scale, shift, w, b, out)
     constexprs = dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None)
+    chunk = _common.row_chunk(d, x.device.type)
+    if chunk is not None:  # a row too wide for one tile on this device (`_common.ROW_TILE_LIMIT`)
+        return out, _common.Launch(
+            _adaln_chunks_kernel, _common.grid(n_rows, x.device),
+            (*tensors, n_rows, n1, n2, d, *xs, x.stride(-1), *cs, csd, *hs, hsd, float(eps)),
+            dict(constexprs, BLOCK_C=chunk), _common.num_warps(chunk), _common.options(x.device),
+        )
     if x.device.type in _common.AFFINE_TILE_DEVICES and not (x_flat and c_flat and h_flat):
         batches = _batches(sizes, xs, cs, hs)
         if batches is not None:

@@ -19,6 +19,11 @@ in a row tile, which triton-ascend's adapter moves one DMA per row (``DiscreteMe
 leading dim x a block of the second x a block of the third (tokens x heads for fused QKV), whose
 addresses are affine in each index for any strides; the tile shape is rope's
 (`_common.token_tile`: 4 tokens x 8 heads of D = 128 for Flux's 24 heads).
+
+Row chunks (Ascend): a row wider than `_common.ROW_TILE_LIMIT` (4096 there: Wan's q/k norm over all
+5120 channels) is reduced in column chunks by `_rms_norm_chunks_kernel`, two passes over the row
+(mean square, output), so no tile outgrows the unified buffer (see `ascend_kernels.triton.adaln`).
+`npu_rms_norm` takes such calls first on an NPU.
 """
 
 from __future__ import annotations
@@ -106,6 +111,36 @@ def _rms_norm_tokens_kernel(
         tl.store(out_ptr + o_off, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _rms_norm_chunks_kernel(
+    x_ptr, w_ptr, out_ptr,
+    n_rows, n1, n2, d,
+    xs0, xs1, xs2, xsd,
+    eps,
+    HAS_WEIGHT: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    # One row per step, in BLOCK_C-column chunks: the mean square, then the output, each a pass over
+    # the row's chunks. The row start is a scalar, so each chunk is one contiguous block.
+    pid = tl.program_id(0)
+    chunk = tl.arange(0, BLOCK_C)
+    for r in range(pid, n_rows, tl.num_programs(0)):
+        row = tl.cast(r, tl.int64)
+        x_row = x_ptr + (row // (n2 * n1)) * xs0 + ((row // n2) % n1) * xs1 + (row % n2) * xs2
+        acc = tl.zeros([BLOCK_C], dtype=tl.float32)
+        for c in range(0, d, BLOCK_C):
+            cols = c + chunk
+            x = tl.load(x_row + cols * xsd, mask=cols < d, other=0.0).to(tl.float32)
+            acc += x * x
+        rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / d + eps)
+        for c in range(0, d, BLOCK_C):
+            cols = c + chunk
+            cmask = cols < d
+            y = tl.load(x_row + cols * xsd, mask=cmask, other=0.0).to(tl.float32) * rstd
+            if HAS_WEIGHT:
+                y = y * tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+            tl.store(out_ptr + row * d + cols, y.to(out_ptr.dtype.element_ty), mask=cmask)
+
+
 def rms_norm(
     x: torch.Tensor, weight: Optional[torch.Tensor], eps: float, out_dtype: Optional[torch.dtype] = None
 ) -> torch.Tensor:
@@ -127,6 +162,14 @@ def plan_rms_norm(
     n_rows = x.numel() // d
     block_d = _common.block(d)
     block_r = _common.rows_per_tile(block_d, x.device.type)
+    chunk = _common.row_chunk(d, x.device.type)
+    if chunk is not None:  # a row too wide for one tile on this device (`_common.ROW_TILE_LIMIT`)
+        return out, _common.Launch(
+            _rms_norm_chunks_kernel, _common.grid(n_rows, x.device),
+            (x, weight if weight is not None else x, out, n_rows, n1, n2, d, *xs, x.stride(-1), float(eps)),
+            dict(HAS_WEIGHT=weight is not None, BLOCK_C=chunk),
+            _common.num_warps(chunk), _common.options(x.device),
+        )
     if x.device.type in _common.AFFINE_TILE_DEVICES and not x_flat:
         block_1, block_2 = _common.token_tile(block_r, n1, n2)
         n_tiles = n0 * _common.cdiv(n1, block_1) * _common.cdiv(n2, block_2)

@@ -152,20 +152,21 @@ def _meta(*shape, dtype=torch.bfloat16):
 
 
 @contextlib.contextmanager
-def affine_tile_devices(*device_types: str):
-    """`ascend_kernels.triton._common.affine_tile_devices` (Ascend's tiling, planned on CPU or meta
+def ascend_tiling(*device_types: str):
+    """`ascend_kernels.triton._common.ascend_tiling` (Ascend's tiling, planned on CPU or meta
     tensors), imported when used: this module is collected where triton is not installed."""
     from ascend_kernels.triton import _common
 
-    with _common.affine_tile_devices(*device_types):
+    with _common.ascend_tiling(*device_types):
         yield
 
 
-def affine_tiles(plan):
-    """``plan`` run as Ascend plans it (rope's and rms_norm's token tiles, adaLN's and mul_add's batch
-    tiles) on meta tensors. The cases of `model_plans` so planned end in ``_tokens`` or ``_batches``."""
+def ascend_plan(plan):
+    """``plan`` run as Ascend plans it (`ascend_tiling`: rope's and rms_norm's token tiles, adaLN's
+    and mul_add's batch tiles, adaLN's row chunks) on meta tensors. The cases of `model_plans` so
+    planned end in ``_tokens``, ``_batches`` or ``_chunks``."""
     def build():
-        with affine_tile_devices("meta"):
+        with ascend_tiling("meta"):
             return plan()
 
     return build
@@ -189,34 +190,38 @@ def model_plans():
     return {
         "rms_norm_flux_qk": lambda: plan_rms_norm(flux_q, meta(128), 1e-6),
         "rms_norm_wan_qk_fp32_weight": lambda: plan_rms_norm(wan_h, meta(5120, dtype=f32), 1e-6),
+        "rms_norm_wan_qk_fp32_weight_chunks": ascend_plan(lambda: plan_rms_norm(wan_h, meta(5120, dtype=f32), 1e-6)),
         "rms_norm_fp16_no_weight_fp32_out": lambda: plan_rms_norm(meta(8, 77, dtype=torch.float16), None, 1e-6, f32),
         # Flux's q after fuse_qkv_projections (a chunk of to_qkv's output): row tiles, and Ascend's
         "rms_norm_flux_fused_qkv": lambda: plan_rms_norm(flux_qkv_q, meta(128), 1e-6),
-        "rms_norm_flux_fused_qkv_tokens": affine_tiles(lambda: plan_rms_norm(flux_qkv_q, meta(128), 1e-6)),
+        "rms_norm_flux_fused_qkv_tokens": ascend_plan(lambda: plan_rms_norm(flux_qkv_q, meta(128), 1e-6)),
         "rope_flux_interleaved": lambda: plan_rope(flux_q, meta(1, 4608, 1, 128, dtype=f32), meta(1, 4608, 1, 128, dtype=f32), "interleaved"),
         "rope_wan_half": lambda: plan_rope(wan_q, meta(1, 75600, 1, 128, dtype=f32), meta(1, 75600, 1, 128, dtype=f32), "half"),
         # the same calls as Ascend plans them: token tiles (`_common.AFFINE_TILE_DEVICES`)
-        "rope_flux_interleaved_tokens": affine_tiles(lambda: plan_rope(
+        "rope_flux_interleaved_tokens": ascend_plan(lambda: plan_rope(
             flux_q, meta(1, 4608, 1, 128, dtype=f32), meta(1, 4608, 1, 128, dtype=f32), "interleaved")),
-        "rope_wan_half_tokens": affine_tiles(lambda: plan_rope(
+        "rope_wan_half_tokens": ascend_plan(lambda: plan_rope(
             wan_q, meta(1, 75600, 1, 128, dtype=f32), meta(1, 75600, 1, 128, dtype=f32), "half")),
         # two Flux images a prompt: one table for the batch (row tiles), and Ascend's token tiles
         "rope_flux_batch2": lambda: plan_rope(meta(2, 4608, 24, 128), *flux_tables, "interleaved"),
-        "rope_flux_batch2_tokens": affine_tiles(lambda: plan_rope(meta(2, 4608, 24, 128), *flux_tables, "interleaved")),
+        "rope_flux_batch2_tokens": ascend_plan(lambda: plan_rope(meta(2, 4608, 24, 128), *flux_tables, "interleaved")),
         # CogVideoX-5B's image tokens under a batched CFG: heads-major x, sliced after the 226 text
         # tokens, and one (S, D) table for the batch (row tiles, and Ascend's token tiles)
         "rope_cogvideox_heads_major": lambda: plan_rope(cog_q, *cog_tables, "interleaved"),
-        "rope_cogvideox_heads_major_tokens": affine_tiles(lambda: plan_rope(cog_q, *cog_tables, "interleaved")),
+        "rope_cogvideox_heads_major_tokens": ascend_plan(lambda: plan_rope(cog_q, *cog_tables, "interleaved")),
         "adaln_flux": lambda: plan_adaln_modulate(flux_h, meta(1, 3072), meta(1, 3072), 1e-6),
         "adaln_wan_fp32_mod": lambda: plan_adaln_modulate(wan_h, meta(1, 1, 5120, dtype=f32), meta(1, 1, 5120, dtype=f32), 1e-6, None, None, bf),
+        # the same call as Ascend plans it: 5120-wide rows in 1024-wide chunks (`_common.ROW_TILE_LIMIT`)
+        "adaln_wan_fp32_mod_chunks": ascend_plan(lambda: plan_adaln_modulate(
+            wan_h, meta(1, 1, 5120, dtype=f32), meta(1, 1, 5120, dtype=f32), 1e-6, None, None, bf)),
         # a per-batch modulation (SD3's width, batched CFG): row tiles, and Ascend's batch tiles
         "adaln_sd3_batch2": lambda: plan_adaln_modulate(sd3_h, sd3_mod[:, :1536], sd3_mod[:, 1536:3072], 1e-6),
-        "adaln_sd3_batch2_batches": affine_tiles(lambda: plan_adaln_modulate(
+        "adaln_sd3_batch2_batches": ascend_plan(lambda: plan_adaln_modulate(
             sd3_h, sd3_mod[:, :1536], sd3_mod[:, 1536:3072], 1e-6)),
         "adaln_affine_fp32": lambda: plan_adaln_modulate(meta(3, 5, 77, dtype=f32), meta(3, 77, dtype=f32), meta(3, 77, dtype=f32), 1e-6, meta(77, dtype=f32), meta(77, dtype=f32)),
         "mul_add_flux_gate": lambda: plan_mul_add(meta(1, 1, 3072), flux_h, flux_h),
         "mul_add_gate_batch2": lambda: plan_mul_add(sd3_mod[:, None, :1536], sd3_h, sd3_h),
-        "mul_add_gate_batch2_batches": affine_tiles(lambda: plan_mul_add(sd3_mod[:, None, :1536], sd3_h, sd3_h)),
+        "mul_add_gate_batch2_batches": ascend_plan(lambda: plan_mul_add(sd3_mod[:, None, :1536], sd3_h, sd3_h)),
         "mul_add_wan_mixed": lambda: plan_mul_add(wan_h, meta(1, 1, 5120, dtype=f32), meta(1, 75600, 5120, dtype=f32)),
     }
 

@@ -22,7 +22,7 @@ import torch
 
 from ascend_kernels.triton import triton_ascend_available
 
-from .cases import CASES, affine_tile_devices, arg_type, model_plans
+from .cases import CASES, arg_type, ascend_tiling, model_plans
 
 # The plans are built at collection (they import the kernel modules, hence triton): skip the module.
 pytest.importorskip("triton", reason="needs triton-ascend (nox -s triton-ascend)")
@@ -104,7 +104,7 @@ def test_ascend_plans_of_the_odd_shapes(op, case, layout):
     from ascend_kernels.triton import planner
 
     args = CASES[op][case](torch.bfloat16, "cpu") + ((layout,) if layout else ())
-    with affine_tile_devices("cpu"):
+    with ascend_tiling("cpu"):
         _, launch = planner(op)(*args)
     discrete = lower(launch).count("DiscreteMemAccess")
     if (op, case) in DISCRETE_ON_ASCEND:

@@ -12,7 +12,7 @@ import os
 import pytest
 import torch
 
-from .cases import CASES, affine_tile_devices, arg_type, model_plans
+from .cases import CASES, arg_type, ascend_tiling, model_plans
 
 # The plans are built at collection (they import the kernel modules, hence triton): skip the module.
 pytest.importorskip("triton", reason="needs triton")
@@ -86,15 +86,29 @@ def test_ascend_tiles_of_every_case_compile_for_cuda(op, case, layout):
     from ascend_kernels.triton import planner
 
     args = CASES[op][case](torch.bfloat16, "cpu") + ((layout,) if layout else ())
-    with affine_tile_devices("cpu"):
+    with ascend_tiling("cpu"):
         _, launch = planner(op)(*args)
     assert _compile(launch, 90).asm["cubin"], case
 
 
-# CUDA's plans only: token and batch tiles are Ascend's (`_common.AFFINE_TILE_DEVICES`); compiled for
-# sm_90 the rope token tiles' (4, 128) table tiles, over 256 threads, load 64 or 32 bits per thread.
+@pytest.mark.parametrize("op,case", [(op, c) for op in ("rms_norm", "adaln_modulate") for c in CASES[op]])
+def test_row_chunks_of_every_case_compile_for_cuda(op, case, monkeypatch):
+    """rms_norm's and adaLN's chunked reductions (Ascend's plan for rows wider than one tile; every
+    case takes it with a limit of half its row) compile for sm_90, for the ``cuda`` tests to run."""
+    from ascend_kernels.triton import _common, planner
+
+    args = CASES[op][case](torch.bfloat16, "cpu")
+    monkeypatch.setitem(_common.ROW_TILE_LIMIT, "cpu", _common.block(args[0].shape[-1]) // 2)
+    _, launch = planner(op)(*args)
+    assert launch.kernel.__name__.endswith("_chunks_kernel")
+    assert _compile(launch, 90).asm["cubin"], case
+
+
+# CUDA's plans only: token and batch tiles and row chunks are Ascend's (`_common.ascend_tiling`);
+# compiled for sm_90 the rope token tiles' (4, 128) table tiles, over 256 threads, load 64 or 32
+# bits per thread.
 @pytest.mark.parametrize("case", [c for c in model_plans()
-                                  if ("flux" in c or "wan" in c) and not c.endswith(("_tokens", "_batches"))])
+                                  if ("flux" in c or "wan" in c) and not c.endswith(("_tokens", "_batches", "_chunks"))])
 def test_model_size_accesses_are_128_bit(case):
     """At the model sizes every global load and store is a 128-bit vector access (``v4.b32``): the
     in-register pair split of the interleaved rope and the broadcast reads keep rows contiguous.

@@ -13,7 +13,7 @@ import ascend_kernels  # noqa: F401
 from ascend_kernels.registry import select_provider, use_providers
 from ascend_kernels.testing import assert_close
 
-from .cases import CASES, affine_tile_devices
+from .cases import CASES, ascend_tiling
 from .conftest import randn
 
 pytestmark = pytest.mark.cuda
@@ -45,7 +45,7 @@ def test_cases(op, case, dtype):
 def test_rope_token_tiles_compiled(case, layout, dtype):
     """Ascend's rope tiling (token tiles), compiled and run by the GPU's Triton: the interpreter
     tests check its semantics, this checks the compiled code (CUDA itself plans row tiles)."""
-    with affine_tile_devices("cuda"):
+    with ascend_tiling("cuda"):
         _check("rope", CASES["rope"][case](dtype, "cuda") + (layout,), f"rope {case} {layout} (token tiles)")
 
 
@@ -54,7 +54,7 @@ def test_rope_token_tiles_compiled(case, layout, dtype):
 def test_rope_token_tiles_at_flux_size(layout, batch):
     q = randn(batch, 4608, 24, 128, dtype=torch.bfloat16, device="cuda")
     cos, sin = randn(1, 4608, 1, 128, device="cuda", seed=1), randn(1, 4608, 1, 128, device="cuda", seed=2)
-    with affine_tile_devices("cuda"):
+    with ascend_tiling("cuda"):
         _check("rope", (q, cos, sin, layout), f"flux-size rope {layout} (token tiles)")
 
 
@@ -62,7 +62,7 @@ def test_rope_token_tiles_at_flux_size(layout, batch):
 def test_rms_norm_token_tiles_compiled(case, dtype):
     """Ascend's rms_norm tiling (token tiles where x's rows are not evenly spaced), compiled and run
     by the GPU's Triton (CUDA itself plans row tiles)."""
-    with affine_tile_devices("cuda"):
+    with ascend_tiling("cuda"):
         _check("rms_norm", CASES["rms_norm"][case](dtype, "cuda"), f"rms_norm {case} (token tiles)")
 
 
@@ -74,7 +74,7 @@ def test_rms_norm_of_fused_qkv_at_flux_size(tiles):
     bf = torch.bfloat16
     q = randn(2, 4096, 3 * 3072, dtype=bf, device="cuda").chunk(3, dim=-1)[0].unflatten(-1, (24, 128))
     args = (q, randn(128, dtype=bf, device="cuda", seed=1), 1e-6, None)
-    with affine_tile_devices(*(("cuda",) if tiles == "token_tiles" else ())):
+    with ascend_tiling(*(("cuda",) if tiles == "token_tiles" else ())):
         kernel = plan_rms_norm(*args)[1].kernel.__name__
         assert kernel == ("_rms_norm_tokens_kernel" if tiles == "token_tiles" else "_rms_norm_kernel")
         _check("rms_norm", args, f"flux-size fused-QKV q norm ({tiles})")
@@ -84,15 +84,42 @@ def test_rms_norm_of_fused_qkv_at_flux_size(tiles):
 def test_adaln_batch_tiles_compiled(case, dtype):
     """Ascend's adaLN tiling (batch tiles where the modulation is per batch), compiled and run by
     the GPU's Triton (CUDA itself plans row tiles)."""
-    with affine_tile_devices("cuda"):
+    with ascend_tiling("cuda"):
         _check("adaln_modulate", CASES["adaln_modulate"][case](dtype, "cuda"), f"adaln {case} (batch tiles)")
+
+
+@pytest.mark.parametrize("op,case", [(op, c) for op in ("rms_norm", "adaln_modulate") for c in CASES[op]])
+def test_row_chunks_compiled(op, case, dtype, monkeypatch):
+    """Ascend's chunked reductions of wide rows, compiled and run by the GPU's Triton, every case in
+    chunks (a limit of half its row; Ascend's is 4096, and CUDA keeps whole rows)."""
+    from ascend_kernels.triton import _common
+
+    args = CASES[op][case](dtype, "cuda")
+    monkeypatch.setitem(_common.ROW_TILE_LIMIT, "cuda", _common.block(args[0].shape[-1]) // 2)
+    _check(op, args, f"{op} {case} (row chunks)")
+
+
+def test_row_chunks_at_wan_width():
+    """Wan 14B's 5120-wide rows as Ascend plans them (1024-wide chunks): adaLN with its fp32
+    modulation, and the q/k norm over all channels."""
+    from ascend_kernels.triton import planner
+
+    bf = torch.bfloat16
+    h = randn(1, 75600 // 16, 5120, dtype=bf, device="cuda")
+    cases = {"adaln_modulate": (h, randn(1, 1, 5120, device="cuda", seed=1), randn(1, 1, 5120, device="cuda", seed=2),
+                                1e-6, None, None, bf),
+             "rms_norm": (h, randn(5120, dtype=bf, device="cuda", seed=3), 1e-6, None)}
+    with ascend_tiling("cuda"):
+        for op, args in cases.items():
+            assert planner(op)(*args)[1].kernel.__name__.endswith("_chunks_kernel"), op
+            _check(op, args, f"wan-width {op} (row chunks)")
 
 
 @pytest.mark.parametrize("case", list(CASES["mul_add"]))
 def test_mul_add_batch_tiles_compiled(case, dtype):
     """Ascend's mul_add tiling (batch tiles where an operand is per batch), compiled and run by the
     GPU's Triton (CUDA itself plans row tiles)."""
-    with affine_tile_devices("cuda"):
+    with ascend_tiling("cuda"):
         _check("mul_add", CASES["mul_add"][case](dtype, "cuda"), f"mul_add {case} (batch tiles)")
 
 
@@ -102,7 +129,7 @@ def test_adaln_batch_tiles_at_sd3_size():
     from ascend_kernels.triton.adaln import plan_adaln_modulate
 
     args = (h, mod[:, :1536], mod[:, 1536:3072], 1e-6)
-    with affine_tile_devices("cuda"):
+    with ascend_tiling("cuda"):
         assert plan_adaln_modulate(*args)[1].kernel.__name__ == "_adaln_batches_kernel"
         _check("adaln_modulate", args, "sd3-size adaln (batch tiles)")
         _check("mul_add", (mod[:, None, 3072:4608], h, h), "sd3-size gate (batch tiles)")

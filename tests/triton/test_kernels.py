@@ -13,7 +13,7 @@ import ascend_kernels
 from ascend_kernels.registry import select_provider, use_providers
 from ascend_kernels.testing import assert_close
 
-from .cases import CASES, affine_tile_devices
+from .cases import CASES, ascend_tiling
 from .conftest import randn
 from ..kernels.conftest import flux_rope, wan_rope
 
@@ -41,7 +41,7 @@ def tiles(request):
     if request.param == "row_tiles":
         yield request.param
         return
-    with affine_tile_devices("cpu"):
+    with ascend_tiling("cpu"):
         yield request.param
 
 
@@ -59,6 +59,21 @@ def test_rope(dtype, case, layout, tiles):
 @pytest.mark.parametrize("case", list(CASES["adaln_modulate"]))
 def test_adaln_modulate(dtype, case, tiles):
     _check("adaln_modulate", CASES["adaln_modulate"][case](dtype, "cpu"), f"adaln_modulate {case} ({tiles})")
+
+
+@pytest.mark.parametrize("op,case", [(op, c) for op in ("rms_norm", "adaln_modulate") for c in CASES[op]
+                                     if c != "batches_span_tiles"])  # 140 rows: 10 s a dtype, nothing new
+def test_reductions_in_row_chunks(op, case, dtype, monkeypatch):
+    """Ascend's chunked reduction of rows wider than one tile (`_common.ROW_TILE_LIMIT`: 4096 there,
+    here half the case's row so that it takes 2-8 chunks): every case, also the batched, sliced and
+    broadcast ones."""
+    from ascend_kernels.triton import _common, planner
+
+    args = CASES[op][case](dtype, "cpu")
+    monkeypatch.setitem(_common.ROW_TILE_LIMIT, "cpu", _common.block(args[0].shape[-1]) // 2)
+    kernel = planner(op)(*args)[1].kernel.__name__
+    assert kernel == {"rms_norm": "_rms_norm_chunks_kernel", "adaln_modulate": "_adaln_chunks_kernel"}[op]
+    _check(op, args, f"{op} {case} (row chunks)")
 
 
 @pytest.mark.parametrize("case", list(CASES["mul_add"]))
@@ -100,7 +115,7 @@ def test_ascend_tiles_only_where_the_operands_allow(op, case, layout):
     args = CASES[op][case](torch.bfloat16, "cpu") + ((layout,) if layout else ())
     row_kernel, ascend_kernel, ascend_cases = ASCEND_TILES[op]
     assert planner(op)(*args)[1].kernel.__name__ == row_kernel  # a device outside AFFINE_TILE_DEVICES
-    with affine_tile_devices("cpu"):
+    with ascend_tiling("cpu"):
         launch = planner(op)(*args)[1]
     assert launch.kernel.__name__ == (ascend_kernel if case in ascend_cases else row_kernel), case
 
