@@ -147,6 +147,24 @@ def arg_type(value) -> str:
     return "i32" if -(2**31) <= value < 2**31 else "i64"
 
 
+def check_forced(op: str, args: tuple, msg: str) -> torch.Tensor:
+    """``op`` with the ``triton`` provider chosen explicitly (where the device's own kernels or
+    Inductor's code would otherwise take it) against the native provider on the same device:
+    values within `ascend_kernels.testing` tolerances, and the same strides."""
+    from ascend_kernels.registry import select_provider, use_providers
+    from ascend_kernels.testing import assert_close
+
+    ops = torch.ops.ascend_kernels
+    with use_providers(**{op: "triton"}):
+        assert select_provider(op, *args).name == "triton", f"{msg}: the triton provider refused the call"
+        out = getattr(ops, op)(*args)
+    with use_providers(**{op: "native"}):
+        expected = getattr(ops, op)(*args)
+    assert out.stride() == expected.stride(), msg
+    assert_close(out, expected, msg=msg)
+    return out
+
+
 def _meta(*shape, dtype=torch.bfloat16):
     return torch.empty(*shape, dtype=dtype, device="meta")
 

@@ -10,8 +10,9 @@ process-wide). Run them with::
 
 The provider-selection and benchmark-script tests (no kernel launched) run in both; the
 ahead-of-time compile tests (``test_compile.py``: each launch compiled for sm_90/sm_80, no GPU)
-run without the interpreter; ``cuda``-marked tests run the compiled kernels on a real GPU
-(skipped without one, and under the interpreter).
+run without the interpreter; ``cuda``-marked tests run the compiled kernels on a real GPU and
+``npu``-marked ones on an Ascend NPU with triton-ascend (skipped without one, and under the
+interpreter).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def pytest_collection_modifyitems(config, items):
         return
     here = os.path.dirname(os.path.abspath(__file__))
     for item in items:
-        if "cuda" in item.keywords and str(item.path).startswith(here):
+        if ("cuda" in item.keywords or "npu" in item.keywords) and str(item.path).startswith(here):
             item.add_marker(pytest.mark.skip(reason="compiled kernels: not under TRITON_INTERPRET=1"))
 
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import ascend_kernels  # noqa: F401
-from ascend_kernels.registry import select_provider, use_providers
+from ascend_kernels.registry import use_providers
 from ascend_kernels.testing import assert_close
 
-from .cases import CASES, ascend_tiling
+from .cases import CASES, ascend_tiling, check_forced
 from .conftest import randn
 
 pytestmark = pytest.mark.cuda
@@ -22,22 +22,12 @@ ops = torch.ops.ascend_kernels
 ALL_TRITON = dict(rms_norm="triton", rope="triton", adaln_modulate="triton", mul_add="triton")
 
 
-def _check(op, args, msg):
-    with use_providers(**{op: "triton"}):
-        assert select_provider(op, *args).name == "triton"
-        out = getattr(ops, op)(*args)
-    with use_providers(**{op: "native"}):
-        expected = getattr(ops, op)(*args)
-    assert out.stride() == expected.stride(), msg
-    assert_close(out, expected, msg=msg)
-
-
 @pytest.mark.parametrize("op,case", [(op, c) for op in CASES for c in CASES[op]])
 def test_cases(op, case, dtype):
     args = CASES[op][case](dtype, "cuda")
     layouts = ("interleaved", "half") if op == "rope" else (None,)
     for layout in layouts:
-        _check(op, args + ((layout,) if layout else ()), f"{op} {case} {layout or ''}")
+        check_forced(op, args + ((layout,) if layout else ()), f"{op} {case} {layout or ''}")
 
 
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
@@ -46,7 +36,7 @@ def test_rope_token_tiles_compiled(case, layout, dtype):
     """Ascend's rope tiling (token tiles), compiled and run by the GPU's Triton: the interpreter
     tests check its semantics, this checks the compiled code (CUDA itself plans row tiles)."""
     with ascend_tiling("cuda"):
-        _check("rope", CASES["rope"][case](dtype, "cuda") + (layout,), f"rope {case} {layout} (token tiles)")
+        check_forced("rope", CASES["rope"][case](dtype, "cuda") + (layout,), f"rope {case} {layout} (token tiles)")
 
 
 @pytest.mark.parametrize("batch", [1, 2])  # 2: two images a prompt, one table for the batch
@@ -55,7 +45,7 @@ def test_rope_token_tiles_at_flux_size(layout, batch):
     q = randn(batch, 4608, 24, 128, dtype=torch.bfloat16, device="cuda")
     cos, sin = randn(1, 4608, 1, 128, device="cuda", seed=1), randn(1, 4608, 1, 128, device="cuda", seed=2)
     with ascend_tiling("cuda"):
-        _check("rope", (q, cos, sin, layout), f"flux-size rope {layout} (token tiles)")
+        check_forced("rope", (q, cos, sin, layout), f"flux-size rope {layout} (token tiles)")
 
 
 @pytest.mark.parametrize("case", list(CASES["rms_norm"]))
@@ -63,7 +53,7 @@ def test_rms_norm_token_tiles_compiled(case, dtype):
     """Ascend's rms_norm tiling (token tiles where x's rows are not evenly spaced), compiled and run
     by the GPU's Triton (CUDA itself plans row tiles)."""
     with ascend_tiling("cuda"):
-        _check("rms_norm", CASES["rms_norm"][case](dtype, "cuda"), f"rms_norm {case} (token tiles)")
+        check_forced("rms_norm", CASES["rms_norm"][case](dtype, "cuda"), f"rms_norm {case} (token tiles)")
 
 
 @pytest.mark.parametrize("tiles", ["row_tiles", "token_tiles"])
@@ -77,7 +67,7 @@ def test_rms_norm_of_fused_qkv_at_flux_size(tiles):
     with ascend_tiling(*(("cuda",) if tiles == "token_tiles" else ())):
         kernel = plan_rms_norm(*args)[1].kernel.__name__
         assert kernel == ("_rms_norm_tokens_kernel" if tiles == "token_tiles" else "_rms_norm_kernel")
-        _check("rms_norm", args, f"flux-size fused-QKV q norm ({tiles})")
+        check_forced("rms_norm", args, f"flux-size fused-QKV q norm ({tiles})")
 
 
 @pytest.mark.parametrize("case", list(CASES["adaln_modulate"]))
@@ -85,7 +75,7 @@ def test_adaln_batch_tiles_compiled(case, dtype):
     """Ascend's adaLN tiling (batch tiles where the modulation is per batch), compiled and run by
     the GPU's Triton (CUDA itself plans row tiles)."""
     with ascend_tiling("cuda"):
-        _check("adaln_modulate", CASES["adaln_modulate"][case](dtype, "cuda"), f"adaln {case} (batch tiles)")
+        check_forced("adaln_modulate", CASES["adaln_modulate"][case](dtype, "cuda"), f"adaln {case} (batch tiles)")
 
 
 @pytest.mark.parametrize("op,case", [(op, c) for op in ("rms_norm", "adaln_modulate") for c in CASES[op]])
@@ -96,7 +86,7 @@ def test_row_chunks_compiled(op, case, dtype, monkeypatch):
 
     args = CASES[op][case](dtype, "cuda")
     monkeypatch.setitem(_common.ROW_TILE_LIMIT, "cuda", _common.block(args[0].shape[-1]) // 2)
-    _check(op, args, f"{op} {case} (row chunks)")
+    check_forced(op, args, f"{op} {case} (row chunks)")
 
 
 def test_row_chunks_at_wan_width():
@@ -112,7 +102,7 @@ def test_row_chunks_at_wan_width():
     with ascend_tiling("cuda"):
         for op, args in cases.items():
             assert planner(op)(*args)[1].kernel.__name__.endswith("_chunks_kernel"), op
-            _check(op, args, f"wan-width {op} (row chunks)")
+            check_forced(op, args, f"wan-width {op} (row chunks)")
 
 
 @pytest.mark.parametrize("case", list(CASES["mul_add"]))
@@ -120,7 +110,7 @@ def test_mul_add_batch_tiles_compiled(case, dtype):
     """Ascend's mul_add tiling (batch tiles where an operand is per batch), compiled and run by the
     GPU's Triton (CUDA itself plans row tiles)."""
     with ascend_tiling("cuda"):
-        _check("mul_add", CASES["mul_add"][case](dtype, "cuda"), f"mul_add {case} (batch tiles)")
+        check_forced("mul_add", CASES["mul_add"][case](dtype, "cuda"), f"mul_add {case} (batch tiles)")
 
 
 def test_adaln_batch_tiles_at_sd3_size():
@@ -131,24 +121,24 @@ def test_adaln_batch_tiles_at_sd3_size():
     args = (h, mod[:, :1536], mod[:, 1536:3072], 1e-6)
     with ascend_tiling("cuda"):
         assert plan_adaln_modulate(*args)[1].kernel.__name__ == "_adaln_batches_kernel"
-        _check("adaln_modulate", args, "sd3-size adaln (batch tiles)")
-        _check("mul_add", (mod[:, None, 3072:4608], h, h), "sd3-size gate (batch tiles)")
+        check_forced("adaln_modulate", args, "sd3-size adaln (batch tiles)")
+        check_forced("mul_add", (mod[:, None, 3072:4608], h, h), "sd3-size gate (batch tiles)")
 
 
 def test_model_sizes_bf16():
     bf = torch.bfloat16
     q = randn(1, 4608, 24, 128, dtype=bf, device="cuda")
     cos, sin = randn(1, 4608, 1, 128, device="cuda", seed=1), randn(1, 4608, 1, 128, device="cuda", seed=2)
-    _check("rms_norm", (q, randn(128, dtype=bf, device="cuda"), 1e-6, None), "flux q norm")
-    _check("rope", (q, cos, sin, "interleaved"), "flux rope")
+    check_forced("rms_norm", (q, randn(128, dtype=bf, device="cuda"), 1e-6, None), "flux q norm")
+    check_forced("rope", (q, cos, sin, "interleaved"), "flux rope")
     h = randn(1, 4096, 3072, dtype=bf, device="cuda")
     mod = randn(1, 3072, dtype=bf, device="cuda", seed=3)
-    _check("adaln_modulate", (h, mod, mod, 1e-6), "flux adaln")
-    _check("mul_add", (mod[:, None], h, h), "flux gate")
+    check_forced("adaln_modulate", (h, mod, mod, 1e-6), "flux adaln")
+    check_forced("mul_add", (mod[:, None], h, h), "flux gate")
     w = randn(1, 75600 // 16, 5120, dtype=bf, device="cuda")  # a slab of Wan 14B's 75600 tokens
     g = randn(1, 1, 5120, device="cuda", seed=4)
-    _check("adaln_modulate", (w, g, g, 1e-6, None, None, torch.float32), "wan adaln fp32 out")
-    _check("mul_add", (w, g, w.float()), "wan gate (fp32 out)")
+    check_forced("adaln_modulate", (w, g, g, 1e-6, None, None, torch.float32), "wan adaln fp32 out")
+    check_forced("mul_add", (w, g, w.float()), "wan gate (fp32 out)")
 
 
 def test_under_torch_compile_and_cuda_graphs():
