@@ -8,7 +8,8 @@ It writes ``npu-hardware-report.json`` (or ``$ASCEND_KERNELS_NPU_REPORT``): the 
 torch_npu, CANN, SoC, jit_compile), the provider each op uses and why, and per case the provider,
 the ops dispatched per fused call, the device kernels torch_npu's profiler saw (when its trace can
 be read), the max error against the native provider on the same device, and median latencies of
-the provider and of the native composite. Nothing here has run yet.
+the provider and of the native composite, and, where triton-ascend is installed, the error,
+device kernels and latency of the Triton kernel of the same call. Nothing here has run yet.
 
 Shapes: Flux.1 at 1024x1024 (4096 image + 512 text tokens, 24 heads x 128, dim 3072, FFN 12288)
 and Wan 2.1 14B at 480x832, 81 frames (21 x 30 x 52 = 32760 tokens, 40 heads x 128, dim 5120,
@@ -117,8 +118,18 @@ def _median_ms(fn) -> float:
     return statistics.median(times)
 
 
+def _triton(op: str, args: tuple):
+    """The ``triton`` provider where it runs this call here (triton-ascend installed), else None."""
+    from ascend_kernels.registry import providers
+
+    p = next((p for p in providers(op) if p.name == "triton"), None)
+    return p if p is not None and p.supported(DEVICE) and p.supports_args(*args) else None
+
+
 def _case(op: str, case: str, args: tuple, expect_provider: str = "npu", expect_ops=None) -> None:
-    """Runs ``op(*args)`` through the selected provider and the native one; records and asserts."""
+    """Runs ``op(*args)`` through the selected provider and the native one, and through the Triton
+    kernel too where triton-ascend is installed (whether it beats the provider chosen, or the
+    native composite, is what the report is for); records and asserts."""
     provider = select_provider(op, *args)
     with _Dispatched() as seen:
         out = provider.impl(*args)
@@ -139,8 +150,18 @@ def _case(op: str, case: str, args: tuple, expect_provider: str = "npu", expect_
     }
     with use_providers(**{op: "native"}):
         record["native_ms"] = _median_ms(lambda: getattr(ops, op)(*args))
+    triton = _triton(op, args)
+    if triton is not None and triton is not provider:
+        t_out = triton.impl(*args)
+        _sync()
+        t_diff = (t_out.float() - ref.float()).abs()
+        record["triton"] = {
+            "max_abs_err_vs_native": t_diff.max().item(), "within_tolerance": bool((t_diff <= bound).all()),
+            "device_kernels": _device_kernels(lambda: triton.impl(*args)), "ms": _median_ms(lambda: triton.impl(*args)),
+        }
     _RECORDS.append(record)
     assert provider.name == expect_provider, record
+    assert record.get("triton", {}).get("within_tolerance", True), record
     assert out.dtype == ref.dtype and out.shape == ref.shape
     assert record["within_tolerance"], record
     if expect_ops is not None and _target():
@@ -252,5 +273,8 @@ def test_adaln(model, dtype):
     scale, shift = _randn(1, 1, s["dim"], dtype=mdt, seed=1), _randn(1, 1, s["dim"], dtype=mdt, seed=2)
     upcast = mdt != dtype
     expect = ["aten._to_copy", "mindiesd.adaln", "aten._to_copy"] if upcast else ["mindiesd.adaln"]
-    _case("adaln_modulate", model, (x, scale, shift, 1e-6, None, None, dtype),
-          expect_provider="npu" if mindiesd_available() else "native", expect_ops=expect if mindiesd_available() else None)
+    args = (x, scale, shift, 1e-6, None, None, dtype)
+    # MindIE SD's kernel first, else the Triton kernel (triton-ascend), else the native composite
+    fallback = "triton" if _triton("adaln_modulate", args) is not None else "native"
+    _case("adaln_modulate", model, args, expect_provider="npu" if mindiesd_available() else fallback,
+          expect_ops=expect if mindiesd_available() else None)
