@@ -87,8 +87,9 @@ TILE_ELEMENTS = {"cuda": 4096, "npu": 4096}
 # type; a longer row is reduced in column chunks (`row_chunk`). Ascend: every live tile of a program,
 # times two where triton-ascend double-buffers a load (its default), must fit the 192 KB unified
 # buffer, or bishengir-compile fails with "ub overflow"; an adaLN tile of Wan 14B's 5120-wide rows
-# (8192 lanes: x in bf16 and fp32, the centred row, scale, shift, y) needs about that much. CUDA: no
-# limit below `limits.max_row` (registers; the H100 numbers are of whole-row tiles).
+# (8192 lanes: x in bf16 and fp32, the centred row, scale, shift, y) needs more than that by a count
+# of its live tiles (an estimate: bishengir-compile, which decides, cannot run here). CUDA: no limit
+# below `limits.max_row` (registers; the H100 numbers are of whole-row tiles).
 ROW_TILE_LIMIT: dict[str, int] = {"npu": 4096}
 _MAX_GRID = 65535
 # CUDA: programs per SM of a persistent launch (None: one program per row block, up to 65535).
