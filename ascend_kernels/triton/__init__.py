@@ -12,14 +12,14 @@ Where the provider runs (`Provider.supported`):
   dispatched op by op (torch_npu has no adaLN or multiply-add kernel), which a single kernel
   replaces.
 - ``cuda``: for an op measured faster than Inductor's own code for the same composite at the
-  model sizes (`ascend_kernels.triton.measurements`; nothing is recorded yet, so today the
+  model sizes (`ascend_kernels.triton.measurements`: none is yet, on an H100, so today the
   provider runs on CUDA only when chosen explicitly, ``use_providers(rms_norm="triton")``). On
   CUDA the alternative to a fused op is not eager but Inductor's fused code, and an opaque op
   also keeps Inductor from fusing neighbouring pointwise ops into it, so a kernel must be
   measured before ``fusions="auto"`` (which asks the registry) picks its fusion.
 
 Each provider's ``supports_args`` (`ascend_kernels.triton.limits`) accepts the fp16/bf16/fp32
-calls its kernel handles (row lengths that fit one tile, at most 4 dims, row-major strides);
+calls its kernel handles (rows up to `limits.max_row`, at most 4 dims, row-major strides);
 others fall back to the native provider.
 
 >>> from ascend_kernels.registry import available_providers
