@@ -13,12 +13,13 @@ one row (BLOCK_D = 4096 or 8192 lanes, 8-16 warps on CUDA); the scale/shift row 
 batch is re-read per row, from L2. Ascend: the grid is the number of vector cores; the widest
 accepted row is 8192 elements (`limits.max_row`). A one-row tile keeps x (in its dtype and in fp32),
 the centred row, scale, shift and y live, and triton-ascend double-buffers the loads by default: by
-that count (an estimate; bishengir-compile, which decides, is not run here) about 105 KB of the 192
-KB unified buffer at 4096 lanes (Flux's 3072, bf16 modulation) and 140 KB with fp32 modulation,
-twice that at 8192 (Wan 14B's 5120): more than the buffer holds. So a row wider than
-`_common.ROW_TILE_LIMIT` (4096 on Ascend) is reduced in column chunks (`_adaln_chunks_kernel`, 1024
-wide for 5120: no padded lane), in three passes over the row (mean, centred variance, output: the
-native composite's arithmetic). 3072-wide bf16 rows are 6 KB, 32-byte aligned.
+that count (an estimate; bishengir-compile, which decides, is not run here) about 105-140 KB of the
+192 KB unified buffer at 4096 lanes (Flux's 3072; the range: a modulation row read once per program
+or per row, double-buffered), and 210-280 KB at 8192 (Wan 14B's 5120): more than the buffer holds.
+So a row wider than `_common.ROW_TILE_LIMIT` (4096 on Ascend) is reduced in column chunks
+(`_adaln_chunks_kernel`, 1024 wide for 5120: no padded lane), in three passes over the row (mean,
+centred variance, output: the native composite's arithmetic). 3072-wide bf16 rows are 6 KB, 32-byte
+aligned.
 
 Batch tiles (Ascend): with a per-batch modulation (``B > 1``: SD3 or PixArt under a batched CFG,
 any model at batch 2+), a row tile finds its rows' modulation row as ``row // S``, which
