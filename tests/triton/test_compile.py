@@ -121,7 +121,10 @@ def test_model_size_accesses_are_128_bit(case):
     assert accesses and all(".v4." in a for a in accesses), sorted(set(accesses))
 
 
-@pytest.mark.parametrize("case", [c for c in model_plans() if "flux" in c or "wan" in c])
+# Not the row chunks: an Ascend plan only (CUDA keeps whole rows), where num_warps means nothing;
+# compiled for sm_90 by Triton 3.6, the adaLN chunk loop spills 4 bytes at 4 warps (none at 2 or 8
+# warps, nor at 4 with Triton 3.2, 3.4, 3.8 or 3.9).
+@pytest.mark.parametrize("case", [c for c in model_plans() if ("flux" in c or "wan" in c) and not c.endswith("_chunks")])
 def test_model_size_kernels_do_not_spill(case, tmp_path):
     """ptxas (the one triton uses for sm_90) reports no register spills at the model sizes: the
     tiles and warps of `_common` fit the register file. Static, not a speed measurement."""
