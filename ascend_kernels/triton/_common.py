@@ -42,7 +42,7 @@ import triton.language as tl
 __all__ = [
     "AFFINE_TILE_DEVICES", "Launch", "ROW_TILE_LIMIT", "TILE_ELEMENTS", "ascend_tiling", "batch_split", "block",
     "cdiv", "grid", "lead3", "num_warps", "operand_strides", "options", "row_chunk", "row_coords", "row_offsets",
-    "row_strides", "rows_per_tile", "strides_as", "token_tile",
+    "row_start", "row_strides", "rows_per_tile", "strides_as", "token_tile",
 ]
 
 # Device types whose kernels plan tiles with addresses affine in each tile index where an operand's
@@ -314,6 +314,14 @@ def row_coords(blk, n_rows, n1, n2, BLOCK_R: tl.constexpr):
     overflow. (Indices no operand uses are dropped by the compiler.)"""
     rows = (blk * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
     return rows < n_rows, rows, rows // (n2 * n1), (rows // n2) % n1, rows % n2
+
+
+@triton.jit
+def row_start(row, n1, n2, s0, s1, s2):
+    """Element offset of one row's start (a scalar ``row``, int64) for leading strides (s0, s1, s2):
+    ``i0 * s0 + i1 * s1 + i2 * s2``. A scalar, so a tile of that row is one contiguous block on
+    Ascend whatever the strides (the row-at-a-time chunk kernels)."""
+    return (row // (n2 * n1)) * s0 + ((row // n2) % n1) * s1 + (row % n2) * s2
 
 
 @triton.jit

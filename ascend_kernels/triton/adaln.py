@@ -42,7 +42,7 @@ import triton.language as tl
 
 from ..ops.adaln import _as_modulation  # (B, D) against x (B, S, D) is read as (B, 1, D)
 from . import _common
-from ._common import row_coords, row_offsets
+from ._common import row_coords, row_offsets, row_start
 
 __all__ = ["adaln_modulate", "plan_adaln_modulate"]
 
@@ -159,8 +159,7 @@ def _adaln_chunks_kernel(
     chunk = tl.arange(0, BLOCK_C)
     for r in range(pid, n_rows, tl.num_programs(0)):
         row = tl.cast(r, tl.int64)
-        i0, i1, i2 = row // (n2 * n1), (row // n2) % n1, row % n2
-        x_row = x_ptr + i0 * xs0 + i1 * xs1 + i2 * xs2
+        x_row = x_ptr + row_start(row, n1, n2, xs0, xs1, xs2)
         acc = tl.zeros([BLOCK_C], dtype=tl.float32)
         for c in range(0, d, BLOCK_C):
             cols = c + chunk
@@ -173,8 +172,8 @@ def _adaln_chunks_kernel(
             xc = tl.where(cmask, tl.load(x_row + cols * xsd, mask=cmask, other=0.0).to(tl.float32) - mean, 0.0)
             acc += xc * xc
         rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / d + eps)
-        scale_row = scale_ptr + i0 * cs0 + i1 * cs1 + i2 * cs2
-        shift_row = shift_ptr + i0 * hs0 + i1 * hs1 + i2 * hs2
+        scale_row = scale_ptr + row_start(row, n1, n2, cs0, cs1, cs2)
+        shift_row = shift_ptr + row_start(row, n1, n2, hs0, hs1, hs2)
         for c in range(0, d, BLOCK_C):
             cols = c + chunk
             cmask = cols < d

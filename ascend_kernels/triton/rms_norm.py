@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 
 from . import _common
-from ._common import row_coords, row_offsets
+from ._common import row_coords, row_offsets, row_start
 
 __all__ = ["plan_rms_norm", "rms_norm"]
 
@@ -125,7 +125,7 @@ def _rms_norm_chunks_kernel(
     chunk = tl.arange(0, BLOCK_C)
     for r in range(pid, n_rows, tl.num_programs(0)):
         row = tl.cast(r, tl.int64)
-        x_row = x_ptr + (row // (n2 * n1)) * xs0 + ((row // n2) % n1) * xs1 + (row % n2) * xs2
+        x_row = x_ptr + row_start(row, n1, n2, xs0, xs1, xs2)
         acc = tl.zeros([BLOCK_C], dtype=tl.float32)
         for c in range(0, d, BLOCK_C):
             cols = c + chunk
