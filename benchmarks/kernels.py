@@ -286,7 +286,7 @@ def run(cases: Sequence[str] | None = None) -> dict[str, Any]:
         with _common.ascend_tiling("cuda"):
             ascend_kernel = planner(case.op)(*args)[1].kernel.__name__
         if ascend_kernel != row_kernel:  # time Ascend's tiling on this GPU too
-            paths["ascend_tiles"] = _with_ascend_tiles(paths["kernel"], _common)
+            paths["ascend_tiles"] = _with_ascend_tiles(paths["kernel"])
         with use_providers(**{case.op: "triton"}):
             times, outs, errors = measure(paths, args, host_ms, device_ms)
         out = outs["kernel"] if "kernel" in outs else case.composite(*args)  # its size: the bytes written
@@ -302,11 +302,13 @@ def run(cases: Sequence[str] | None = None) -> dict[str, Any]:
                 device=torch.cuda.get_device_name(0), rows=rows)
 
 
-def _with_ascend_tiles(kernel: Callable[..., Any], common: Any) -> Callable[..., Any]:
-    """``kernel`` planned as Ascend plans it (``common.ascend_tiling("cuda")`` around each
-    call; under the device timing's CUDA graph the plan is made once, at capture)."""
+def _with_ascend_tiles(kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """``kernel`` planned as Ascend plans it (`ascend_kernels.triton._common.ascend_tiling` around
+    each call; under the device timing's CUDA graph the plan is made once, at capture)."""
+    from ascend_kernels.triton._common import ascend_tiling
+
     def call(*args):
-        with common.ascend_tiling("cuda"):
+        with ascend_tiling("cuda"):
             return kernel(*args)
 
     return call

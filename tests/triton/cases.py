@@ -165,6 +165,55 @@ def check_forced(op: str, args: tuple, msg: str) -> torch.Tensor:
     return out
 
 
+def tiny_block(name: str, dtype: torch.dtype, batch: int, device: str = "cpu"):
+    """``(block, inputs)``: the tiny ``"flux_double"``, ``"flux_single"`` or ``"wan"`` block of
+    `diffusers_ascend.tiny` and its keyword inputs at ``batch``, on ``device``."""
+    from torch.utils._pytree import tree_map
+
+    from diffusers_ascend.tiny import flux_block_inputs, tiny_flux_blocks, tiny_wan_block, wan_block_inputs
+
+    if name == "wan":
+        block, inputs = tiny_wan_block(dtype=dtype), wan_block_inputs(batch=batch, dtype=dtype)
+    else:
+        double, single = tiny_flux_blocks(dtype=dtype)
+        block, inputs = (double if name == "flux_double" else single), flux_block_inputs(batch=batch, dtype=dtype)
+    return block.to(device), tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, inputs)
+
+
+def compile_block(block, inputs: dict):
+    """One forward of ``block`` compiled with every fusion on the eager executor, and eager's:
+    ``(backend, outputs, eager outputs)``, outputs as tuples."""
+    from diffusers_ascend.compilation import AscendBackend
+
+    torch._dynamo.reset()
+    backend = AscendBackend(fusions="all", executor="eager", on_error="raise")
+    try:
+        with torch.no_grad():
+            out = torch.compile(block, backend=backend, fullgraph=True)(**inputs)
+            ref = block(**inputs)
+    finally:
+        torch._dynamo.reset()
+    return backend, (out if isinstance(out, tuple) else (out,)), (ref if isinstance(ref, tuple) else (ref,))
+
+
+def assert_block_matches(out: tuple, ref: tuple, dtype: torch.dtype, name: str) -> None:
+    """A compiled block's outputs against eager's, at tests/compilation/test_blocks.py's tolerance
+    (fused fp32 math against eager's bf16 steps)."""
+    from ascend_kernels.testing import assert_close
+
+    for o, r in zip(out, ref):
+        kw = {} if dtype == torch.float32 else dict(atol=0.1, rtol=0.05)
+        assert_close(o, r, dtype, **kw, msg=name)
+
+
+def rows_in_chunks(monkeypatch, args: tuple) -> None:
+    """`_common.ROW_TILE_LIMIT` for the device of ``args`` set to half the row of ``x`` (``args[0]``),
+    so that the call takes the chunk kernels with 2-8 chunks (Ascend's limit is 4096 lanes)."""
+    from ascend_kernels.triton import _common
+
+    monkeypatch.setitem(_common.ROW_TILE_LIMIT, args[0].device.type, _common.block(args[0].shape[-1]) // 2)
+
+
 def _meta(*shape, dtype=torch.bfloat16):
     return torch.empty(*shape, dtype=dtype, device="meta")
 
@@ -245,3 +294,5 @@ def model_plans():
 
 
 CASES = {"rms_norm": rms_norm_cases(), "rope": rope_cases(), "adaln_modulate": adaln_cases(), "mul_add": mul_add_cases()}
+# (op, case) of every row-reduction case, for the tests of Ascend's row chunks (`rows_in_chunks`).
+ROW_REDUCTION_CASES = [(op, c) for op in ("rms_norm", "adaln_modulate") for c in CASES[op]]

@@ -152,7 +152,7 @@ def test_ascend_tiles_path_plans_inside_the_switch():
 
     kernels = _load("kernels")
     seen = []
-    call = kernels._with_ascend_tiles(lambda *a: seen.append(_common.AFFINE_TILE_DEVICES) or a, _common)
+    call = kernels._with_ascend_tiles(lambda *a: seen.append(_common.AFFINE_TILE_DEVICES) or a)
     assert call(1, 2) == (1, 2)
     assert seen == [(*_common.AFFINE_TILE_DEVICES, "cuda")] and "cuda" not in _common.AFFINE_TILE_DEVICES
 

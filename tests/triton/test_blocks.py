@@ -7,9 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ascend_kernels.testing import assert_close
-from diffusers_ascend.compilation import AscendBackend
-from diffusers_ascend.tiny import flux_block_inputs, tiny_flux_blocks, tiny_wan_block, wan_block_inputs
+from .cases import assert_block_matches, compile_block, tiny_block
 
 pytestmark = pytest.mark.usefixtures("interpreter")
 
@@ -22,16 +20,9 @@ ADALN_NODES = {"flux_double": 4, "flux_single": 1, "wan": 2}
 MUL_ADD_NODES = {"flux_double": 4, "flux_single": 1, "wan": 2}
 
 
-def _block(name, dtype, batch):
-    if name == "wan":
-        return tiny_wan_block(dtype=dtype), wan_block_inputs(batch=batch, dtype=dtype)
-    double, single = tiny_flux_blocks(dtype=dtype)
-    return (double if name == "flux_double" else single), flux_block_inputs(batch=batch, dtype=dtype)
-
-
 def _run(block, inputs, monkeypatch, ascend: bool):
-    """One compiled forward of ``block`` with fusions="all" on the eager executor, and eager's:
-    (kernels launched, in order; the backend; outputs; eager outputs)."""
+    """`compile_block`, counting the kernels launched (in order): (launched, backend, outputs,
+    eager outputs); ``ascend``: planned as Ascend plans (`_common.AFFINE_TILE_DEVICES` with CPU)."""
     from ascend_kernels.triton import _common
 
     launched = []
@@ -39,23 +30,7 @@ def _run(block, inputs, monkeypatch, ascend: bool):
     monkeypatch.setattr(_common.Launch, "__call__", lambda self: launched.append(self.kernel.__name__) or real_launch(self))
     if ascend:
         monkeypatch.setattr(_common, "AFFINE_TILE_DEVICES", (*_common.AFFINE_TILE_DEVICES, "cpu"))
-    torch._dynamo.reset()
-    backend = AscendBackend(fusions="all", executor="eager", on_error="raise")
-    try:
-        with torch.no_grad():
-            out = torch.compile(block, backend=backend, fullgraph=True)(**inputs)
-            ref = block(**inputs)
-    finally:
-        torch._dynamo.reset()
-    out, ref = (out if isinstance(out, tuple) else (out,)), (ref if isinstance(ref, tuple) else (ref,))
-    return launched, backend, out, ref
-
-
-def _assert_matches(out, ref, dtype, name):
-    for o, r in zip(out, ref):
-        # Same tolerance as tests/compilation/test_blocks.py: fused fp32 math vs eager's bf16 steps.
-        kw = {} if dtype == torch.float32 else dict(atol=0.1, rtol=0.05)
-        assert_close(o, r, dtype, **kw, msg=name)
+    return (launched, *compile_block(block, inputs))
 
 
 @pytest.mark.parametrize("batch,tiles", [(1, "row_tiles"), (1, "affine_tiles"), (2, "affine_tiles")])
@@ -65,7 +40,7 @@ def test_block_runs_the_triton_kernels(name, dtype, batch, tiles, monkeypatch):
     """Also as Ascend plans them (`_common.AFFINE_TILE_DEVICES`): every rope node takes token tiles
     (tables per token, shared by the batch at batch 2), and at batch 2 every adaLN and mul_add node
     takes batch tiles (a modulation or gate row per sample)."""
-    block, inputs = _block(name, dtype, batch)
+    block, inputs = tiny_block(name, dtype, batch)
     ascend = tiles == "affine_tiles"
     launched, backend, out, ref = _run(block, inputs, monkeypatch, ascend)
     assert len(launched) == TRITON_NODES[name], launched  # one forward: a launch per fused node
@@ -77,7 +52,7 @@ def test_block_runs_the_triton_kernels(name, dtype, batch, tiles, monkeypatch):
     bound = list(graph["bound_providers"].values())
     assert bound.count("triton") == TRITON_NODES[name], graph["bound_providers"]
     assert bound.count("native") == GELU_NODES[name], graph["bound_providers"]
-    _assert_matches(out, ref, dtype, name)
+    assert_block_matches(out, ref, dtype, name)
 
 
 @pytest.mark.parametrize("tiles", ["row_tiles", "affine_tiles"])
@@ -87,7 +62,7 @@ def test_fused_qkv_projections(name, tiles, monkeypatch):
     stride 3 x H x D): Ascend plans every rms_norm node as token tiles, CUDA as row tiles, and the
     block still matches eager. Batch 2, bf16."""
     dtype = torch.bfloat16
-    block, inputs = _block(name, dtype, 2)
+    block, inputs = tiny_block(name, dtype, 2)
     block.attn.fuse_projections()
     ascend = tiles == "affine_tiles"
     launched, backend, out, ref = _run(block, inputs, monkeypatch, ascend)
@@ -95,4 +70,4 @@ def test_fused_qkv_projections(name, tiles, monkeypatch):
     rms_nodes = RMS_NORM_NODES[name]
     assert launched.count("_rms_norm_tokens_kernel") == (rms_nodes if ascend else 0), launched
     assert launched.count("_rms_norm_kernel") == (0 if ascend else rms_nodes), launched
-    _assert_matches(out, ref, dtype, name)
+    assert_block_matches(out, ref, dtype, name)

@@ -12,7 +12,7 @@ import os
 import pytest
 import torch
 
-from .cases import CASES, arg_type, ascend_tiling, model_plans
+from .cases import CASES, ROW_REDUCTION_CASES, arg_type, ascend_tiling, model_plans, rows_in_chunks
 
 # The plans are built at collection (they import the kernel modules, hence triton): skip the module.
 pytest.importorskip("triton", reason="needs triton")
@@ -91,14 +91,14 @@ def test_ascend_tiles_of_every_case_compile_for_cuda(op, case, layout):
     assert _compile(launch, 90).asm["cubin"], case
 
 
-@pytest.mark.parametrize("op,case", [(op, c) for op in ("rms_norm", "adaln_modulate") for c in CASES[op]])
+@pytest.mark.parametrize("op,case", ROW_REDUCTION_CASES)
 def test_row_chunks_of_every_case_compile_for_cuda(op, case, monkeypatch):
     """rms_norm's and adaLN's chunked reductions (Ascend's plan for rows wider than one tile; every
     case takes it with a limit of half its row) compile for sm_90, for the ``cuda`` tests to run."""
-    from ascend_kernels.triton import _common, planner
+    from ascend_kernels.triton import planner
 
     args = CASES[op][case](torch.bfloat16, "cpu")
-    monkeypatch.setitem(_common.ROW_TILE_LIMIT, "cpu", _common.block(args[0].shape[-1]) // 2)
+    rows_in_chunks(monkeypatch, args)
     _, launch = planner(op)(*args)
     assert launch.kernel.__name__.endswith("_chunks_kernel")
     assert _compile(launch, 90).asm["cubin"], case

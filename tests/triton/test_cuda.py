@@ -13,7 +13,7 @@ import ascend_kernels  # noqa: F401
 from ascend_kernels.registry import use_providers
 from ascend_kernels.testing import assert_close
 
-from .cases import CASES, ascend_tiling, check_forced
+from .cases import CASES, ROW_REDUCTION_CASES, ascend_tiling, check_forced, rows_in_chunks
 from .conftest import randn
 
 pytestmark = pytest.mark.cuda
@@ -78,14 +78,12 @@ def test_adaln_batch_tiles_compiled(case, dtype):
         check_forced("adaln_modulate", CASES["adaln_modulate"][case](dtype, "cuda"), f"adaln {case} (batch tiles)")
 
 
-@pytest.mark.parametrize("op,case", [(op, c) for op in ("rms_norm", "adaln_modulate") for c in CASES[op]])
+@pytest.mark.parametrize("op,case", ROW_REDUCTION_CASES)
 def test_row_chunks_compiled(op, case, dtype, monkeypatch):
     """Ascend's chunked reductions of wide rows, compiled and run by the GPU's Triton, every case in
     chunks (a limit of half its row; Ascend's is 4096, and CUDA keeps whole rows)."""
-    from ascend_kernels.triton import _common
-
     args = CASES[op][case](dtype, "cuda")
-    monkeypatch.setitem(_common.ROW_TILE_LIMIT, "cuda", _common.block(args[0].shape[-1]) // 2)
+    rows_in_chunks(monkeypatch, args)
     check_forced(op, args, f"{op} {case} (row chunks)")
 
 

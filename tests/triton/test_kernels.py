@@ -13,7 +13,7 @@ import ascend_kernels
 from ascend_kernels.registry import select_provider, use_providers
 from ascend_kernels.testing import assert_close
 
-from .cases import CASES, ascend_tiling
+from .cases import CASES, ROW_REDUCTION_CASES, ascend_tiling, rows_in_chunks
 from .conftest import randn
 from ..kernels.conftest import flux_rope, wan_rope
 
@@ -61,16 +61,16 @@ def test_adaln_modulate(dtype, case, tiles):
     _check("adaln_modulate", CASES["adaln_modulate"][case](dtype, "cpu"), f"adaln_modulate {case} ({tiles})")
 
 
-@pytest.mark.parametrize("op,case", [(op, c) for op in ("rms_norm", "adaln_modulate") for c in CASES[op]
+@pytest.mark.parametrize("op,case", [(op, c) for op, c in ROW_REDUCTION_CASES
                                      if c != "batches_span_tiles"])  # 140 rows: 10 s a dtype, nothing new
 def test_reductions_in_row_chunks(op, case, dtype, monkeypatch):
     """Ascend's chunked reduction of rows wider than one tile (`_common.ROW_TILE_LIMIT`: 4096 there,
     here half the case's row so that it takes 2-8 chunks): every case, also the batched, sliced and
     broadcast ones."""
-    from ascend_kernels.triton import _common, planner
+    from ascend_kernels.triton import planner
 
     args = CASES[op][case](dtype, "cpu")
-    monkeypatch.setitem(_common.ROW_TILE_LIMIT, "cpu", _common.block(args[0].shape[-1]) // 2)
+    rows_in_chunks(monkeypatch, args)
     kernel = planner(op)(*args)[1].kernel.__name__
     assert kernel == {"rms_norm": "_rms_norm_chunks_kernel", "adaln_modulate": "_adaln_chunks_kernel"}[op]
     _check(op, args, f"{op} {case} (row chunks)")

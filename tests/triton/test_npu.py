@@ -16,10 +16,10 @@ import pytest
 import torch
 
 from ascend_kernels.registry import use_providers
-from ascend_kernels.testing import assert_close
 from ascend_kernels.triton import triton_ascend_available
 
-from .cases import CASES, check_forced
+from .cases import (CASES, ROW_REDUCTION_CASES, assert_block_matches, check_forced, compile_block, rows_in_chunks,
+                    tiny_block)
 from .conftest import randn
 
 pytestmark = [pytest.mark.npu,
@@ -42,13 +42,11 @@ def test_cases(op, case, dtype):
         check_forced(op, args + ((layout,) if layout else ()), f"{op} {case} {layout or ''}")
 
 
-@pytest.mark.parametrize("op,case", [(op, c) for op in ("rms_norm", "adaln_modulate") for c in CASES[op]])
+@pytest.mark.parametrize("op,case", ROW_REDUCTION_CASES)
 def test_row_chunks(op, case, dtype, monkeypatch):
     """The chunked reductions on every case (a limit of half the case's row: 2-8 chunks)."""
-    from ascend_kernels.triton import _common
-
     args = CASES[op][case](dtype, "npu")
-    monkeypatch.setitem(_common.ROW_TILE_LIMIT, args[0].device.type, _common.block(args[0].shape[-1]) // 2)
+    rows_in_chunks(monkeypatch, args)
     assert _planned(op, args).endswith("_chunks_kernel")
     check_forced(op, args, f"{op} {case} (row chunks)")
 
@@ -94,28 +92,8 @@ def test_model_sizes_bf16():
 def test_inside_compiled_blocks(name):
     """The tiny Flux/Wan blocks (bf16, batch 2) with every fusion on the eager executor, NPU's
     default: each fused node runs its Triton kernel on the NPU, and the block matches eager there."""
-    from torch.utils._pytree import tree_map
-
-    from diffusers_ascend.compilation import AscendBackend
-    from diffusers_ascend.tiny import flux_block_inputs, tiny_flux_blocks, tiny_wan_block, wan_block_inputs
-
-    if name == "wan":
-        block, inputs = tiny_wan_block(dtype=bf), wan_block_inputs(batch=2, dtype=bf)
-    else:
-        double, single = tiny_flux_blocks(dtype=bf)
-        block, inputs = (double if name == "flux_double" else single), flux_block_inputs(batch=2, dtype=bf)
-    block = block.to("npu")
-    inputs = tree_map(lambda t: t.to("npu") if isinstance(t, torch.Tensor) else t, inputs)
-    backend = AscendBackend(fusions="all", executor="eager", on_error="raise")
-    torch._dynamo.reset()
-    try:
-        with torch.no_grad(), use_providers(**ALL_TRITON):
-            out = torch.compile(block, backend=backend, fullgraph=True)(**inputs)
-            ref = block(**inputs)
-    finally:
-        torch._dynamo.reset()
+    with use_providers(**ALL_TRITON):
+        backend, out, ref = compile_block(*tiny_block(name, bf, 2, device="npu"))
     (graph,) = backend.report.graphs
     assert "triton" in graph["bound_providers"].values(), graph["bound_providers"]
-    out, ref = (out if isinstance(out, tuple) else (out,)), (ref if isinstance(ref, tuple) else (ref,))
-    for o, r in zip(out, ref):
-        assert_close(o, r, bf, atol=0.1, rtol=0.05, msg=name)  # as tests/triton/test_blocks.py
+    assert_block_matches(out, ref, bf, name)
