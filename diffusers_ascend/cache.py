@@ -28,12 +28,16 @@ refuses it with that reason. What each part saves a warm process: docs/warm-star
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import os
 import platform as _platform
 import re
+import secrets
+import shutil
+import stat
 import sys
 import tarfile
 import tempfile
@@ -75,6 +79,11 @@ _MANIFEST_KEYS = {"format", "mechanism", "files", "blocks", *KEY_FIELDS}
 _BLOCK_KEYS = {"model", "class", "file", "signature", "state", "outputs", "matches", "ops_before", "ops_after"}
 _FILE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _SHA = re.compile(r"^[0-9a-f]{64}$")
+# Bounds on what a manifest or kernel archive may claim (far above any real cache: the largest
+# files are the block packages, megabytes each for a real DiT; a kernel library is kilobytes).
+MAX_ARTIFACT_BYTES = 1 << 40
+MAX_KERNEL_BYTES = 1 << 28
+MAX_KERNEL_MEMBERS = 1 << 16
 
 
 def _sha256(data: bytes) -> str:
@@ -168,6 +177,7 @@ def save_ascend_cache(obj, save_directory: str | os.PathLike) -> dict[str, Any]:
     """
     from .compilation import _compat
 
+    target = _save_target(save_directory)  # before any compile: a file in the way fails now, not after it
     states = _enabled_states(obj)
     if not states:
         raise ValueError(f"{type(obj).__name__} is not enabled: call enable_ascend_compile(..., executor='inductor') first.")
@@ -200,7 +210,7 @@ def save_ascend_cache(obj, save_directory: str | os.PathLike) -> dict[str, Any]:
         )
     blobs = {ARTIFACTS_NAME: saved[0]}
     root = _compat.inductor_cache_dir()
-    kernels = _pack_kernels(_compat.compiled_cpp_libraries() + _built_this_process(root), root)
+    kernels = _pack_kernels(_compat.compiled_cpp_libraries() + _isa_probes(root), root)
     if kernels is not None:
         blobs[KERNELS_NAME] = kernels
     # After the kernels are collected: packaging builds libraries of its own, inside the package.
@@ -212,11 +222,7 @@ def save_ascend_cache(obj, save_directory: str | os.PathLike) -> dict[str, Any]:
         "files": {name: {"sha256": _sha256(data), "size": len(data)} for name, data in blobs.items()},
         "blocks": blocks,
     }
-    os.makedirs(save_directory, exist_ok=True)
-    for name, data in blobs.items():
-        _write_atomic(os.path.join(save_directory, name), data)
-    # The manifest last: a directory with a manifest always has the files it names.
-    _write_atomic(os.path.join(save_directory, MANIFEST_NAME), (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    _commit(target, blobs, manifest)
     return manifest
 
 
@@ -259,26 +265,162 @@ def _build_packages(obj, blobs: dict[str, bytes]) -> list[dict[str, Any]]:
     return entries
 
 
-def _write_atomic(path: str, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+# -- writing a cache directory: staged, then swapped in whole ---------------------------------------
+# A save writes the whole cache into a staging directory beside the target, then swaps it in with
+# one rename, under a lock on the parent directory: a reader sees the complete old or the complete
+# new cache, never a manifest naming other bytes; a save that fails or is killed leaves the previous
+# cache as it was (and a staging directory that the next save of that target removes).
+_STAGING = ".{name}.ascend-staging-"
+_RETIRED = ".{name}.ascend-old-"
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2
 
 
-def _built_this_process(root: str) -> list[str]:
-    """``.so`` files Inductor wrote under `root` since this process started: besides the graphs'
-    kernel libraries, the vector-ISA probes (``cpu_vec_isa``: one tiny build per ISA the first time
-    a process picks one), which the portable cache does not carry either. Linux: the start time is
-    the ctime of ``/proc/<pid>``; elsewhere only the loaded libraries are shipped."""
+def _save_target(save_directory) -> str:
+    """The real path a save writes; checked before any expensive work."""
+    if not isinstance(save_directory, (str, os.PathLike)):
+        raise TypeError(f"save_directory must be a path, got {type(save_directory).__name__}")
+    target = os.path.realpath(os.fspath(save_directory))  # a symlinked directory: swap what it points to
+    if os.path.lexists(target) and not os.path.isdir(target):
+        raise ValueError(f"cannot save the compile artifacts to {os.fspath(save_directory)!r}: it exists and is not a "
+                         "directory (pass a new or existing directory)")
+    if os.path.dirname(target) == target:
+        raise ValueError(f"cannot save the compile artifacts to {target!r}: a cache directory cannot be a file system root")
+    return target
+
+
+def _owned(name: str) -> bool:
+    """Whether an entry of a cache directory is the cache's (replaced by a save); anything else in
+    the directory (a ``save_pretrained`` output...) is carried over to the new one."""
+    return (name in (MANIFEST_NAME, ARTIFACTS_NAME, KERNELS_NAME) or bool(_PACKAGE_NAME.match(name))
+            or name.startswith(".tmp-"))  # what an older diffusers-ascend's killed save left
+
+
+@contextlib.contextmanager
+def _directory_lock(parent: str):
+    """An exclusive ``flock`` on `parent` (a directory), serializing the saves into it across
+    threads and processes; released when the descriptor closes, so a killed saver holds nothing."""
     try:
-        start = os.stat(f"/proc/{os.getpid()}").st_ctime
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: saves are not serialized
+        yield
+        return
+    fd = os.open(parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _write_file(path: str, data: bytes, mode: int = 0o666) -> None:
+    """Writes a new file with `mode` less the process umask (what ``open`` gives), flushed to disk."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover - some file systems cannot sync a directory
+        pass
+    finally:
+        os.close(fd)
+
+
+def _carry_over(src: str, dst: str) -> None:
+    """Links (or, across devices, copies) an entry that is not the cache's into the staging directory."""
+    if os.path.islink(src):
+        os.symlink(os.readlink(src), dst)
+    elif os.path.isdir(src):
+        shutil.copytree(src, dst, symlinks=True, copy_function=_link_or_copy)
+    else:
+        _link_or_copy(src, dst)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
     except OSError:
+        shutil.copy2(src, dst)
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Swaps two paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False where the system
+    or file system cannot, for the caller to fall back to two renames."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+    import errno
+
+    fn = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)  # glibc 2.28+
+    if fn is None:
+        return False
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), b)
+
+
+def _commit(target: str, blobs: dict[str, bytes], manifest: dict[str, Any]) -> None:
+    """Writes `blobs` and `manifest` as the cache directory `target`, all or nothing (see above)."""
+    parent, name = os.path.split(target)
+    os.makedirs(parent, exist_ok=True)
+    staging_prefix, retired_prefix = _STAGING.format(name=name), _RETIRED.format(name=name)
+    with _directory_lock(parent):
+        for entry in os.listdir(parent):  # left by a killed save of this target (every live one holds the lock)
+            if entry.startswith((staging_prefix, retired_prefix)):
+                shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+        staging = os.path.join(parent, staging_prefix + secrets.token_hex(8))
+        os.mkdir(staging, 0o777)  # the umask applies, as for any directory the user creates
+        try:
+            exists = os.path.isdir(target)
+            if exists:
+                os.chmod(staging, stat.S_IMODE(os.stat(target).st_mode))
+                for entry in os.listdir(target):
+                    if not _owned(entry):
+                        _carry_over(os.path.join(target, entry), os.path.join(staging, entry))
+            for file_name, data in blobs.items():
+                _write_file(os.path.join(staging, file_name), data)
+            _write_file(os.path.join(staging, MANIFEST_NAME),
+                        (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+            _fsync_dir(staging)
+            if not exists:
+                os.rename(staging, target)
+            elif _exchange(staging, target):
+                pass  # `staging` now holds the previous cache
+            else:  # a moment without `target`: a reader finds no cache (an error), never a mixed one
+                retired = os.path.join(parent, retired_prefix + secrets.token_hex(8))
+                os.rename(target, retired)
+                try:
+                    os.rename(staging, target)
+                except BaseException:
+                    os.rename(retired, target)
+                    raise
+                staging = retired
+            _fsync_dir(parent)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _isa_probes(root: str) -> list[str]:
+    """The vector-ISA probe libraries (``cpu_vec_isa``: one tiny build of a fixed source per ISA,
+    the first time a process on this machine picks one) Inductor wrote under `root` since this
+    process started, which the portable cache does not carry either. A probe is told by its source
+    (the ``.cpp`` beside it is torch's probe code), not by its time alone: a kernel library that
+    another process wrote into the shared cache meanwhile is not this process's to ship (its own
+    are `_compat.compiled_cpp_libraries`). Linux: the start time is the ctime of ``/proc/<pid>``."""
+    try:
+        from torch._inductor.cpu_vec_isa import VecISA
+
+        probe = VecISA._avx_code
+        start = os.stat(f"/proc/{os.getpid()}").st_ctime
+    except (ImportError, AttributeError, OSError):
         return []
     out = []
     for sub in sorted(os.listdir(root)) if os.path.isdir(root) else []:
@@ -287,8 +429,14 @@ def _built_this_process(root: str) -> list[str]:
             continue
         for name in sorted(os.listdir(d)):
             path = os.path.join(d, name)
-            if name.endswith(".so") and os.path.getmtime(path) >= start - 1:
-                out.append(path)
+            if not name.endswith(".so") or os.path.getmtime(path) < start - 1:
+                continue
+            try:
+                with open(path[:-len(".so")] + ".cpp", encoding="utf-8") as f:
+                    if f.read(len(probe) + 1) == probe:
+                        out.append(path)
+            except (OSError, UnicodeDecodeError):
+                continue
     return out
 
 
@@ -318,6 +466,29 @@ def _is_remote(source) -> bool:
     return isinstance(source, str) and not os.path.exists(source)
 
 
+def _local_source(source):
+    """`source` with a path to the manifest itself (``DIR/ascend_cache.json``) taken as its
+    directory; any other local file is refused, naming what is expected."""
+    if isinstance(source, (str, os.PathLike)) and os.path.isfile(source):
+        path = os.fspath(source)
+        if os.path.basename(path) != MANIFEST_NAME:
+            raise ValueError(f"{path!r} is a file: pass the directory that save_ascend_cache wrote (holding "
+                             f"{MANIFEST_NAME}), the manifest itself, or a Hub repo id")
+        return os.path.dirname(path) or "."
+    return source
+
+
+def _trusted(value) -> bool:
+    """``trust_remote_artifacts`` as given: only the bool True opts in (a string such as
+    ``"false"`` or an int is refused rather than read as truthy)."""
+    if value is True:
+        return True
+    if value is False or value is None:
+        return False
+    raise TypeError(f"trust_remote_artifacts must be True or False (or None), got {value!r} "
+                    f"({type(value).__name__})")
+
+
 def _resolve(source, name: str, **hub_kwargs) -> str:
     from .hub import resolve_config_file
 
@@ -338,7 +509,9 @@ def read_manifest(path: str) -> dict[str, Any]:
     data = read_json_object(path, what="an ascend cache manifest")
     where = f"{path} is not a valid {MANIFEST_NAME} (tampered or corrupt?)"
     if data.get("format") == 1 and isinstance(data.get("diffusers_ascend"), str):
-        return data  # an older diffusers-ascend wrote it: a mismatch, never loaded
+        # An older diffusers-ascend wrote it: reported as a mismatch, never loaded; only the two
+        # keys that report reads are kept.
+        return {"format": 1, "diffusers_ascend": data["diffusers_ascend"]}
     if set(data) != _MANIFEST_KEYS:
         missing, extra = sorted(_MANIFEST_KEYS - set(data)), sorted(set(data) - _MANIFEST_KEYS)
         raise ValueError(f"{where}: missing keys {missing}, unknown keys {extra}")
@@ -361,8 +534,10 @@ def read_manifest(path: str) -> dict[str, Any]:
                          "block's package exactly once")
     for name, entry in files.items():
         if (not isinstance(entry, dict) or set(entry) != {"sha256", "size"} or not isinstance(entry["sha256"], str)
-                or not _SHA.match(entry["sha256"]) or type(entry["size"]) is not int or entry["size"] < 0):
-            raise ValueError(f"{where}: files[{name!r}] must be {{'sha256': <64 hex digits>, 'size': <bytes>}}")
+                or not _SHA.match(entry["sha256"]) or type(entry["size"]) is not int
+                or not 0 <= entry["size"] <= MAX_ARTIFACT_BYTES):
+            raise ValueError(f"{where}: files[{name!r}] must be {{'sha256': <64 hex digits>, 'size': <bytes, at most "
+                             f"{MAX_ARTIFACT_BYTES}>}}")
     return data
 
 
@@ -423,40 +598,62 @@ def load_ascend_cache(source, cfg, *, trust_remote_artifacts: bool = False, **hu
     """
     from .compilation import _compat
 
-    if _is_remote(source) and not trust_remote_artifacts:
+    trusted = _trusted(trust_remote_artifacts)
+    source = _local_source(source)
+    if _is_remote(source) and not trusted:
         raise ValueError(
             f"{source!r} is not a local directory, so it names a Hub repo: refusing to load compile artifacts from it "
             "without trust_remote_artifacts=True: they contain compiled code that runs "
             "in this process. Pass trust_remote_artifacts=True if you trust the repo (like trust_remote_code), or "
             "download and inspect them, then pass the local directory."
         )
-    manifest = read_manifest(_resolve(source, MANIFEST_NAME, **hub_kwargs))
-    diffs = mismatches(manifest, cfg)
-    api = _compat.cache_artifacts_api()
-    if api is None:
-        diffs.append(f"torch {torch.__version__} cannot load portable compile caches (torch 2.7+)")
-    if diffs:
-        warnings.warn(
-            f"diffusers_ascend: the compile artifacts at {source!r} were made for another setup ({'; '.join(diffs)}); "
-            "ignoring them and compiling normally.",
-            stacklevel=3,
-        )
-        return None
-    blobs = {}
-    for name, entry in manifest["files"].items():
-        path = _resolve(source, name, **hub_kwargs)
-        with open(path, "rb") as f:
-            data = f.read(entry["size"] + 1)
-        if len(data) != entry["size"] or _sha256(data) != entry["sha256"]:
-            raise ValueError(f"{path} does not match the sha256/size in its {MANIFEST_NAME} (tampered or corrupt?): "
-                             "nothing was loaded.")
-        blobs[name] = data
+    for attempt in range(3):
+        manifest = read_manifest(_resolve(source, MANIFEST_NAME, **hub_kwargs))
+        diffs = mismatches(manifest, cfg)
+        api = _compat.cache_artifacts_api()
+        if api is None:
+            diffs.append(f"torch {torch.__version__} cannot load portable compile caches (torch 2.7+)")
+        if diffs:
+            warnings.warn(
+                f"diffusers_ascend: the compile artifacts at {source!r} were made for another setup "
+                f"({'; '.join(diffs)}); ignoring them and compiling normally.",
+                stacklevel=3,
+            )
+            return None
+        try:
+            blobs = {name: _read_verified(_resolve(source, name, **hub_kwargs), entry)
+                     for name, entry in manifest["files"].items()}
+            break
+        except (OSError, ValueError):
+            # A save into this directory swapped a new cache in between the manifest and the
+            # files: read the new one (saves replace the directory whole, so it is consistent).
+            if attempt == 2 or _is_remote(source) or not _manifest_changed(source, manifest):
+                raise
     members = _check_kernels(blobs[KERNELS_NAME]) if KERNELS_NAME in blobs else []
     caches = TorchCaches(blobs[ARTIFACTS_NAME], blobs.get(KERNELS_NAME), members, source)
     blocks = _load_packages(manifest["blocks"], blobs, source)
     if not blocks:
         caches()  # no package takes any call: every graph compiles, from these caches
     return {"source": os.fspath(source), "artifacts": sorted(blobs), "blocks": blocks, "caches": caches}
+
+
+def _read_verified(path: str, entry: dict[str, Any]) -> bytes:
+    """The bytes of `path` if their size and sha256 are the manifest's (the size is compared with
+    the file's before anything is read, so a manifest cannot make this read more than the file)."""
+    with open(path, "rb") as f:
+        on_disk = os.fstat(f.fileno()).st_size
+        data = f.read(entry["size"] + 1) if on_disk == entry["size"] else b""
+    if on_disk != entry["size"] or len(data) != entry["size"] or _sha256(data) != entry["sha256"]:
+        raise ValueError(f"{path} does not match the sha256/size in its {MANIFEST_NAME} (tampered or corrupt?): "
+                         "nothing was loaded.")
+    return data
+
+
+def _manifest_changed(source, manifest: dict[str, Any]) -> bool:
+    try:
+        return read_manifest(_resolve(source, MANIFEST_NAME)) != manifest
+    except (OSError, ValueError):
+        return True  # gone or half there: a save is swapping the directory
 
 
 class TorchCaches:
@@ -494,15 +691,20 @@ class TorchCaches:
 
 def _load_packages(entries: list[dict[str, Any]], blobs: dict[str, bytes], source) -> list[dict[str, Any]]:
     """Loads each block package (already checked against the manifest) from a private copy of its
-    verified bytes. One that fails to load is left out with a warning: its class compiles normally."""
-    from .compilation.aot_blocks import AotBlock, CallSignature, temporary_file
+    verified bytes. One that fails to load is left out with a warning: its class compiles normally.
+    One whose own record of its signature differs from its entry is a ValueError: the manifest
+    was edited (entries swapped), and nothing is loaded."""
+    from .compilation.aot_blocks import AotBlock, PackageMismatchError, temporary_file
     from .compilation.backend import describe_failure
 
     out = []
     for entry in entries:
         with temporary_file(blobs[entry["file"]], suffix=".pt2") as path:
             try:
-                block = AotBlock.load(path, CallSignature.from_json(entry["signature"]), entry["state"], entry["outputs"])
+                block = AotBlock.load(path, entry["signature"], entry["state"], entry["outputs"])
+            except PackageMismatchError as e:
+                raise ValueError(f"{entry['file']} at {source!r}, the package of {entry['class']}: {e} "
+                                 "(tampered?): nothing was loaded.") from None
             except Exception as e:  # noqa: BLE001 - the JIT caches still serve this class
                 warnings.warn(f"diffusers_ascend: the package of {entry['class']} at {source!r} did not load "
                               f"({describe_failure(e)}); it compiles normally.", stacklevel=4)
@@ -513,21 +715,37 @@ def _load_packages(entries: list[dict[str, Any]], blobs: dict[str, bytes], sourc
 
 
 def _check_kernels(data: bytes) -> list[tarfile.TarInfo]:
-    """The members of a kernels tar, each a regular ``.so`` file at a plain relative path."""
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-        members = tar.getmembers()
+    """The members of a kernels tar, each a regular ``.so`` file at a plain relative path, stored
+    whole in the archive (no sparse member: its size is not bounded by the archive's), at most
+    `MAX_KERNEL_BYTES` each and `MAX_KERNEL_MEMBERS` in all."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+            members = []
+            for m in tar:  # iterated, so a long member list is refused as it is read
+                members.append(m)
+                if len(members) > MAX_KERNEL_MEMBERS:
+                    raise ValueError(f"{KERNELS_NAME} holds more than {MAX_KERNEL_MEMBERS} members (tampered?); "
+                                     "nothing was loaded.")
+    except tarfile.TarError as e:
+        raise ValueError(f"{KERNELS_NAME} is not a readable tar archive ({e}; tampered?): nothing was loaded.") from None
+    names = set()
     for m in members:
         parts = m.name.split("/")
-        if (not m.isfile() or not m.name.endswith(".so") or m.name.startswith("/")
-                or any(p in ("", ".", "..") or not _FILE_NAME.match(p) for p in parts)):
+        if (m.type not in (tarfile.REGTYPE, tarfile.AREGTYPE) or m.issparse() or not m.name.endswith(".so")
+                or m.name.startswith("/") or any(p in ("", ".", "..") or not _FILE_NAME.match(p) for p in parts)):
             raise ValueError(f"{KERNELS_NAME} holds {m.name!r}: only regular .so files at plain relative paths are "
                              "allowed (tampered?); nothing was loaded.")
+        if m.size > MAX_KERNEL_BYTES or m.offset_data + m.size > len(data) or m.name in names:
+            raise ValueError(f"{KERNELS_NAME} holds {m.name!r} of {m.size} bytes: a member must be stored whole in "
+                             f"the archive, at most {MAX_KERNEL_BYTES} bytes, once (tampered?); nothing was loaded.")
+        names.add(m.name)
     return members
 
 
 def _install_kernels(data: bytes, members: list[tarfile.TarInfo], root: str) -> int:
     """Writes each library under Inductor's cache root where Inductor looks it up (its path is
-    derived from the hash of the kernel source and compile command). Existing files are kept."""
+    derived from the hash of the kernel source and compile command), streamed from the archive
+    (each member was bounded by `_check_kernels`). Existing files are kept."""
     n = 0
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
         for m in members:
@@ -535,8 +753,17 @@ def _install_kernels(data: bytes, members: list[tarfile.TarInfo], root: str) -> 
             if os.path.exists(dest):
                 continue
             os.makedirs(os.path.dirname(dest), exist_ok=True)
-            _write_atomic(dest, tar.extractfile(m).read())
-            os.chmod(dest, 0o755)
+            tmp = os.path.join(os.path.dirname(dest), f".tmp-{secrets.token_hex(8)}")
+            try:
+                # Executable like the libraries Inductor builds (less the umask).
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o777)
+                with os.fdopen(fd, "wb") as f:
+                    shutil.copyfileobj(tar.extractfile(m), f, 1 << 20)
+                os.replace(tmp, dest)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
             n += 1
     return n
 
@@ -558,33 +785,60 @@ def package_counters(obj) -> dict[str, int]:
 
 # -- info -------------------------------------------------------------------------------------------
 def cache_info(source, cfg=None, **hub_kwargs) -> dict[str, Any]:
-    """The manifest at `source` (a local directory or a Hub repo id; only the JSON is downloaded),
-    plus ``"matches_here"`` and ``"mismatches"`` against `cfg` (the saved config hash is not
-    checked without `cfg`).
+    """The manifest at `source` (a local directory, its manifest file, or a Hub repo id; only the
+    JSON is downloaded), plus ``"matches_here"`` and ``"mismatches"`` against `cfg` (the saved
+    config hash is not checked without `cfg`).
+
+    Raises:
+        ValueError: the manifest is malformed (names the problem).
+        AscendConfigNotFoundError: no manifest at `source`.
 
     >>> cache_info("/nonexistent")  # doctest: +SKIP
     """
     from .config import AscendConfig
 
-    manifest = read_manifest(_resolve(source, MANIFEST_NAME, **hub_kwargs))
-    diffs = mismatches(manifest, cfg if cfg is not None else AscendConfig(executor=manifest["executor"]))
-    if cfg is None:
+    manifest = read_manifest(_resolve(_local_source(source), MANIFEST_NAME, **hub_kwargs))
+    given = cfg is not None
+    if not given and manifest["format"] == FORMAT:
+        cfg = AscendConfig(executor=manifest["executor"])
+    diffs = mismatches(manifest, cfg)
+    if not given:
         diffs = [d for d in diffs if not d.startswith((KEY_FIELDS["config_hash"], KEY_FIELDS["pass_hash"]))]
     return {**manifest, "matches_here": not diffs, "mismatches": diffs}
 
 
 def push_ascend_cache(save_directory: str | os.PathLike, repo_id: str, **kwargs) -> Any:
     """Uploads the manifest and artifacts of `save_directory` to the Hub repo `repo_id` in one commit
-    (next to ``ascend_config.json``). Validates the directory first.
+    (next to ``ascend_config.json``). The directory is checked first as a load checks it (the
+    manifest, each file's size and sha256, the kernel archive's members), and the bytes checked are
+    the bytes uploaded: a directory whose files no longer match its manifest is refused.
 
     Args:
+        save_directory: a directory written by `save_ascend_cache` (or its manifest file).
+        repo_id: the Hub model repo (created if missing).
         kwargs: ``token``, ``private``, ``revision``, ``commit_message``, ``create_pr``.
+
+    Raises:
+        ValueError: a malformed manifest or a file that does not match it; nothing is uploaded.
+
+    >>> push_ascend_cache("flux-ascend-cache", "me/flux-ascend")  # doctest: +SKIP
     """
     from .hub import upload_files
 
-    manifest = read_manifest(os.path.join(save_directory, MANIFEST_NAME))
-    names = [MANIFEST_NAME, *manifest["files"]]
-    files = {n: os.path.join(save_directory, n) for n in names}
+    directory = _local_source(save_directory)
+    manifest_path = os.path.join(directory, MANIFEST_NAME)
+    manifest = read_manifest(manifest_path)
+    if manifest["format"] != FORMAT:
+        raise ValueError(f"{manifest_path} is of format {manifest['format']!r}, written by diffusers-ascend "
+                         f"{manifest['diffusers_ascend']!r}: no process of this version loads it; save it again")
+    with open(manifest_path, "rb") as f:
+        files: dict[str, str | bytes] = {MANIFEST_NAME: f.read()}
+    if read_manifest(manifest_path) != manifest:
+        raise ValueError(f"{manifest_path} changed while it was read (a save in progress?): nothing was uploaded")
+    for name, entry in manifest["files"].items():
+        files[name] = _read_verified(os.path.join(directory, name), entry)
+    if KERNELS_NAME in files:
+        _check_kernels(files[KERNELS_NAME])
     kwargs.setdefault("commit_message", "Upload diffusers-ascend compile artifacts")
     return upload_files(files, repo_id, **kwargs)
 
@@ -593,22 +847,21 @@ def pull_ascend_cache(repo_id: str, save_directory: str | os.PathLike, *, trust_
                       **hub_kwargs) -> dict[str, Any]:
     """Downloads a Hub repo's manifest and artifacts into `save_directory` after checking them
     (``trust_remote_artifacts=True`` is required, as for loading: the files hold compiled code).
-    Nothing is loaded into torch."""
-    if not trust_remote_artifacts:
+    The directory is replaced whole, as a save replaces it. Nothing is loaded into torch.
+
+    >>> pull_ascend_cache("me/flux-ascend", "flux-ascend-cache", trust_remote_artifacts=True)  # doctest: +SKIP
+    """
+    if not _trusted(trust_remote_artifacts):
         raise ValueError(f"refusing to download compile artifacts from {repo_id!r} without trust_remote_artifacts=True: "
                          "they contain compiled code that runs when loaded.")
+    target = _save_target(save_directory)
     manifest = read_manifest(_resolve(repo_id, MANIFEST_NAME, **hub_kwargs))
-    blobs = {}
-    for name, entry in manifest["files"].items():
-        with open(_resolve(repo_id, name, **hub_kwargs), "rb") as f:
-            data = f.read()
-        if _sha256(data) != entry["sha256"]:
-            raise ValueError(f"{repo_id}/{name} does not match the sha256 in its {MANIFEST_NAME}: nothing was written.")
-        if name == KERNELS_NAME:
-            _check_kernels(data)
-        blobs[name] = data
-    os.makedirs(save_directory, exist_ok=True)
-    for name, data in blobs.items():
-        _write_atomic(os.path.join(save_directory, name), data)
-    _write_atomic(os.path.join(save_directory, MANIFEST_NAME), (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    if manifest["format"] != FORMAT:
+        raise ValueError(f"{repo_id}'s {MANIFEST_NAME} is of format {manifest['format']!r}; this diffusers-ascend "
+                         f"reads format {FORMAT}: nothing was written.")
+    blobs = {name: _read_verified(_resolve(repo_id, name, **hub_kwargs), entry)
+             for name, entry in manifest["files"].items()}
+    if KERNELS_NAME in blobs:
+        _check_kernels(blobs[KERNELS_NAME])
+    _commit(target, blobs, manifest)
     return manifest

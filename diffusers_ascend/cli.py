@@ -400,8 +400,18 @@ def _cache_pipeline(args):
 
 
 def _cmd_cache(args) -> int:
-    import time
+    if args.action not in ("info", "push", "pull"):
+        return _cache_run(args)
+    try:
+        return _cache_files(args)
+    except (ValueError, TypeError, OSError, ImportError):
+        raise  # main's message
+    except Exception as e:  # noqa: BLE001 - these read and write data only: any failure is a message
+        print(f"diffusers-ascend cache {args.action}: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
 
+
+def _cache_files(args) -> int:
     from . import cache
 
     if args.action == "info":
@@ -418,7 +428,15 @@ def _cmd_cache(args) -> int:
                                            revision=args.revision, token=args.token)
         _print({"path": args.dir, "manifest": manifest}, args.json, f"saved {args.repo_id}'s compile artifacts to {args.dir}")
         return 0
+    raise AssertionError(args.action)
+
+
+def _cache_run(args) -> int:
+    import time
+
     import torch
+
+    from . import cache
 
     from .compilation._compat import compile_cache_counters
     from .mixin import enable_ascend_compile, save_ascend_cache

@@ -25,6 +25,8 @@ on an input it was not built for.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import math
 import os
 import tempfile
@@ -38,6 +40,9 @@ from . import _compat
 __all__ = ["MISS", "AotBlock", "CallSignature", "build_package"]
 
 MISS = object()  # `AotBlock.__call__`: this call is not the recorded signature; compile it normally
+# The package's own record of what it was built for (AOTInductor stores string metadata in the
+# package): the hash of its manifest entry's signature, state and outputs, compared at load.
+BINDING_KEY = "diffusers_ascend.binding"
 _VALUE_TYPES = (type(None), bool, int, float, str)
 
 
@@ -255,16 +260,39 @@ def build_package(block: torch.nn.Module, signature: CallSignature, manager, pat
     before = count_ops(gm.graph)
     matches = manager(gm.graph)
     gm.recompile()
-    with torch.no_grad(), warnings.catch_warnings():
+    state_json = {"names": names, "keys": [_json_key(_tensor_key(t)) for t in state]}
+    outputs = _compat.treespec_dumps(out["spec"])
+    from torch._inductor import config as inductor_config
+
+    # A dict of our own for the package's metadata: AOTInductor writes its device keys into the
+    # configured dict in place, which would otherwise stay in torch's config after the save.
+    metadata = {BINDING_KEY: package_binding(signature.to_json(), state_json, outputs)}
+    with torch.no_grad(), warnings.catch_warnings(), inductor_config.patch({"aot_inductor.metadata": metadata}):
         # torch 2.13's own graph deepcopy inside the AOT compile trips typing_extensions'
         # deprecation of `LeafSpec`: a warning about torch's code, not the user's.
         warnings.filterwarnings("ignore", message=r".*LeafSpec.* is deprecated", category=FutureWarning)
         program = _compat.export_program(gm, inputs)
         api[0](program, package_path=path)
     _check_package(path, gm, inputs, len(state))
-    state_json = {"names": names, "keys": [_json_key(_tensor_key(t)) for t in state]}
-    return {"state": state_json, "outputs": _compat.treespec_dumps(out["spec"]), "matches": matches,
+    return {"state": state_json, "outputs": outputs, "matches": matches,
             "ops_before": before, "ops_after": count_ops(gm.graph)}
+
+
+def package_binding(signature: Any, state: Any, outputs: Any) -> str:
+    """The sha256 of a package's manifest fields (`CallSignature.to_json`, ``state``, ``outputs``)
+    as canonical JSON: stored in the package when it is built, compared with its manifest entry
+    when it is loaded, so an entry naming another package's file (each file's own checksum still
+    valid) cannot make a package run calls of a signature it was not built for.
+
+    >>> package_binding({"tree": "", "training": False, "leaves": []}, {"names": [], "keys": []}, "")[:8]
+    'a073bb10'
+    """
+    text = json.dumps([signature, state, outputs], sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class PackageMismatchError(ValueError):
+    """A package's recorded binding differs from the manifest entry that names it."""
 
 
 def _random_like(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -323,13 +351,30 @@ class AotBlock:
         self.broken = False
 
     @classmethod
-    def load(cls, path: str, signature: CallSignature, state: dict[str, Any], outputs: str) -> AotBlock:
-        """Loads the package at `path` (already checked against its manifest). The custom ops it
-        calls back are registered first."""
+    def load(cls, path: str, signature: dict[str, Any], state: dict[str, Any], outputs: str) -> AotBlock:
+        """Loads the package at `path` (its bytes already checked against the manifest) for the
+        manifest entry's `signature` (`CallSignature.to_json`), `state` and `outputs`. The custom
+        ops it calls back are registered first.
+
+        Raises:
+            PackageMismatchError: the package records another entry than this one (entries
+                swapped or edited): it would run calls it was not built for.
+            ValueError: the package records none (built before packages carried one).
+        """
         import ascend_kernels.ops  # noqa: F401  (the package calls our ops through the dispatcher)
 
+        sig = CallSignature.from_json(signature)
         names, keys = parse_state(state)
-        return cls(_compat.aoti_load(path), signature, names, keys, parse_outputs(outputs))
+        spec = parse_outputs(outputs)
+        runner = _compat.aoti_load(path)
+        get = getattr(runner, "get_metadata", None)
+        recorded = (get() if get is not None else {}).get(BINDING_KEY)
+        if recorded is None:
+            raise ValueError("the package records no call signature to check its manifest entry against")
+        if recorded != package_binding(signature, state, outputs):
+            raise PackageMismatchError("the package was built for another call signature, state or output than its "
+                                       "manifest entry says (entries swapped or edited?)")
+        return cls(runner, sig, names, keys, spec)
 
     def __call__(self, block: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
         """The block's output computed by the package, or `MISS`."""
