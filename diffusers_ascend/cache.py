@@ -84,6 +84,7 @@ _SHA = re.compile(r"^[0-9a-f]{64}$")
 MAX_ARTIFACT_BYTES = 1 << 40
 MAX_KERNEL_BYTES = 1 << 28
 MAX_KERNEL_MEMBERS = 1 << 16
+_READ_ATTEMPTS = 5  # a load that meets a save swapping the directory reads the new cache
 
 
 def _sha256(data: bytes) -> str:
@@ -607,7 +608,7 @@ def load_ascend_cache(source, cfg, *, trust_remote_artifacts: bool = False, **hu
             "in this process. Pass trust_remote_artifacts=True if you trust the repo (like trust_remote_code), or "
             "download and inspect them, then pass the local directory."
         )
-    for attempt in range(3):
+    for attempt in range(_READ_ATTEMPTS):
         manifest = read_manifest(_resolve(source, MANIFEST_NAME, **hub_kwargs))
         diffs = mismatches(manifest, cfg)
         api = _compat.cache_artifacts_api()
@@ -627,7 +628,7 @@ def load_ascend_cache(source, cfg, *, trust_remote_artifacts: bool = False, **hu
         except (OSError, ValueError):
             # A save into this directory swapped a new cache in between the manifest and the
             # files: read the new one (saves replace the directory whole, so it is consistent).
-            if attempt == 2 or _is_remote(source) or not _manifest_changed(source, manifest):
+            if attempt == _READ_ATTEMPTS - 1 or _is_remote(source) or not _manifest_changed(source, manifest):
                 raise
     members = _check_kernels(blobs[KERNELS_NAME]) if KERNELS_NAME in blobs else []
     caches = TorchCaches(blobs[ARTIFACTS_NAME], blobs.get(KERNELS_NAME), members, source)
