@@ -19,8 +19,12 @@
 running process before it reads any artifact: a mismatch (another torch, platform, CPU, config or
 pass source) is a warning and a normal compile. A manifest that is not what `save_ascend_cache`
 writes, or an artifact whose sha256 differs from the manifest, is a `ValueError` and nothing is
-loaded. Artifacts from the Hub need ``trust_remote_artifacts=True``: they hold compiled code that
-runs in this process.
+loaded. Artifacts from the Hub need ``trust_remote_artifacts=True`` (the bool; anything else is a
+TypeError): they hold compiled code that runs in this process.
+
+A save is all or nothing: the cache is written into a staging directory beside the target and
+swapped in whole, under a lock for concurrent savers, so a save that fails, is killed or races
+another leaves a complete cache, old or new (docs/warm-start.md, "Saving: all or nothing").
 
 ``executor="eager"`` (the NPU default) produces no compiled artifact: `save_ascend_cache`
 refuses it with that reason. What each part saves a warm process: docs/warm-start.md.
@@ -161,15 +165,18 @@ def save_ascend_cache(obj, save_directory: str | os.PathLike) -> dict[str, Any]:
     Args:
         obj: a pipeline or model enabled with ``executor="inductor"`` (or ``"auto"`` resolving to
             it) whose compiled blocks ran at least once in this process.
-        save_directory: a directory (created if missing); it can sit next to the model's
-            ``save_pretrained`` output and be pushed with it.
+        save_directory: a directory (created if missing), replaced whole by the new cache; plain
+            files in it that are not the cache's (a model's ``save_pretrained`` output) are
+            carried over, a subdirectory is refused.
 
     Returns:
         The manifest written (a dict).
 
     Raises:
-        ValueError: `obj` is not enabled, has compiled nothing yet, uses the eager executor, or
-            torch has no portable compile cache (2.6). Nothing is written then.
+        ValueError: `obj` is not enabled, has compiled nothing yet, uses the eager executor,
+            torch has no portable compile cache (2.6), or `save_directory` is a file or holds a
+            subdirectory (checked before anything is compiled). Nothing is written then.
+        OSError: writing failed (the previous cache at `save_directory` is left as it was).
 
     >>> import diffusers_ascend, tempfile
     >>> from diffusers_ascend.tiny import tiny_flux_transformer
@@ -286,7 +293,26 @@ def _save_target(save_directory) -> str:
                          "directory (pass a new or existing directory)")
     if os.path.dirname(target) == target:
         raise ValueError(f"cannot save the compile artifacts to {target!r}: a cache directory cannot be a file system root")
+    if os.path.isdir(target):
+        _foreign_entries(target)
     return target
+
+
+def _foreign_entries(target: str) -> list[str]:
+    """The entries of an existing cache directory that are not the cache's, which a save carries
+    into the new directory: plain files and symbolic links only. A subdirectory (a pipeline's
+    ``save_pretrained`` layout, a mount point...) is refused: the previous directory is removed
+    after the swap, and a save never removes more than files it can carry over."""
+    out = []
+    for entry in os.scandir(target):
+        if _owned(entry.name):
+            continue
+        if not (entry.is_symlink() or entry.is_file(follow_symlinks=False)):
+            raise ValueError(f"cannot save the compile artifacts to {target!r}: it holds {entry.name!r}, which is not a "
+                             "file; a save replaces the directory whole, carrying over only plain files (a model's "
+                             "save_pretrained output). Save the cache into its own directory.")
+        out.append(entry.name)
+    return out
 
 
 def _owned(name: str) -> bool:
@@ -313,9 +339,9 @@ def _directory_lock(parent: str):
         os.close(fd)
 
 
-def _write_file(path: str, data: bytes, mode: int = 0o666) -> None:
-    """Writes a new file with `mode` less the process umask (what ``open`` gives), flushed to disk."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+def _write_file(path: str, data: bytes) -> None:
+    """Writes a new file, 0666 less the process umask (what ``open`` gives), flushed to disk."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
         f.flush()
@@ -333,16 +359,11 @@ def _fsync_dir(path: str) -> None:
 
 
 def _carry_over(src: str, dst: str) -> None:
-    """Links (or, across devices, copies) an entry that is not the cache's into the staging directory."""
+    """A file of the previous directory that is not the cache's, in the staging directory: the same
+    file (a hard link; a copy where links are not supported), or the same symbolic link."""
     if os.path.islink(src):
         os.symlink(os.readlink(src), dst)
-    elif os.path.isdir(src):
-        shutil.copytree(src, dst, symlinks=True, copy_function=_link_or_copy)
-    else:
-        _link_or_copy(src, dst)
-
-
-def _link_or_copy(src: str, dst: str) -> None:
+        return
     try:
         os.link(src, dst)
     except OSError:
@@ -383,9 +404,8 @@ def _commit(target: str, blobs: dict[str, bytes], manifest: dict[str, Any]) -> N
             exists = os.path.isdir(target)
             if exists:
                 os.chmod(staging, stat.S_IMODE(os.stat(target).st_mode))
-                for entry in os.listdir(target):
-                    if not _owned(entry):
-                        _carry_over(os.path.join(target, entry), os.path.join(staging, entry))
+                for entry in _foreign_entries(target):  # again, under the lock
+                    _carry_over(os.path.join(target, entry), os.path.join(staging, entry))
             for file_name, data in blobs.items():
                 _write_file(os.path.join(staging, file_name), data)
             _write_file(os.path.join(staging, MANIFEST_NAME),

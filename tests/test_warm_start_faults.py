@@ -188,6 +188,21 @@ def test_concurrent_saves_leave_one_whole_cache_and_readers_see_whole_caches(tmp
     assert _load(target, monkeypatch)[0] in payloads.values() and _listing(tmp_path) == ["cache", "hub"]
 
 
+def test_a_save_carries_other_files_over_and_refuses_subdirectories(tmp_path, offline_hub):
+    _hub(offline_hub, "org/warm", b"mega-cache bytes")
+    target = tmp_path / "model"
+    target.mkdir()
+    (target / "config.json").write_text("{}")
+    (target / "weights.safetensors").symlink_to(tmp_path / "elsewhere")
+    cache.pull_ascend_cache("org/warm", target, trust_remote_artifacts=True)
+    assert _listing(target) == sorted([cache.ARTIFACTS_NAME, cache.MANIFEST_NAME, "config.json", "weights.safetensors"])
+    assert os.readlink(target / "weights.safetensors") == str(tmp_path / "elsewhere")
+    (target / "transformer").mkdir()
+    with pytest.raises(ValueError, match="holds 'transformer', which is not a file"):
+        cache.pull_ascend_cache("org/warm", target, trust_remote_artifacts=True)
+    assert "transformer" in _listing(target) and _listing(tmp_path) == ["hub", "model"]
+
+
 def test_saving_into_a_file_fails_before_any_compile(tmp_path, monkeypatch, compiled):
     path = tmp_path / "a-file"
     path.write_text("not a directory")
