@@ -499,9 +499,17 @@ def _local_source(source):
     return source
 
 
-def _trusted(value) -> bool:
-    """``trust_remote_artifacts`` as given: only the bool True opts in (a string such as
-    ``"false"`` or an int is refused rather than read as truthy)."""
+def trusted_opt_in(value) -> bool:
+    """``trust_remote_artifacts`` as given: only the bool True opts in; False and None do not, and
+    anything else (a string such as ``"false"``, an int) is refused rather than read as truthy.
+
+    >>> trusted_opt_in(True), trusted_opt_in(None)
+    (True, False)
+    >>> trusted_opt_in("false")
+    Traceback (most recent call last):
+    ...
+    TypeError: trust_remote_artifacts must be True or False (or None), got 'false' (str)
+    """
     if value is True:
         return True
     if value is False or value is None:
@@ -619,7 +627,7 @@ def load_ascend_cache(source, cfg, *, trust_remote_artifacts: bool = False, **hu
     """
     from .compilation import _compat
 
-    trusted = _trusted(trust_remote_artifacts)
+    trusted = trusted_opt_in(trust_remote_artifacts)
     source = _local_source(source)
     if _is_remote(source) and not trusted:
         raise ValueError(
@@ -648,7 +656,7 @@ def load_ascend_cache(source, cfg, *, trust_remote_artifacts: bool = False, **hu
         except (OSError, ValueError):
             # A save into this directory swapped a new cache in between the manifest and the
             # files: read the new one (saves replace the directory whole, so it is consistent).
-            if attempt == _READ_ATTEMPTS - 1 or _is_remote(source) or not _manifest_changed(source, manifest):
+            if attempt == _READ_ATTEMPTS - 1 or _is_remote(source) or not _manifest_changed(source, manifest, hub_kwargs):
                 raise
     members = _check_kernels(blobs[KERNELS_NAME]) if KERNELS_NAME in blobs else []
     caches = TorchCaches(blobs[ARTIFACTS_NAME], blobs.get(KERNELS_NAME), members, source)
@@ -670,9 +678,9 @@ def _read_verified(path: str, entry: dict[str, Any]) -> bytes:
     return data
 
 
-def _manifest_changed(source, manifest: dict[str, Any]) -> bool:
+def _manifest_changed(source, manifest: dict[str, Any], hub_kwargs: dict[str, Any]) -> bool:
     try:
-        return read_manifest(_resolve(source, MANIFEST_NAME)) != manifest
+        return read_manifest(_resolve(source, MANIFEST_NAME, **hub_kwargs)) != manifest
     except (OSError, ValueError):
         return True  # gone or half there: a save is swapping the directory
 
@@ -821,7 +829,10 @@ def cache_info(source, cfg=None, **hub_kwargs) -> dict[str, Any]:
     manifest = read_manifest(_resolve(_local_source(source), MANIFEST_NAME, **hub_kwargs))
     given = cfg is not None
     if not given and manifest["format"] == FORMAT:
-        cfg = AscendConfig(executor=manifest["executor"])
+        try:
+            cfg = AscendConfig(executor=manifest["executor"])
+        except (TypeError, ValueError):  # an executor this version does not know: reported as a mismatch
+            cfg = AscendConfig(executor="inductor")
     diffs = mismatches(manifest, cfg)
     if not given:
         diffs = [d for d in diffs if not d.startswith((KEY_FIELDS["config_hash"], KEY_FIELDS["pass_hash"]))]
@@ -872,7 +883,7 @@ def pull_ascend_cache(repo_id: str, save_directory: str | os.PathLike, *, trust_
 
     >>> pull_ascend_cache("me/flux-ascend", "flux-ascend-cache", trust_remote_artifacts=True)  # doctest: +SKIP
     """
-    if not _trusted(trust_remote_artifacts):
+    if not trusted_opt_in(trust_remote_artifacts):
         raise ValueError(f"refusing to download compile artifacts from {repo_id!r} without trust_remote_artifacts=True: "
                          "they contain compiled code that runs when loaded.")
     target = _save_target(save_directory)

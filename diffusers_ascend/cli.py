@@ -437,7 +437,6 @@ def _cache_run(args) -> int:
     import torch
 
     from . import cache
-
     from .compilation._compat import compile_cache_counters
     from .mixin import enable_ascend_compile, save_ascend_cache
 

@@ -379,6 +379,9 @@ def enable_ascend_compile(pipe_or_model, config=None, *, cache=None, trust_remot
                     "`_repeated_blocks`: use compile='model' or compile='none'."
                 )
     loaded = None
+    from .cache import trusted_opt_in
+
+    trusted_opt_in(trust_remote_artifacts)  # only the bool True opts in, with or without `cache`
     if cache is not None:  # validated (and refused, for a remote source without opt-in) before anything changes
         from .cache import load_ascend_cache
 

@@ -203,6 +203,17 @@ def test_a_save_carries_other_files_over_and_refuses_subdirectories(tmp_path, of
     assert "transformer" in _listing(target) and _listing(tmp_path) == ["hub", "model"]
 
 
+def test_a_save_without_an_atomic_exchange_renames_twice(tmp_path, monkeypatch, offline_hub):
+    # Where renameat2(RENAME_EXCHANGE) is missing: the old directory is renamed aside, the new one
+    # in, the old one removed; the result is the same and nothing is left beside it.
+    _hub(offline_hub, "org/old", b"old cache")
+    _hub(offline_hub, "org/new", b"new cache")
+    cache.pull_ascend_cache("org/old", tmp_path / "cache", trust_remote_artifacts=True)
+    monkeypatch.setattr(cache, "_exchange", lambda a, b: False)
+    cache.pull_ascend_cache("org/new", tmp_path / "cache", trust_remote_artifacts=True)
+    assert _load(tmp_path / "cache", monkeypatch) == [b"new cache"] and _listing(tmp_path) == ["cache", "hub"]
+
+
 def test_saving_into_a_file_fails_before_any_compile(tmp_path, monkeypatch, compiled):
     path = tmp_path / "a-file"
     path.write_text("not a directory")
@@ -364,6 +375,9 @@ def test_trust_remote_artifacts_accepts_only_a_bool(tmp_path, loads, offline_hub
     with pytest.raises(TypeError, match=r"trust_remote_artifacts must be True or False"):
         cache.pull_ascend_cache("org/warm", tmp_path / "dst", trust_remote_artifacts=value)
     assert loads == [] and not hasattr(model, "_ascend_state") and not (tmp_path / "dst").exists()
+    with pytest.raises(TypeError, match=r"trust_remote_artifacts must be True or False"):
+        diffusers_ascend.enable_ascend_compile(model, CFG, trust_remote_artifacts=value)  # without `cache` too
+    assert not hasattr(model, "_ascend_state")
 
 
 # -- item 8: every malformed manifest is a ValueError, every CLI failure a message --------------------------
@@ -382,6 +396,7 @@ HOSTILE = {
     "format 1, version not a string": lambda m: {"format": 1, "diffusers_ascend": 1},
     "a JSON array": lambda m: [m],
     "nested 100000 deep": lambda m: "[" * 100000 + "]" * 100000,
+    "executor not a string": lambda m: {**m, "executor": ["inductor"]},
 }
 
 
@@ -477,3 +492,10 @@ def test_the_manifest_path_is_taken_for_its_directory(tmp_path, loads):
     assert loads == [b"mega-cache bytes"]
     with pytest.raises(ValueError, match="is a file: pass the directory"):
         diffusers_ascend.enable_ascend_compile(model, CFG, cache=str(tmp_path / cache.ARTIFACTS_NAME))
+
+
+def test_cache_info_of_an_unknown_executor_reports_a_mismatch(tmp_path, capsys):
+    _write_cache(tmp_path, {**cache.expected_keys(CFG), "executor": "tensorrt"})
+    assert main(["cache", "info", str(tmp_path), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["mismatches"] == ["executor: saved 'tensorrt', here 'inductor'"]
