@@ -349,7 +349,11 @@ def _write_file(path: str, data: bytes) -> None:
 
 
 def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    """Flushes a directory's entries (the renames) to disk, where the system can."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - a system that cannot open a directory (Windows)
+        return
     try:
         os.fsync(fd)
     except OSError:  # pragma: no cover - some file systems cannot sync a directory
