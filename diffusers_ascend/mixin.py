@@ -58,6 +58,47 @@ class _State:
         return state
 
 
+class _Backends:
+    """The backends a model was enabled with, one per (config, platform), kept across
+    enable/disable on the model (``model.__dict__["_ascend_backends"]``).
+
+    Dynamo keeps every compiled graph of a block class in the cache of the class's ``forward``
+    code object, guarded by the backend's identity, and keeps each backend alive (its
+    ``cached_backends``) until ``torch._dynamo.reset()``. A new backend per enable would add
+    entries every enable/disable cycle until the recompile limit, after which dynamo runs the
+    blocks eager without a word (and memory grows with every backend). Enabling again with an
+    equal config reuses the backend, so dynamo's entries hit and its report still lists the
+    graphs that run. Each entry also keeps the call signatures recorded for `save_ascend_cache`:
+    a call that hits dynamo's cache compiles nothing and records nothing again.
+
+    Not pickled or deep-copied (a copy is another module: it compiles its own graphs).
+    """
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[Any, str], tuple[Any, dict]] = {}
+
+    def get(self, cfg, verify: bool):
+        """``(backend, signatures)`` for `cfg` on the current platform: the one made before unless
+        dynamo was reset since (its graphs are gone: a fresh backend reports the recompiles)."""
+        from .compilation import AscendBackend
+        from .platform import current_platform
+
+        key = (cfg, current_platform())
+        found = self.entries.get(key)
+        if found is not None and not found[0].was_reset:
+            if verify:
+                found[0].ensure_verified()
+            return found
+        found = self.entries[key] = (AscendBackend(cfg, verify=verify), {})
+        return found
+
+    def __getstate__(self):
+        return {"entries": {}}
+
+    def __deepcopy__(self, memo):
+        return _Backends()
+
+
 def _is_pipeline(obj) -> bool:
     from diffusers import DiffusionPipeline
 
@@ -245,12 +286,17 @@ def _set_attention(model, cfg, state: _State) -> None:
 def _enable_model(model, cfg, name: str = "", verify: bool = True, lazy_compile: bool = False) -> None:
     """Enables `model`; its state is recorded first, so a failure half-way can be undone by `_disable_model`."""
     from .adapters import adapter_for
-    from .compilation import AscendBackend
     from .layers import apply_swaps
 
     adapter = adapter_for(model)
-    backend = AscendBackend(cfg, verify=verify) if cfg.compile != "none" else None
+    backend, signatures = None, {}
+    if cfg.compile != "none":
+        backends = model.__dict__.get("_ascend_backends")
+        if backends is None:
+            backends = model.__dict__["_ascend_backends"] = _Backends()
+        backend, signatures = backends.get(cfg, verify)
     state = _State(cfg, backend)
+    state.signatures = signatures
     state.record_signatures = (cfg.compile == "blocks" and backend.executor == "inductor"
                                and backend.graph_capture is None and not cfg.freezing)
     model._ascend_state = state
@@ -305,8 +351,9 @@ def _install_packages(models, blocks, caches) -> None:
         state.aot_blocks.setdefault(entry["class"], []).append(block)
         # Saving again from this process packages this signature again (from a block of the class).
         instance = next((m for m in state.compiled if type(m).__name__ == entry["class"]), None)
-        if instance is not None and state.record_signatures:
-            state.signatures.setdefault(entry["class"], []).append((block.signature, weakref.ref(instance)))
+        recorded = state.signatures.setdefault(entry["class"], [])
+        if instance is not None and state.record_signatures and all(block.signature != s for s, _ in recorded):
+            recorded.append((block.signature, weakref.ref(instance)))
         state.backend.report.add_graph(f"{entry['class']}:aoti", entry["matches"], entry["ops_before"], entry["ops_after"],
                                        executor="aoti", package=entry["file"], training=False, dynamic=False)
 
@@ -320,6 +367,8 @@ def _disable_model(model) -> None:
 
     for m in state.compiled:
         m._compiled_call_impl = None
+    if state.backend is not None and state.backend.graph_capture is not None:
+        state.backend.graph_capture.clear()  # device memory back; an enable again captures anew
     unshare_processors(getattr(state, "shared", []))  # a state pickled before this field has none
     restore_swaps(state.swapped)
     if state.attention is not None:

@@ -176,6 +176,7 @@ class AscendBackend:
 
         self.manager = FusionPassManager(self.fusions)
         self.deferred_caches: Callable[[], None] | None = None
+        self.was_reset = False
         self._verified = False
         if verify:
             self.ensure_verified()
@@ -192,6 +193,14 @@ class AscendBackend:
             _compat.check_engine(fusions=bool(self.fusions))
             self.manager.verify()
         self._verified = True
+
+    def reset(self) -> None:
+        """Called by ``torch._dynamo.reset()`` (on every backend dynamo holds): the graphs compiled
+        with this backend are gone. Its device graphs are dropped; `report` keeps what was
+        compiled, and `enable_ascend_compile` makes a new backend rather than reuse this one."""
+        self.was_reset = True
+        if self.graph_capture is not None:
+            self.graph_capture.clear()
 
     def __repr__(self) -> str:
         return f"AscendBackend(fusions={list(self.fusions)}, executor={self.executor!r}, platform={self.platform!r})"

@@ -34,6 +34,11 @@ How a compiled graph runs under capture (`CapturedCallable`):
   the backend (they share the pool): ``safe_output=True`` (default) returns clones,
   ``safe_output=False`` returns the static tensors themselves (no copy; the caller must be done
   with them before the next call).
+- Threads: a call's copy-in, replay and output read (the clones) run under one lock per backend
+  (`GraphCaptureManager`), so threads calling one model each get the results of their own
+  inputs; their calls replay one at a time. With ``safe_output=False`` the returned static
+  tensors are overwritten by the next call from any thread: use it with one caller only. Callers
+  must share one device stream (the default): a replay is ordered after the previous one on it.
 
 Not captured (the graph runs as compiled, with a warning and a ``report.fallbacks`` entry, or an
 error with ``on_error="raise"``): graphs that need gradients, graphs with an input off the
@@ -45,6 +50,7 @@ device, graphs whose capture fails, and graphs calling an op that cannot be capt
 from __future__ import annotations
 
 import itertools
+import threading
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -68,6 +74,7 @@ __all__ = [
 ]
 
 MODES = ("graph_only", "graph_with_compile")
+ON_ERROR = ("fallback", "raise")
 WARMUP_CALLS = 3  # as torch.cuda/npu.make_graphed_callables
 # namespace::op -> why it cannot be captured (an aten-level graph node calling it is refused).
 UNCAPTURABLE_OPS = {
@@ -180,6 +187,12 @@ class GraphCaptureManager:
             and a `report` fallback) or ``"raise"``.
         report: the backend's `FusionReport`.
 
+    Raises:
+        ValueError: an argument out of its range (`max_captured_graphs` < 1, `warmup` < 0, a
+            `mode` or `on_error` not listed above), naming the valid values.
+
+    Thread-safe: its graphs' calls take one lock (copy-in, capture or replay, output clones).
+
     Attributes:
         stats: ``captures``, ``replays``, ``evictions``, ``input_copies``, ``input_copies_skipped``.
 
@@ -192,6 +205,13 @@ class GraphCaptureManager:
                  warmup: int = WARMUP_CALLS, on_error: str = "fallback", report=None) -> None:
         if mode not in MODES:
             raise ValueError(f"graph_capture mode {mode!r} is invalid; valid: {', '.join(map(repr, MODES))}")
+        for arg, value, minimum in (("max_captured_graphs", max_captured_graphs, 1), ("warmup", warmup, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"{arg} must be an int >= {minimum}, got {value!r}")
+        if not isinstance(safe_output, bool):
+            raise ValueError(f"safe_output must be True or False, got {safe_output!r}")
+        if on_error not in ON_ERROR:
+            raise ValueError(f"on_error {on_error!r} is invalid; valid: {', '.join(map(repr, ON_ERROR))}")
         self.mode, self.api, self.safe_output = mode, api, safe_output
         self.max_captured_graphs, self.warmup, self.on_error, self.report = max_captured_graphs, warmup, on_error, report
         self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
@@ -199,6 +219,7 @@ class GraphCaptureManager:
         self._stream = None
         self._uids = itertools.count()
         self.stats = dict(captures=0, replays=0, evictions=0, input_copies=0, input_copies_skipped=0)
+        self._lock = threading.RLock()  # one call at a time: see `CapturedCallable.__call__`
 
     @classmethod
     def from_config(cls, config, platform: str, report=None) -> "GraphCaptureManager":
@@ -237,8 +258,9 @@ class GraphCaptureManager:
 
     def clear(self) -> None:
         """Drops every captured graph (their memory returns to the pool)."""
-        while self._entries:
-            self._evict()
+        with self._lock:
+            while self._entries:
+                self._evict()
 
     def _evict(self, key: tuple | None = None) -> None:
         entry = self._entries.pop(next(iter(self._entries)) if key is None else key)
@@ -334,6 +356,14 @@ class CapturedCallable:
 
     def __call__(self, args: list):
         if self.disabled is not None:
+            return self._run(args)
+        # Copy-in, replay and output read form one step: every caller of a signature shares its
+        # static buffers and static outputs (one backend, one lock: its graphs share one pool).
+        with self.manager._lock:
+            return self._call_locked(args)
+
+    def _call_locked(self, args: list):
+        if self.disabled is not None:  # another thread's call found this graph uncapturable
             return self._run(args)
         mgr = self.manager
         if not self._classified:
