@@ -74,7 +74,7 @@ UNCAPTURABLE_OPS = {
     "npu::npu_fusion_attention": "torch_npu documents npu_fusion_attention as not supporting aclgraph",
     "npu::npu_fusion_attention_v2": "torch_npu documents npu_fusion_attention as not supporting aclgraph",
 }
-_NPU_ATTENTION_DEFAULT = "_native_npu"  # what attention="auto" picks on NPU (calls npu_fusion_attention)
+_UNCAPTURABLE_ATTENTION = "_native_npu"  # diffusers' NPU backend: calls npu_fusion_attention
 
 
 def check_capture_config(config, platform: str) -> None:
@@ -84,8 +84,9 @@ def check_capture_config(config, platform: str) -> None:
       pass (``"auto"`` resolves to none under it); use ``"graph_with_compile"`` to fuse.
     - ``mode="reduce-overhead"``: Inductor would capture its own CUDA graphs inside ours. Other
       modes keep their Inductor options with Inductor's own CUDA graphs switched off.
-    - on NPU, attention ``"auto"``/``"_native_npu"``: diffusers' NPU backend calls
-      ``npu_fusion_attention``, which cannot be captured.
+    - on NPU, attention ``"_native_npu"``: diffusers' NPU backend calls ``npu_fusion_attention``,
+      which cannot be captured. ``"auto"`` resolves to ``"npu_fia"`` under capture
+      (`AscendConfig.resolved_attention`), which can.
 
     Raises:
         ValueError: naming the contradiction and the valid choices.
@@ -106,11 +107,11 @@ def check_capture_config(config, platform: str) -> None:
             "would be captured inside ours); use graph_capture with mode=None, 'default', 'max-autotune' or "
             "'max-autotune-no-cudagraphs', or mode='reduce-overhead' with graph_capture=None."
         )
-    if platform == "npu" and config.attention in ("auto", _NPU_ATTENTION_DEFAULT):
+    if platform == "npu" and config.resolved_attention(platform) == _UNCAPTURABLE_ATTENTION:
         raise ValueError(
             f"graph_capture={mode!r} on NPU with attention={config.attention!r}: diffusers' '_native_npu' attention "
             "calls npu_fusion_attention, which torch_npu documents as not supporting aclgraph capture. Use "
-            "attention=None (keep the model's backend) or another diffusers backend name with graph_capture, "
+            "attention='auto' or 'npu_fia' (npu_fused_infer_attention_score, capturable) with graph_capture, "
             "or graph_capture=None. See docs/graph-capture.md."
         )
 
