@@ -15,8 +15,8 @@ documents, so a change that breaks a documented contract fails here:
 - the platform is ``"npu"`` (`override_platform`), and `diffusers_ascend.platform.graph_api`
   returns its real NPU branch built on that ``torch.npu``, with ``device_type="cpu"`` (the
   simulated device's tensors live on the CPU);
-- diffusers' ``_native_npu`` backend calls the stand-in ``npu_fusion_attention`` (diffusers
-  imports it from torch_npu only when torch_npu is installed at its import).
+- diffusers' ``_native_npu`` backend calls the stand-in ``npu_fusion_attention`` and passes its
+  requirement check (diffusers imports the op and sets ``_CAN_USE_NPU_ATTN`` at its own import).
 """
 
 from __future__ import annotations
@@ -86,6 +86,7 @@ def simulated_npu_host(monkeypatch, **torch_npu_kw):
 
     monkeypatch.setattr(platform_mod, "graph_api", graph_api)
     monkeypatch.setattr(attention_dispatch, "npu_fusion_attention", fake.npu_fusion_attention, raising=False)
+    monkeypatch.setattr(attention_dispatch, "_CAN_USE_NPU_ATTN", True)  # computed at diffusers' import
     assert "npu_graph" in inspect.signature(npu.graph).parameters
     with platform_mod.override_platform("npu"):
         yield SimulatedNpu(fake, npu)
