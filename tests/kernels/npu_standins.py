@@ -339,7 +339,7 @@ def _bsnd_attention(q, k, v, heads, kv_heads, scale, masked=None, bias=None, kv_
         scores = scores.masked_fill(~keep, float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)
     out = torch.softmax(scores, dim=-1) @ vf
-    return out.transpose(1, 2), lse
+    return out.transpose(1, 2).contiguous(), lse  # ND format: a contiguous [B, S, N, D]
 
 
 def _check_fia(query, key, value, pse_shift, atten_mask, num_heads, num_key_value_heads, input_layout, actual_seq_lengths):
