@@ -103,3 +103,36 @@ def test_fia_out_of_contract_graph_runs_uncaptured_with_reason(simulated_npu, fr
     assert any("not captured" in r and "npu_fusion_attention" in r for r in reasons)
     assert any("ran _native_npu: dtype torch.float32" in r for r in reasons)
     assert pipe.transformer._ascend_state.backend.graph_capture.stats["captures"] == 0
+
+
+@pytest.mark.parametrize("aclnn_rms_norm", [True, False], ids=["aclnn", "acl_op"])
+def test_fia_capture_routes_acl_op_fused_ops_to_native(monkeypatch, fresh_dynamo, aclnn_rms_norm):
+    """Without aclnnRmsNorm in CANN, npu_rms_norm takes its acl_op kernel, which NPU graphs cannot
+    capture: inside the captured graphs rms_norm runs its native composite instead."""
+    from tests.kernels.npu_standins import ALL_ACLNN
+    from tests.simulated_npu import simulated_npu_host
+
+    aclnn = ALL_ACLNN if aclnn_rms_norm else ALL_ACLNN - {"aclnnRmsNorm"}
+    with simulated_npu_host(monkeypatch, aclnn=aclnn) as host:
+        build, inputs, attr = PIPELINES["flux"]
+        ref = getattr(build()(**inputs()), attr)
+        pipe = build()
+        pipe.enable_ascend_compile(graph_capture="graph_with_compile", fusions=["rms_norm"])
+        out = getattr(pipe(**inputs()), attr)
+        torch.testing.assert_close(out.float(), ref.float(), **TOL)
+        assert pipe.ascend_report().swaps == {"rms_norm": 6} and not pipe.ascend_report().fallbacks
+        assert pipe.transformer._ascend_state.backend.graph_capture.stats["captures"] >= 2
+        assert ("npu_rms_norm" in host.torch_npu.names()) == aclnn_rms_norm
+
+
+def test_fia_capture_refused_with_jit_compile(monkeypatch, fresh_dynamo):
+    from tests.simulated_npu import simulated_npu_host
+
+    with simulated_npu_host(monkeypatch, jit_compile=True):
+        build, inputs, attr = PIPELINES["flux"]
+        pipe = build()
+        pipe.enable_ascend_compile(graph_capture="graph_with_compile", fusions="none")
+        with pytest.warns(UserWarning, match="jit_compile=True"):
+            pipe(**inputs())
+        assert pipe.transformer._ascend_state.backend.graph_capture.stats["captures"] == 0
+        assert all("jit_compile=True" in f["reason"] for f in pipe.ascend_report().fallbacks)
