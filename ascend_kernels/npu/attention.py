@@ -136,7 +136,7 @@ def fia_unsupported(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
 
     >>> import torch
     >>> q = torch.randn(1, 64, 2, 16)
-    >>> fia_unsupported(q, q, q)  # doctest: +SKIP  (needs torch_npu)
+    >>> fia_unsupported(q, q, q)  # doctest: +SKIP
     'dtype torch.float32 (FIA takes float16/bfloat16)'
     """
     op, a2_a3, soc = _stack()
