@@ -29,6 +29,7 @@ __all__ = [
     "Provider",
     "auto_provider",
     "available_providers",
+    "capturing",
     "explain",
     "providers",
     "register_provider",
@@ -82,6 +83,10 @@ class Provider:
             None on a device type where there is none. The inductor executor binds a node whose
             provider has one to it, so that Inductor launches the kernel from its own generated
             code instead of calling the op through the dispatcher and this registry.
+        capturable: ``(*op_args) -> bool``: whether the kernel this call would launch can be
+            captured in a device graph (NPU graphs capture aclnn kernels only, not the ``acl_op``
+            fallbacks some torch_npu ops take). Inside `capturing` a provider that says False is
+            skipped for the next one (``native``: plain aten ops).
         opt_in: optional ``(device_type) -> str | None``: for a provider that can run on
             ``device_type`` but whose ``runs_on`` declines it unless chosen with `use_providers`
             (a policy, not an inability), why it is not picked by default there; None where it
@@ -99,6 +104,7 @@ class Provider:
     describe: Callable[[], str] | None = None
     compiler_op: Callable[[str], Any] | None = None
     opt_in: Callable[[str], str | None] | None = None
+    capturable: Callable[..., bool] = _always
 
     def supported(self, device_type: str) -> bool:
         """Whether this provider can run on ``device_type`` on this machine."""
@@ -111,6 +117,10 @@ class Provider:
 
 
 _REGISTRY: dict[str, dict[str, Provider]] = {op: {} for op in OPS}
+
+# Set while a device graph is warmed up and captured (`capturing`): providers whose kernel cannot
+# be captured are skipped.
+_CAPTURING: contextvars.ContextVar[bool] = contextvars.ContextVar("ascend_kernels_capturing", default=False)
 
 # op -> provider name chosen explicitly by `use_providers` in the current context.
 _CHOICE: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
@@ -256,6 +266,24 @@ def use_providers(**choice: str) -> Iterator[None]:
         _CHOICE.reset(token)
 
 
+@contextlib.contextmanager
+def capturing() -> Iterator[None]:
+    """Marks the calls inside the ``with`` block as running under device-graph capture (context-local):
+    each op then picks a provider whose `Provider.capturable` accepts the call.
+
+    Example:
+        >>> import torch, ascend_kernels
+        >>> from ascend_kernels.registry import capturing
+        >>> with capturing():
+        ...     y = torch.ops.ascend_kernels.rms_norm(torch.randn(2, 8), None, 1e-6)
+    """
+    token = _CAPTURING.set(True)
+    try:
+        yield
+    finally:
+        _CAPTURING.reset(token)
+
+
 def _device_type(args: tuple) -> str:
     for a in args:
         if isinstance(a, torch.Tensor):
@@ -285,9 +313,15 @@ def select_provider(op: str, *args: Any) -> Provider:
                 f"provider {chosen!r} chosen for ascend_kernels.{op} does not support these arguments "
                 f"({_describe(args)}); see its supports_args limits or choose 'native'"
             )
+        if _CAPTURING.get() and not p.capturable(*args):
+            raise RuntimeError(
+                f"provider {chosen!r} chosen for ascend_kernels.{op} runs a kernel that cannot be captured in a "
+                f"device graph here ({_describe(args)}); choose 'native' or run without graph capture"
+            )
         return p
+    capture = _CAPTURING.get()
     for p in providers(op):
-        if p.supported(device_type) and p.supports_args(*args):
+        if p.supported(device_type) and p.supports_args(*args) and (not capture or p.capturable(*args)):
             return p
     raise RuntimeError(f"no provider of ascend_kernels.{op} supports {_describe(args)}")  # pragma: no cover
 

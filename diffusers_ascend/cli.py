@@ -72,7 +72,9 @@ def env_info() -> dict[str, Any]:
 
     plat = platform_info()
     cfg = AscendConfig()
-    attention = "_native_npu" if plat["platform"] == "npu" else None
+    from ascend_kernels.npu.attention import describe as describe_fia
+
+    from .attention.npu_fia import fallbacks
     npu_version = _version("torch_npu")
     chosen = {op: explain(op, plat["platform"]) for op in ascend_kernels.OPS}
     return {
@@ -93,7 +95,11 @@ def env_info() -> dict[str, Any]:
         "provider_reasons": {op: why for op, (_, why) in chosen.items()},
         "auto_fusions": list(cfg.resolved_fusions()),
         "auto_executor": cfg.resolved_executor(),
-        "attention_backend": attention or "unchanged (diffusers default)",
+        "attention_backend": cfg.resolved_attention() or "unchanged (diffusers default)",
+        "attention_with_capture": (cfg.replace(graph_capture="graph_with_compile").resolved_attention()
+                                   or "unchanged (diffusers default)"),
+        "npu_fia": describe_fia(),
+        "npu_fia_fallbacks": fallbacks(),
         "graph_capture_supported": plat["graph_capture_supported"],
     }
 
@@ -103,7 +109,11 @@ def _cmd_env(args) -> int:
 
     info = env_info()
     rows = [(k, v if not isinstance(v, dict) else "") for k, v in info.items()]
-    text = "\n".join(f"{k:<24}{'-' if v is None else v}" for k, v in rows if k not in ("providers", "provider_reasons"))
+    text = "\n".join(f"{k:<24}{'-' if v is None else v}" for k, v in rows
+                     if k not in ("providers", "provider_reasons", "npu_fia_fallbacks"))
+    if info["npu_fia_fallbacks"]:
+        text += "\nnpu_fia calls that ran _native_npu (reason: calls):\n" + "\n".join(
+            f"  {why}: {n}" for why, n in info["npu_fia_fallbacks"].items())
     text += "\nproviders (op -> provider a typical call uses here: why):\n" + "\n".join(
         f"  {op:<22}{p:<8}{info['provider_reasons'][op]}" for op, p in info["providers"].items()
     )

@@ -137,7 +137,9 @@ def _normalize_fusions(value: Any) -> str | tuple[str, ...]:
 def _attention_backends() -> tuple[str, ...]:
     from diffusers.models.attention_dispatch import AttentionBackendName  # lazy: diffusers is heavy
 
-    return tuple(b.value for b in AttentionBackendName)
+    from .attention import BACKENDS
+
+    return BACKENDS + tuple(b.value for b in AttentionBackendName)
 
 
 @dataclass(frozen=True, eq=False)
@@ -154,8 +156,11 @@ class AscendConfig:
             except ``fast_gelu``), ``"none"``, or a list of `FUSIONS` names (a single name is
             accepted; duplicates are dropped; stored as a tuple in canonical order).
             ``fast_gelu`` changes numerics and applies only when named.
-        attention: ``"auto"`` (diffusers ``"_native_npu"`` on NPU, unchanged elsewhere), None
-            (leave the model's backend), or a diffusers ``AttentionBackendName`` value.
+        attention: ``"auto"`` (see `resolved_attention`: on NPU ``"npu_fia"`` under graph capture
+            or ring attention, diffusers' ``"_native_npu"`` otherwise; unchanged elsewhere), None
+            (leave the model's backend), ``"npu_fia"`` (``npu_fused_infer_attention_score``,
+            capturable, returns LSE; see docs/multi-card.md), or a diffusers
+            ``AttentionBackendName`` value.
         compile: ``"blocks"`` (each repeated block compiled in place), ``"model"``, or ``"none"``
             (module swaps only, nothing compiled).
         executor: ``"auto"`` (``"eager"`` on NPU, ``"inductor"`` elsewhere), ``"eager"`` (the
@@ -224,12 +229,12 @@ class AscendConfig:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen dataclass)
         set_("fusions", _normalize_fusions(self.fusions))
         if self.attention is not None and not isinstance(self.attention, str):
-            raise TypeError(f"attention must be 'auto', None or a diffusers attention backend name, got {self.attention!r}")
+            raise TypeError(f"attention must be 'auto', None, 'npu_fia' or a diffusers attention backend name, got {self.attention!r}")
         if self.attention not in (None, "auto"):
             valid = _attention_backends()
             if self.attention not in valid:
                 raise ValueError(
-                    f"attention={self.attention!r} is not a diffusers attention backend; valid: 'auto', None, "
+                    f"attention={self.attention!r} is not an attention backend; valid: 'auto', None, "
                     f"{', '.join(map(repr, valid))}.{_closest(self.attention, valid)}"
                 )
         _choice("compile", self.compile, _COMPILE)
@@ -316,6 +321,30 @@ class AscendConfig:
         if self.executor != "auto":
             return self.executor
         return "eager" if _platform(platform) == "npu" else "inductor"
+
+    def resolved_attention(self, platform: str | None = None, *, ring: bool = False) -> str | None:
+        """The attention backend set on the model's processors, or None (the model's own is kept).
+
+        ``"auto"`` is decided by `diffusers_ascend.platform.auto_attention` alone: on NPU
+        ``"npu_fia"`` when ``graph_capture`` is on or ``ring`` (the model runs diffusers' ring
+        attention, which needs the log-sum-exp), ``"_native_npu"`` otherwise; None elsewhere.
+        An explicit name is returned as it is.
+
+        Args:
+            platform: ``"npu"``, ``"cuda"`` or ``"cpu"`` (default: the current one).
+            ring: the model is context-parallel with ``ring_degree > 1``.
+
+        >>> from diffusers_ascend.config import AscendConfig
+        >>> AscendConfig().resolved_attention("npu"), AscendConfig(graph_capture="graph_only").resolved_attention("npu")
+        ('_native_npu', 'npu_fia')
+        >>> AscendConfig().resolved_attention("cpu") is None
+        True
+        """
+        if self.attention != "auto":
+            return self.attention
+        from .platform import auto_attention
+
+        return auto_attention(_platform(platform), graph_capture=self.graph_capture, ring=ring)
 
     # ----------------------------------------------------------------------------- copies
     def replace(self, **overrides: Any) -> "AscendConfig":

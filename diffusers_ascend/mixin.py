@@ -266,21 +266,37 @@ def _record_signature(state: _State, label: str, module: torch.nn.Module, args, 
         recorded.append((sig, weakref.ref(module)))
 
 
-def _set_attention(model, cfg, state: _State) -> None:
-    from .platform import current_platform
+def _runs_ring(model) -> bool:
+    """Whether diffusers' context parallelism runs ring attention in ``model`` (``enable_parallelism``
+    with ``ring_degree > 1``): ring merges partial results with the log-sum-exp."""
+    from .attention import processors
 
-    backend = cfg.attention
-    if backend == "auto":
-        backend = "_native_npu" if current_platform() == "npu" else None
-    if backend is None or not hasattr(model, "set_attention_backend"):
+    for p in processors(model):
+        cp = getattr(getattr(p, "_parallel_config", None), "context_parallel_config", None)
+        if cp is not None and (getattr(cp, "ring_degree", None) or 1) > 1:
+            return True
+    return False
+
+
+def _set_attention(model, cfg, state: _State) -> None:
+    from .attention import BACKENDS, backend_for, processors
+
+    if not hasattr(model, "set_attention_backend"):
         return
-    procs = {}
-    for m in model.modules():
-        p = getattr(m, "processor", None)
-        if p is not None and hasattr(p, "_attention_backend"):
-            procs[p] = p._attention_backend
-    state.attention = procs
-    model.set_attention_backend(backend)
+    backend = cfg.resolved_attention(ring=_runs_ring(model))
+    if backend is None:
+        return
+    procs = processors(model)
+    state.attention = {p: p._attention_backend for p in procs}
+    if backend in BACKENDS:  # ours: not in diffusers' enum, so set on the processors directly
+        from .attention.npu_fia import fallbacks
+
+        state.fia_fallbacks = fallbacks()
+        member = backend_for(backend)
+        for p in procs:
+            p._attention_backend = member
+    else:
+        model.set_attention_backend(backend)
 
 
 def _enable_model(model, cfg, name: str = "", verify: bool = True, lazy_compile: bool = False) -> None:
@@ -538,8 +554,25 @@ def ascend_report(pipe_or_model):
         for fb in state.fallbacks:
             rep.add_fallback(fb["module"], fb["reason"], fb.get("lost"))
         rep.record_swaps(state.swaps)
+        _report_attention(model, rep)
         reports.append(rep)
     return FusionReport.merge(reports) if reports else None
+
+
+def _report_attention(model, rep) -> None:
+    """Adds the ``npu_fia`` calls that ran ``_native_npu`` (their reasons) when `model` uses npu_fia."""
+    from .attention import NPU_FIA, processors
+
+    if not any(getattr(p._attention_backend, "value", None) == NPU_FIA for p in processors(model)):
+        return
+    from .attention.npu_fia import fallbacks
+
+    # The log is the process's; what grew since this model was enabled is what its calls did
+    # (models enabled at the same time share it).
+    before = getattr(model._ascend_state, "fia_fallbacks", {})
+    for reason, calls in fallbacks().items():
+        if calls > before.get(reason, 0):
+            rep.add_fallback(f"attention ({NPU_FIA})", f"{calls - before.get(reason, 0)} call(s) ran _native_npu: {reason}")
 
 
 class AscendAccelerationMixin:

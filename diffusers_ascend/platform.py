@@ -18,6 +18,7 @@ from typing import Any, Callable, ContextManager, Iterator
 __all__ = [
     "PLATFORMS",
     "GraphAPI",
+    "auto_attention",
     "current_platform",
     "graph_api",
     "graph_capture_supported",
@@ -113,6 +114,29 @@ def platform_info() -> dict[str, Any]:
         "torch_npu_error": err,
         "graph_capture_supported": graph_capture_supported(plat),
     }
+
+
+def auto_attention(platform: str | None = None, *, graph_capture: str | None = None, ring: bool = False) -> str | None:
+    """The attention backend ``attention="auto"`` picks: the one place this is decided.
+
+    On NPU: ``"npu_fia"`` (``npu_fused_infer_attention_score``) when graph capture is on (diffusers'
+    ``"_native_npu"`` calls ``npu_fusion_attention``, which torch_npu documents as not capturable)
+    or when the model runs ring attention (which needs the log-sum-exp only FIA returns);
+    ``"_native_npu"`` otherwise, until a 910B measurement shows FIA faster there too
+    (tests/kernels/test_npu_hardware.py has the row). Elsewhere None: the model's backend is kept.
+
+    Args:
+        platform: one of `PLATFORMS` (default: current).
+        graph_capture: the config's ``graph_capture`` (None when off).
+        ring: the model runs diffusers' context parallelism with ``ring_degree > 1``.
+
+    >>> from diffusers_ascend.platform import auto_attention
+    >>> auto_attention("npu"), auto_attention("npu", graph_capture="graph_with_compile"), auto_attention("cpu")
+    ('_native_npu', 'npu_fia', None)
+    """
+    if _check(platform or current_platform()) != "npu":
+        return None
+    return "npu_fia" if graph_capture is not None or ring else "_native_npu"
 
 
 def graph_capture_supported(platform: str | None = None) -> bool:

@@ -53,3 +53,13 @@ def _simulated_platform():
 
     with override_platform(simulated):
         yield
+
+
+@pytest.fixture
+def simulated_npu(monkeypatch):
+    """A simulated Ascend host (stand-ins of torch_npu, its FIA / npu_fusion_attention ops and
+    torch.npu's NPUGraph API; platform "npu"): CONTRACT tests, not hardware. See tests/simulated_npu.py."""
+    from .simulated_npu import simulated_npu_host
+
+    with simulated_npu_host(monkeypatch) as host:
+        yield host

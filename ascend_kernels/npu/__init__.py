@@ -144,15 +144,24 @@ def _provider(op, impl, supports, describe, available=torch_npu_available, **kw)
     return Provider(op, "npu", impl, runs_on=runs_on, available=available, supports_args=supports, describe=describe, **kw)
 
 
+def _aclnn(api: str):
+    """`Provider.capturable`: NPU graphs capture aclnn (op_api) kernels only; with jit_compile=True or
+    without ``api`` in CANN the op takes its acl_op kernel, which cannot be captured."""
+    return lambda *args: kernels._op_api(api)
+
+
 for _p in (
-    _provider("rms_norm", kernels.rms_norm, kernels.rms_norm_supports, _desc_rms_norm),
+    _provider("rms_norm", kernels.rms_norm, kernels.rms_norm_supports, _desc_rms_norm, capturable=_aclnn("aclnnRmsNorm")),
     # Flux and Wan use the interleaved layout: where this build runs only "half", the fusion
     # would just move their rope into the composite, so "auto" leaves it out.
     _provider("rope", kernels.rope, kernels.rope_supports, _desc_rope,
-              faster_than_unfused=lambda: "interleaved" in kernels.rope_modes()),
-    _provider("gelu_tanh", kernels.gelu_tanh, kernels.gelu_tanh_supports, _desc_gelu_tanh, faster_than_unfused=False),
-    _provider("fast_gelu", kernels.fast_gelu, kernels.gelu_supports, _desc_fast_gelu),
-    _provider("mul_add", kernels.mul_add, kernels.mul_add_supports, _desc_mul_add),
+              faster_than_unfused=lambda: "interleaved" in kernels.rope_modes(),
+              capturable=lambda *args: kernels.rope_path() == "aclnn"),
+    _provider("gelu_tanh", kernels.gelu_tanh, kernels.gelu_tanh_supports, _desc_gelu_tanh, faster_than_unfused=False,
+              capturable=lambda *args: not probe.jit_compile()),
+    _provider("fast_gelu", kernels.fast_gelu, kernels.gelu_supports, _desc_fast_gelu,
+              capturable=lambda *args: not probe.jit_compile()),
+    _provider("mul_add", kernels.mul_add, kernels.mul_add_supports, _desc_mul_add, capturable=_aclnn("aclnnAddcmul")),
     _provider(
         "adaln_modulate", kernels.adaln, kernels.adaln_supports, _desc_adaln, available=mindiesd_available,
         extras=("mindiesd",), faster_than_unfused=probe.is_a2_a3,  # aclnnAdaLayerNorm: A2/A3 only

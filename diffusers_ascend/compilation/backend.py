@@ -23,6 +23,7 @@ fusion, with a warning and a `fallbacks` entry (never with wrong gradients).
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import copy
 import os
@@ -285,7 +286,12 @@ class AscendBackend:
     def _executor_callable(self, gm: torch.fx.GraphModule, example_inputs, keep: list[int] | None = None) -> Callable:
         pick = (lambda args: args) if keep is None else (lambda args: [args[i] for i in keep])
         if self.executor == "eager":
-            self.report.graphs[-1]["bound_providers"] = bind_providers(gm)
+            from ascend_kernels.registry import capturing
+
+            # A graph that will be captured binds capturable providers (never an acl_op fallback).
+            capture = self.graph_capture is not None and self.graph_capture.blocked is None
+            with capturing() if capture else contextlib.nullcontext():
+                self.report.graphs[-1]["bound_providers"] = bind_providers(gm)
             if keep is None:
                 return _identity_compiler(gm, example_inputs)
             return _compat.make_boxed_func(lambda *args: gm(*pick(args)))

@@ -42,9 +42,18 @@ How a compiled graph runs under capture (`CapturedCallable`):
 
 Not captured (the graph runs as compiled, with a warning and a ``report.fallbacks`` entry, or an
 error with ``on_error="raise"``): graphs that need gradients, graphs with an input off the
-device, graphs whose capture fails, and graphs calling an op that cannot be captured
+device, graphs whose capture fails, graphs calling an op that cannot be captured
 (`UNCAPTURABLE_OPS`: torch_npu documents that ``npu_fusion_attention``, the op of diffusers'
-``"_native_npu"`` attention backend, does not support aclgraph).
+``"_native_npu"`` attention backend, does not support aclgraph; an ``npu_fia`` call outside FIA's
+limits runs that backend), and on NPU every graph when torch_npu runs with ``jit_compile=True``
+(ops then take acl_op kernels). The fused ops (``ascend_kernels``) pick a capturable provider
+during warm-up and capture (`ascend_kernels.registry.capturing`): a torch_npu op that would take
+its acl_op fallback (no aclnn kernel in this CANN) runs its native composite in the graph.
+
+NPU attention: ``attention="auto"`` resolves to ``"npu_fia"`` under capture
+(`AscendConfig.resolved_attention`). torch_npu's NPUGraph handlers for FIA update only
+``actual_seq_lengths_kv`` between replays; ``npu_fia`` never passes sequence lengths (FIA reads
+them from the shapes, which are part of every signature), so its replays need no update.
 """
 
 from __future__ import annotations
@@ -81,7 +90,7 @@ UNCAPTURABLE_OPS = {
     "npu::npu_fusion_attention": "torch_npu documents npu_fusion_attention as not supporting aclgraph",
     "npu::npu_fusion_attention_v2": "torch_npu documents npu_fusion_attention as not supporting aclgraph",
 }
-_NPU_ATTENTION_DEFAULT = "_native_npu"  # what attention="auto" picks on NPU (calls npu_fusion_attention)
+_UNCAPTURABLE_ATTENTION = "_native_npu"  # diffusers' NPU backend: calls npu_fusion_attention
 
 
 def check_capture_config(config, platform: str) -> None:
@@ -91,8 +100,9 @@ def check_capture_config(config, platform: str) -> None:
       pass (``"auto"`` resolves to none under it); use ``"graph_with_compile"`` to fuse.
     - ``mode="reduce-overhead"``: Inductor would capture its own CUDA graphs inside ours. Other
       modes keep their Inductor options with Inductor's own CUDA graphs switched off.
-    - on NPU, attention ``"auto"``/``"_native_npu"``: diffusers' NPU backend calls
-      ``npu_fusion_attention``, which cannot be captured.
+    - on NPU, attention ``"_native_npu"``: diffusers' NPU backend calls ``npu_fusion_attention``,
+      which cannot be captured. ``"auto"`` resolves to ``"npu_fia"`` under capture
+      (`AscendConfig.resolved_attention`), which can.
 
     Raises:
         ValueError: naming the contradiction and the valid choices.
@@ -113,13 +123,30 @@ def check_capture_config(config, platform: str) -> None:
             "would be captured inside ours); use graph_capture with mode=None, 'default', 'max-autotune' or "
             "'max-autotune-no-cudagraphs', or mode='reduce-overhead' with graph_capture=None."
         )
-    if platform == "npu" and config.attention in ("auto", _NPU_ATTENTION_DEFAULT):
+    if platform == "npu" and config.resolved_attention(platform) == _UNCAPTURABLE_ATTENTION:
         raise ValueError(
             f"graph_capture={mode!r} on NPU with attention={config.attention!r}: diffusers' '_native_npu' attention "
             "calls npu_fusion_attention, which torch_npu documents as not supporting aclgraph capture. Use "
-            "attention=None (keep the model's backend) or another diffusers backend name with graph_capture, "
+            "attention='auto' or 'npu_fia' (npu_fused_infer_attention_score, capturable) with graph_capture, "
             "or graph_capture=None. See docs/graph-capture.md."
         )
+
+
+def _capture_blocked(platform: str) -> str | None:
+    """Why no graph can be captured on ``platform`` with this install, or None.
+
+    NPU graphs capture aclnn kernels only. With ``jit_compile=True`` torch_npu runs the ``acl_op``
+    kernels of every op that has both (op-plugin's dispatch), aten ops included, so a capture
+    would fail or record kernels that cannot replay.
+    """
+    if platform != "npu":
+        return None
+    from ascend_kernels.npu import probe
+
+    if probe.jit_compile():
+        return ("torch_npu runs with jit_compile=True, so ops take acl_op kernels, which NPU graphs cannot capture; "
+                "call torch_npu.npu.set_compile_mode(jit_compile=False) before enabling")
+    return None
 
 
 def static_input_indices() -> tuple[int, ...]:
@@ -218,6 +245,7 @@ class GraphCaptureManager:
         self._pool = None
         self._stream = None
         self._uids = itertools.count()
+        self.blocked: str | None = None  # why no graph of this backend can be captured here
         self.stats = dict(captures=0, replays=0, evictions=0, input_copies=0, input_copies_skipped=0)
         self._lock = threading.RLock()  # one call at a time: see `CapturedCallable.__call__`
 
@@ -233,8 +261,10 @@ class GraphCaptureManager:
                 "(torch.cuda.CUDAGraph on 'cuda'; torch.npu.NPUGraph needs torch_npu 2.5.1 or newer on 'npu'). "
                 "Valid here: graph_capture=None."
             )
-        return cls(config.graph_capture, api, safe_output=config.safe_output,
-                   max_captured_graphs=config.max_captured_graphs, on_error=config.on_error, report=report)
+        manager = cls(config.graph_capture, api, safe_output=config.safe_output,
+                      max_captured_graphs=config.max_captured_graphs, on_error=config.on_error, report=report)
+        manager.blocked = _capture_blocked(platform)
+        return manager
 
     @property
     def num_graphs(self) -> int:
@@ -304,6 +334,9 @@ class GraphCaptureManager:
             static_indices: parameter/buffer inputs (besides ``nn.Parameter`` inputs).
             unused: inputs `fn` ignores (parameters folded by freezing): neither keyed nor copied.
         """
+        if self.blocked is not None:
+            self._fallback(name, self.blocked)
+            return fn
         if gm is not None:
             bad = uncapturable_ops(gm)
             if bad:
@@ -404,16 +437,20 @@ class CapturedCallable:
         return _outputs(graph.outputs, mgr.safe_output)
 
     def _capture(self, static_args: list) -> _Graph | None:
+        from ascend_kernels.registry import capturing
+
         mgr, api = self.manager, self.manager.api
         try:
             stream = mgr.stream()
             stream.wait_stream(api.current_stream())
-            with api.use_stream(stream):  # warm-up off the capturing path, as the CUDA/NPU graph docs ask
+            # Fused ops pick capturable kernels (not torch_npu's acl_op fallbacks) in the warm-up
+            # too, so that it initialises what the capture launches.
+            with capturing(), api.use_stream(stream):  # warm-up off the capturing path, as the CUDA/NPU graph docs ask
                 for _ in range(mgr.warmup):
                     self._run(static_args)
             api.current_stream().wait_stream(stream)
             g = api.graph_class()
-            with api.capture(g, mgr.pool(), stream):
+            with capturing(), api.capture(g, mgr.pool(), stream):
                 outputs = self._run(static_args)
         except Exception as e:  # a graph that cannot be captured still runs, uncaptured
             self.disabled = f"capture failed ({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''})"

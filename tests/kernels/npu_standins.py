@@ -17,6 +17,13 @@ the primary sources document, so that a provider that calls an op outside its co
   (hicann ops-nn ``norm/ada_layer_norm``: one dtype, scale/shift [B.., H] or [B.., 1, H]).
 - `KernelCounter`: a ``TorchDispatchMode`` counting device-op calls: stand-in kernel calls plus
   aten ops dispatched outside them (views excluded: they launch nothing).
+- Attention: ``npu::npu_fused_infer_attention_score`` (FIA, and ``_v2``) and
+  ``npu::npu_fusion_attention`` registered as ``torch.library`` ops with torch_npu's schemas
+  (`FIA_SCHEMAS`, `FUSION_ATTENTION_SCHEMA`) and fake impls, so compiled graphs hold them as the
+  real ones do; their CPU kernels enforce the documented contract (BSND, fp16/bf16 for FIA,
+  True = masked out, mask and pse_shift shapes, GQA rules, contiguity) and compute the documented
+  result in fp32, including FIA's ``softmax_lse`` (fp32 ``(B, N, S, 1)``). `StandInTorchNpu`
+  exposes them as ``torch_npu.<op>`` (the ``OpOverloadPacket``), as torch_npu does.
 """
 
 from __future__ import annotations
@@ -31,7 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["A2_SOC", "KernelCounter", "SCHEMAS", "StandInTorchNpu", "install_torch_npu", "mindiesd_standin"]
+__all__ = ["A2_SOC", "FIA_SCHEMAS", "FUSION_ATTENTION_SCHEMA", "KernelCounter", "SCHEMAS", "StandInTorchNpu",
+           "install_torch_npu", "mindiesd_standin", "npu_attention_ops"]
 
 A2_SOC = 221  # c10_npu::SocVersion::Ascend910B2 (torch_npu/csrc/core/npu/NpuVariables.h)
 SOC_NAMES = {102: "Ascend910A", 221: "Ascend910B2", 250: "Ascend910_9391", 260: "Ascend950"}
@@ -90,7 +98,7 @@ class StandInTorchNpu(types.ModuleType):
     """
 
     def __init__(self, version: str = "26.0.0", soc: int = A2_SOC, jit_compile: bool = False,
-                 aclnn: Iterable[str] = ALL_ACLNN):
+                 aclnn: Iterable[str] = ALL_ACLNN, fia: Iterable[str] = ("v1", "v2")):
         super().__init__("torch_npu")
         self.__spec__ = importlib.machinery.ModuleSpec("torch_npu", None)
         self.version, self.soc, self.jit, self.aclnn = version, soc, jit_compile, frozenset(aclnn)
@@ -105,6 +113,12 @@ class StandInTorchNpu(types.ModuleType):
                  "npu_gelu": self._gelu, "npu_fast_gelu": self._fast_gelu}
         for name, schema in SCHEMAS[version].items():
             setattr(self, name, _Packet(self, schema, impls[name]))
+        npu_attention_ops()
+        self.fia = tuple(fia)
+        ops = {"v1": "npu_fused_infer_attention_score", "v2": "npu_fused_infer_attention_score_v2"}
+        for v in self.fia:
+            setattr(self, ops[v], getattr(torch.ops.npu, ops[v]))
+        self.npu_fusion_attention = torch.ops.npu.npu_fusion_attention
 
     @contextlib.contextmanager
     def inside(self):
@@ -257,3 +271,178 @@ class KernelCounter(TorchDispatchMode):
 
     def count(self) -> int:
         return len(self.npu_calls()) + len(self.ops)
+
+
+# -- attention -----------------------------------------------------------------------------------
+# torch_npu-npu_fused_infer_attention_score.md (v1, verbatim); v2: op-plugin / TorchAir's doc, up to
+# the optional dtype arguments after return_softmax_lse (never passed here, left out).
+FIA_SCHEMAS = {
+    "v1": (
+        "npu_fused_infer_attention_score(Tensor query, Tensor key, Tensor value, *, Tensor? pse_shift=None, "
+        "Tensor? atten_mask=None, SymInt[]? actual_seq_lengths=None, SymInt[]? actual_seq_lengths_kv=None, "
+        "Tensor? dequant_scale1=None, Tensor? quant_scale1=None, Tensor? dequant_scale2=None, Tensor? quant_scale2=None, "
+        "Tensor? quant_offset2=None, Tensor? antiquant_scale=None, Tensor? antiquant_offset=None, Tensor? block_table=None, "
+        "Tensor? query_padding_size=None, Tensor? kv_padding_size=None, Tensor? key_antiquant_scale=None, "
+        "Tensor? key_antiquant_offset=None, Tensor? value_antiquant_scale=None, Tensor? value_antiquant_offset=None, "
+        "Tensor? key_shared_prefix=None, Tensor? value_shared_prefix=None, SymInt[]? actual_shared_prefix_len=None, "
+        "Tensor? query_rope=None, Tensor? key_rope=None, Tensor? key_rope_antiquant_scale=None, int num_heads=1, "
+        "float scale=1.0, int pre_tokens=2147483647, int next_tokens=2147483647, str input_layout=\"BSH\", "
+        "int num_key_value_heads=0, int sparse_mode=0, int inner_precise=0, int block_size=0, int antiquant_mode=0, "
+        "bool softmax_lse_flag=False, int key_antiquant_mode=0, int value_antiquant_mode=0) -> (Tensor, Tensor)"
+    ),
+    "v2": (
+        "npu_fused_infer_attention_score_v2(Tensor query, Tensor key, Tensor value, *, Tensor? query_rope=None, "
+        "Tensor? key_rope=None, Tensor? pse_shift=None, Tensor? atten_mask=None, SymInt[]? actual_seq_qlen=None, "
+        "SymInt[]? actual_seq_kvlen=None, Tensor? block_table=None, Tensor? dequant_scale_query=None, "
+        "Tensor? dequant_scale_key=None, Tensor? dequant_offset_key=None, Tensor? dequant_scale_value=None, "
+        "Tensor? dequant_offset_value=None, Tensor? dequant_scale_key_rope=None, Tensor? quant_scale_out=None, "
+        "Tensor? quant_offset_out=None, Tensor? learnable_sink=None, int num_query_heads=1, int num_key_value_heads=0, "
+        "float softmax_scale=1.0, int pre_tokens=2147483647, int next_tokens=2147483647, str input_layout=\"BSH\", "
+        "int sparse_mode=0, int block_size=0, int query_quant_mode=0, int key_quant_mode=0, int value_quant_mode=0, "
+        "int inner_precise=0, bool return_softmax_lse=False) -> (Tensor, Tensor)"
+    ),
+}
+# op-plugin op_plugin_functions.yaml (what diffusers' "_native_npu" backend calls).
+FUSION_ATTENTION_SCHEMA = (
+    "npu_fusion_attention(Tensor query, Tensor key, Tensor value, int head_num, str input_layout, Tensor? pse=None, "
+    "Tensor? padding_mask=None, Tensor? atten_mask=None, float scale=1., float keep_prob=1., "
+    "int pre_tockens=2147483647, int next_tockens=2147483647, int inner_precise=0, int[]? prefix=None, "
+    "int[]? actual_seq_qlen=None, int[]? actual_seq_kvlen=None, int sparse_mode=0, bool gen_mask_parallel=True, "
+    "bool sync=False) -> (Tensor, Tensor, Tensor, Tensor, int, int, int)"
+)
+_NPU_LIB: list = []
+
+
+def _current() -> Optional["StandInTorchNpu"]:
+    fake = sys.modules.get("torch_npu")
+    return fake if isinstance(fake, StandInTorchNpu) else None
+
+
+def _record(name: str, bound: dict) -> None:
+    fake = _current()
+    if fake is not None:
+        fake.calls.append((name, bound))
+
+
+def _bsnd_attention(q, k, v, heads, kv_heads, scale, masked=None, bias=None, kv_len=None):
+    """fp32 attention over BSND tensors: (out [B, S, N, D] fp32, lse [B, N, S] fp32)."""
+    qf, kf, vf = (t.float().transpose(1, 2) for t in (q, k, v))  # B, N, S, D
+    if kv_heads != heads:  # GQA: query head h reads key/value head h // (heads // kv_heads)
+        kf, vf = (t.repeat_interleave(heads // kv_heads, dim=1) for t in (kf, vf))
+    scores = qf @ kf.transpose(-1, -2) * scale
+    if bias is not None:
+        scores = scores + bias.float()
+    if masked is not None:
+        scores = scores.masked_fill(masked, float("-inf"))
+    if kv_len is not None:
+        keep = torch.arange(scores.shape[-1]) < torch.tensor(list(kv_len)).reshape(-1, 1, 1, 1)
+        scores = scores.masked_fill(~keep, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    out = torch.softmax(scores, dim=-1) @ vf
+    return out.transpose(1, 2).contiguous(), lse  # ND format: a contiguous [B, S, N, D]
+
+
+def _check_fia(query, key, value, pse_shift, atten_mask, num_heads, num_key_value_heads, input_layout, actual_seq_lengths):
+    # torch_npu-npu_fused_infer_attention_score.md: parameters and constraints (Q_S > 1 path).
+    if input_layout != "BSND":
+        raise NotImplementedError(f"the stand-in models input_layout='BSND' only, got {input_layout!r}")
+    fake = _current()
+    soc = fake.soc if fake is not None else A2_SOC
+    for t in (query, key, value):
+        assert t.is_contiguous(), "FIA: non-contiguous query/key/value are not supported"
+    assert query.dtype in (torch.float16, torch.bfloat16), f"FIA: query dtype {query.dtype} (A2/A3: float16, bfloat16)"
+    assert query.dtype != torch.bfloat16 or soc >= 220, "bf16 needs SocVersion >= Ascend910B1"
+    assert key.dtype == value.dtype == query.dtype, "FIA: key/value in query's dtype (no quantisation here)"
+    assert key.shape == value.shape, "FIA: key and value shapes must be identical"
+    b, sq, n, d = query.shape
+    _, skv, nkv, _ = key.shape
+    assert sq > 1, "the stand-in models the prompt path (Q_S > 1) only"
+    assert num_heads == n, "FIA BSND: num_heads must equal query's N"
+    kv_heads = nkv if num_key_value_heads == 0 else num_key_value_heads
+    assert kv_heads == nkv, "FIA BSND: num_key_value_heads must equal key/value's N"
+    assert n % kv_heads == 0 and n // kv_heads <= 64, "FIA GQA: num_heads divisible by num_key_value_heads, ratio <= 64"
+    assert b <= 65536 and n <= 256 and d <= 512 and d % 16 == 0, f"FIA limits: B={b} N={n} D={d}"
+    assert actual_seq_lengths is None or len(actual_seq_lengths) in (1,) or len(actual_seq_lengths) >= b
+    masked = None
+    if atten_mask is not None:
+        assert atten_mask.dtype in (torch.bool, torch.int8, torch.uint8), f"FIA atten_mask dtype {atten_mask.dtype}"
+        assert atten_mask.is_contiguous()
+        allowed = {(sq, skv), (b, sq, skv), (1, sq, skv), (b, 1, sq, skv), (1, 1, sq, skv)}
+        assert tuple(atten_mask.shape) in allowed, f"FIA atten_mask shape {tuple(atten_mask.shape)} not in {sorted(allowed)}"
+        masked = atten_mask.bool().reshape((1,) * (4 - atten_mask.dim()) + tuple(atten_mask.shape))  # True = masked out
+    if pse_shift is not None:
+        assert pse_shift.dtype == query.dtype, "FIA pse_shift: query's dtype"
+        assert tuple(pse_shift.shape) in {(b, n, sq, skv), (1, n, sq, skv)}, f"FIA pse_shift shape {tuple(pse_shift.shape)}"
+    return kv_heads, masked
+
+
+def _bound(name: str, args: tuple, kw: dict) -> dict:
+    """The call's arguments by name, defaults from the op's schema filled in (the dispatcher passes
+    a Python kernel only the keyword arguments the caller gave)."""
+    schema = getattr(torch.ops.npu, name).default._schema
+    bound = {a.name: a.default_value for a in schema.arguments if a.has_default_value()}
+    bound.update(zip([a.name for a in schema.arguments], args))
+    bound.update(kw)
+    return bound
+
+
+def _fia_v1(*args, **kw):
+    b = _bound("npu_fused_infer_attention_score", args, kw)
+    return _fia_impl("npu_fused_infer_attention_score", b["query"], b["key"], b["value"], b["pse_shift"],
+                     b["atten_mask"], b["actual_seq_lengths"], b["actual_seq_lengths_kv"], b["num_heads"], b["scale"],
+                     b["input_layout"], b["num_key_value_heads"], b["softmax_lse_flag"], b)
+
+
+def _fia_v2(*args, **kw):
+    b = _bound("npu_fused_infer_attention_score_v2", args, kw)
+    return _fia_impl("npu_fused_infer_attention_score_v2", b["query"], b["key"], b["value"], b["pse_shift"],
+                     b["atten_mask"], b["actual_seq_qlen"], b["actual_seq_kvlen"], b["num_query_heads"],
+                     b["softmax_scale"], b["input_layout"], b["num_key_value_heads"], b["return_softmax_lse"], b)
+
+
+def _fia_impl(name, query, key, value, pse_shift, atten_mask, seq, seq_kv, heads, scale, layout, kv_heads, lse_flag, bound):
+    _record(name, bound)
+    kv_heads, masked = _check_fia(query, key, value, pse_shift, atten_mask, heads, kv_heads, layout, seq)
+    out, lse = _bsnd_attention(query, key, value, heads, kv_heads, scale, masked, pse_shift, seq_kv)
+    lse = lse.unsqueeze(-1) if lse_flag else torch.zeros(1)  # (B, N, S, 1) fp32; [1] of 0 when not asked
+    return out.to(query.dtype), lse
+
+
+def _fia_fake(query, key, value, *args, **kw):
+    flag = kw.get("softmax_lse_flag", kw.get("return_softmax_lse", False))
+    b, s, n, _ = query.shape
+    return torch.empty_like(query), query.new_empty((b, n, s, 1) if flag else (1,), dtype=torch.float32)
+
+
+def _fusion_attention(*args, **kw):
+    # torch_npu-npu_fusion_attention.md: BSND here; atten_mask True = discard; keep_prob 1 = no dropout.
+    b = _bound("npu_fusion_attention", args, kw)
+    _record("npu_fusion_attention", b)
+    query, key, value, head_num = b["query"], b["key"], b["value"], b["head_num"]
+    assert b["input_layout"] == "BSND" and head_num == query.shape[2] and b["keep_prob"] == 1.0
+    assert query.dtype in _DTYPES
+    mask = b["atten_mask"]
+    masked = None if mask is None else mask.bool().reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
+    out, _ = _bsnd_attention(query, key, value, head_num, key.shape[2], b["scale"], masked)
+    z = query.new_zeros(1, dtype=torch.float32)
+    return out.to(query.dtype), z, z.clone(), z.clone(), 0, 0, 0
+
+
+def _fusion_attention_fake(query, *args, **kw):
+    z = query.new_empty(1, dtype=torch.float32)
+    return torch.empty_like(query), z, z.clone(), z.clone(), 0, 0, 0
+
+
+def npu_attention_ops() -> None:
+    """Defines ``npu::npu_fused_infer_attention_score`` (+ ``_v2``) and ``npu::npu_fusion_attention``
+    once per process (torch_npu's schemas, CPU kernels of the documented semantics, fake impls)."""
+    if _NPU_LIB:
+        return
+    lib = torch.library.Library("npu", "FRAGMENT")  # noqa: TOR901  (test-only stand-in of torch_npu's namespace)
+    for schema, impl, fake in ((FIA_SCHEMAS["v1"], _fia_v1, _fia_fake), (FIA_SCHEMAS["v2"], _fia_v2, _fia_fake),
+                               (FUSION_ATTENTION_SCHEMA, _fusion_attention, _fusion_attention_fake)):
+        name = schema.split("(", 1)[0]
+        lib.define(schema)
+        lib.impl(name, impl, "CPU")
+        torch.library.register_fake(f"npu::{name}", fake, lib=lib)
+    _NPU_LIB.append(lib)

@@ -1,0 +1,175 @@
+"""The ``npu_fia`` attention backend: diffusers' dispatcher calls on Ascend through
+``torch_npu.npu_fused_infer_attention_score`` (FIA), the attention op NPU graphs can capture and
+the one that returns the log-sum-exp ring attention needs.
+
+How it joins diffusers' dispatcher. diffusers keys its backend registry
+(``_AttentionBackendRegistry``) by members of the ``AttentionBackendName`` enum, and
+``dispatch_attention_fn`` accepts any instance of that enum; third-party names cannot be added to
+the enum itself. So the backend is one extra *instance* of ``AttentionBackendName`` (name
+``NPU_FIA``, value ``"npu_fia"``), built once, registered in the registry under it exactly as
+diffusers registers its own (``_backends``, ``_constraints``, ``_supported_arg_names``, and the
+context-parallel set, since it returns LSE), and set on the attention processors
+(``processor._attention_backend``) by `enable_ascend_compile`. Nothing of diffusers is patched:
+its own backends, the enum members and ``set_attention_backend`` behave as before (the latter
+still refuses ``"npu_fia"``; use ``enable_ascend_compile(attention="npu_fia")``). The instance
+pickles by reference to `backend_name`, so a pickled enabled model loads with it.
+
+What runs per call: `ascend_kernels.npu.attention.fia_unsupported` checks FIA's documented
+limits (dtype, head dim, lengths, GQA, mask form); a call outside them runs diffusers'
+``_native_npu`` backend (``npu_fusion_attention``) instead, and the reason is counted in
+`fallbacks` (shown by `diffusers_ascend.ascend_report` and ``diffusers-ascend env``). Under
+diffusers' context parallelism the same op runs inside diffusers' templated Ulysses / Ring
+attention, as its ``forward_op``; ring needs the LSE, which only FIA returns.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import threading
+from typing import Any, Optional
+
+import torch
+
+__all__ = ["NAME", "backend_name", "fallbacks", "npu_fia_attention", "register"]
+
+NAME = "npu_fia"
+_LOCK = threading.Lock()
+_MEMBER: list = []  # the AttentionBackendName instance, built once
+# Reasons calls fell back to _native_npu, with counts. Bounded (a reason names a shape): a
+# diagnostic of this process, read by the report and the CLI; it changes no behaviour.
+_MAX_REASONS = 32
+_FALLBACKS: "collections.OrderedDict[str, int]" = collections.OrderedDict()
+
+
+def _record(reason: str) -> None:
+    count = _FALLBACKS.pop(reason, 0) + 1
+    _FALLBACKS[reason] = count
+    while len(_FALLBACKS) > _MAX_REASONS:
+        _FALLBACKS.popitem(last=False)
+
+
+def fallbacks() -> dict[str, int]:
+    """``{reason: calls}`` of the ``npu_fia`` calls of this process that ran ``_native_npu`` instead.
+
+    Counted where the call runs in Python: eager calls, and each trace of a compiled graph (a
+    compiled graph bakes its decision in, so its replays are not counted again).
+
+    >>> from diffusers_ascend.attention.npu_fia import fallbacks
+    >>> isinstance(fallbacks(), dict)
+    True
+    """
+    return dict(_FALLBACKS)
+
+
+def _native_npu(**kwargs):
+    from diffusers.models.attention_dispatch import AttentionBackendName, _AttentionBackendRegistry
+
+    return _AttentionBackendRegistry._backends[AttentionBackendName._NATIVE_NPU](**kwargs)
+
+
+def _forward_op(ctx, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                enable_gqa=False, return_lse=False, _save_ctx=True, _parallel_config=None):
+    """diffusers' templated context-parallel ``forward_op`` signature (Ulysses / Ring), on FIA."""
+    from ascend_kernels.npu.attention import fia, fia_unsupported
+
+    reason = fia_unsupported(query, key, value, attn_mask, dropout_p, bool(is_causal), bool(enable_gqa))
+    if reason is None:
+        return fia(query, key, value, attn_mask, scale, return_lse=return_lse)
+    _record(reason)
+    if return_lse:
+        raise ValueError(
+            f"npu_fia attention under context parallelism needs FIA's log-sum-exp, but FIA cannot run this call: "
+            f"{reason}. Ring attention on NPU needs float16/bfloat16 inputs within FIA's limits "
+            "(see docs/multi-card.md), or use Ulysses only (ring_degree=1)."
+        )
+    from diffusers.models.attention_dispatch import _npu_attention_forward_op
+
+    return _npu_attention_forward_op(ctx, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+                                     False, _save_ctx=_save_ctx, _parallel_config=_parallel_config)
+
+
+def _backward_op(ctx, grad_out, *args, **kwargs):
+    raise NotImplementedError("npu_fia attention is inference only: FIA has no backward.")
+
+
+def npu_fia_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: Optional[torch.Tensor] = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: Optional[float] = None,
+    enable_gqa: bool = False,
+    return_lse: bool = False,
+    _parallel_config: Any = None,
+):
+    """The ``npu_fia`` backend, with the signature of diffusers' backends (``BSND`` tensors).
+
+    Args:
+        query, key, value: ``[B, S, N, D]`` (key/value may have fewer heads with ``enable_gqa``).
+        attn_mask: SDPA convention (bool True = attend, or additive), broadcastable to
+            ``[B, N, S, S_kv]``.
+        dropout_p, is_causal: outside FIA's contract when set (the call runs ``_native_npu``).
+        scale: softmax scale (default ``1/sqrt(D)``).
+        enable_gqa: key/value heads may divide the query heads.
+        return_lse: also return the fp32 log-sum-exp ``[B, S, N]``.
+        _parallel_config: diffusers' context-parallel config (set by ``enable_parallelism``).
+
+    Returns:
+        ``[B, S, N, D]`` in query's dtype, or ``(out, lse)``.
+
+    >>> from diffusers_ascend.attention.npu_fia import npu_fia_attention
+    >>> callable(npu_fia_attention)
+    True
+    """
+    if _parallel_config is not None and _parallel_config.context_parallel_config is not None:
+        from diffusers.models.attention_dispatch import _templated_context_parallel_attention
+
+        return _templated_context_parallel_attention(
+            query, key, value, attn_mask, dropout_p, False, scale, False, return_lse,
+            forward_op=_forward_op, backward_op=_backward_op, _parallel_config=_parallel_config,
+        )
+    from ascend_kernels.npu.attention import fia, fia_unsupported
+
+    reason = fia_unsupported(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+    if reason is None:
+        return fia(query, key, value, attn_mask, scale, return_lse=return_lse)
+    _record(reason)
+    if return_lse:
+        raise ValueError(f"npu_fia: return_lse=True needs FIA, which cannot run this call: {reason}")
+    return _native_npu(query=query, key=key, value=value, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
+
+
+def backend_name():
+    """The ``AttentionBackendName`` instance of ``npu_fia``, registered with diffusers' dispatcher
+    (built and registered on first use; the same object afterwards).
+
+    >>> from diffusers_ascend.attention.npu_fia import backend_name
+    >>> backend_name().value
+    'npu_fia'
+    """
+    if _MEMBER:
+        return _MEMBER[0]
+    with _LOCK:
+        if not _MEMBER:
+            _MEMBER.append(register())
+    return _MEMBER[0]
+
+
+def register():
+    """Builds the ``npu_fia`` instance of ``AttentionBackendName`` and registers `npu_fia_attention`
+    under it (use `backend_name`, which calls this once)."""
+    from diffusers.models.attention_dispatch import AttentionBackendName, _AttentionBackendRegistry, _check_shape
+
+    member = str.__new__(AttentionBackendName, NAME)  # a str-valued enum, as diffusers defines it
+    member._name_, member._value_ = "NPU_FIA", NAME
+    member._sort_order_ = len(AttentionBackendName.__members__)
+    # An enum instance pickles as EnumClass(value), which the enum refuses for this value: pickle
+    # it as a call of `backend_name` instead (an instance attribute wins over the class's method).
+    member.__reduce_ex__ = lambda protocol: (backend_name, ())
+    if not isinstance(member, enum.Enum):  # pragma: no cover  (diffusers changed the registry's key type)
+        raise TypeError("diffusers' AttentionBackendName is no longer an Enum; npu_fia cannot register")
+    _AttentionBackendRegistry.register(member, constraints=[_check_shape], supports_context_parallel=True)(npu_fia_attention)
+    return member

@@ -1,0 +1,261 @@
+"""The ``npu_fia`` attention backend against the stand-in torch_npu (CONTRACT tests, not hardware).
+
+The stand-in FIA (tests/kernels/npu_standins.py) enforces the documented contract (BSND,
+fp16/bf16, True = masked out, mask / pse_shift shapes, GQA rules) and computes the documented
+result in fp32; the reference here is PyTorch's SDPA in fp32 on the same inputs, with diffusers'
+mask convention (True = attend). On a 910B: tests/kernels/test_npu_hardware.py.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ascend_kernels.testing import TOLERANCES
+from diffusers.models.attention_dispatch import dispatch_attention_fn
+
+from diffusers_ascend import AscendConfig
+from diffusers_ascend.attention import backend_for
+from diffusers_ascend.attention.npu_fia import fallbacks
+
+FIA_V1, FIA_V2 = "npu_fused_infer_attention_score", "npu_fused_infer_attention_score_v2"
+
+
+def _qkv(b=2, sq=32, skv=24, n=4, nkv=None, d=16, dtype=torch.bfloat16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    nkv = nkv or n
+    r = lambda *s: torch.randn(*s, generator=g).to(dtype)  # noqa: E731
+    return r(b, sq, n, d), r(b, skv, nkv, d), r(b, skv, nkv, d)
+
+
+def _sdpa(q, k, v, mask=None, scale=None, gqa=False):
+    """fp32 reference: SDPA on BNSD, returning BSND output and the LSE [B, S, N]."""
+    qf, kf, vf = (t.float().transpose(1, 2) for t in (q, k, v))
+    if gqa:
+        kf, vf = (t.repeat_interleave(qf.shape[1] // kf.shape[1], dim=1) for t in (kf, vf))
+    out = F.scaled_dot_product_attention(qf, kf, vf, attn_mask=mask, scale=scale)
+    s = qf @ kf.transpose(-1, -2) * (scale if scale is not None else qf.shape[-1] ** -0.5)
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else s + mask
+    return out.transpose(1, 2), torch.logsumexp(s, -1).transpose(1, 2)
+
+
+def _fia(q, k, v, **kw):
+    return dispatch_attention_fn(q, k, v, backend=backend_for("npu_fia"), **kw)
+
+
+def _close(out, ref, dtype):
+    torch.testing.assert_close(out.float(), ref.float(), **TOLERANCES[dtype])
+
+
+MASKS = {
+    "none": lambda b, sq, skv: None,
+    "bool_keys": lambda b, sq, skv: torch.rand(b, 1, 1, skv, generator=torch.Generator().manual_seed(1)) > 0.3,
+    "bool_full": lambda b, sq, skv: torch.rand(b, 1, sq, skv, generator=torch.Generator().manual_seed(2)) > 0.3,
+    "bool_2d": lambda b, sq, skv: torch.rand(sq, skv, generator=torch.Generator().manual_seed(3)) > 0.3,
+    "additive": lambda b, sq, skv: torch.randn(b, 1, sq, skv, generator=torch.Generator().manual_seed(4)),
+}
+
+
+@pytest.mark.parametrize("mask", sorted(MASKS))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_fia_matches_sdpa_with_masks(simulated_npu, mask, dtype):
+    q, k, v = _qkv(dtype=dtype)
+    m = MASKS[mask](2, 32, 24)
+    if m is not None:
+        m[..., 0] = True if m.dtype == torch.bool else m[..., 0]  # no fully masked row (SDPA gives NaN there)
+    out = _fia(q, k, v, attn_mask=m)
+    _close(out, _sdpa(q, k, v, m)[0], dtype)
+    (call,) = simulated_npu.calls(FIA_V2)  # the install has _v2: it is preferred
+    assert call["input_layout"] == "BSND" and call["num_query_heads"] == 4 and call["num_key_value_heads"] == 4
+    assert call["actual_seq_qlen"] is None and call["actual_seq_kvlen"] is None  # lengths come from the shapes
+    if m is None:
+        assert call["atten_mask"] is None and call["pse_shift"] is None
+    elif m.dtype == torch.bool:  # FIA's polarity: True = masked out, one head, full query length
+        assert call["pse_shift"] is None and call["atten_mask"].dtype == torch.bool
+        assert torch.equal(call["atten_mask"], (~m.reshape((1,) * (4 - m.dim()) + tuple(m.shape))).expand_as(call["atten_mask"]))
+    else:  # additive: pse_shift, per head, in query's dtype
+        assert call["atten_mask"] is None and call["pse_shift"].shape == (2, 4, 32, 24) and call["pse_shift"].dtype == dtype
+
+
+def test_fia_v1_schema_when_no_v2(monkeypatch):
+    from tests.simulated_npu import simulated_npu_host
+
+    with simulated_npu_host(monkeypatch, fia=("v1",)) as host:
+        q, k, v = _qkv()
+        out = _fia(q, k, v, scale=0.3)
+        _close(out, _sdpa(q, k, v, scale=0.3)[0], torch.bfloat16)
+        (call,) = host.calls(FIA_V1)
+        assert call["num_heads"] == 4 and call["scale"] == pytest.approx(0.3) and call["softmax_lse_flag"] is False
+        assert not host.calls(FIA_V2)
+
+
+def test_fia_scale_and_gqa(simulated_npu):
+    q, k, v = _qkv(n=8, nkv=2, d=32)
+    out = _fia(q, k, v, scale=0.1, enable_gqa=True)
+    _close(out, _sdpa(q, k, v, scale=0.1, gqa=True)[0], torch.bfloat16)
+    (call,) = simulated_npu.calls(FIA_V2)
+    assert call["num_query_heads"] == 8 and call["num_key_value_heads"] == 2
+    assert call["softmax_scale"] == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("mask", ["none", "bool_keys", "additive"])
+def test_fia_returns_lse_in_diffusers_form(simulated_npu, mask):
+    q, k, v = _qkv(dtype=torch.float16)
+    m = MASKS[mask](2, 32, 24)
+    if m is not None and m.dtype == torch.bool:
+        m[..., 0] = True
+    out, lse = _fia(q, k, v, attn_mask=m, attention_kwargs={"return_lse": True})
+    ref, ref_lse = _sdpa(q, k, v, m)
+    _close(out, ref, torch.float16)
+    assert lse.shape == (2, 32, 4) and lse.dtype == torch.float32  # [B, S, N], what ring attention merges
+    torch.testing.assert_close(lse, ref_lse, atol=2e-3, rtol=2e-3)
+    assert simulated_npu.calls(FIA_V2)[0]["return_softmax_lse"] is True
+
+
+OUT_OF_CONTRACT = {
+    "fp32": (dict(dtype=torch.float32), {}, "dtype torch.float32"),
+    "head_dim_24": (dict(d=24), {}, "multiple of 16"),
+    "query_length_1": (dict(sq=1), {}, "query length 1"),
+    "gqa_without_flag": (dict(n=4, nkv=2), {}, "without enable_gqa"),
+    "per_head_bool_mask": ({}, dict(attn_mask=torch.ones(2, 4, 32, 24, dtype=torch.bool)), "per-head attn_mask"),
+    "int_mask": ({}, dict(attn_mask=torch.ones(2, 1, 1, 24, dtype=torch.long)), "attn_mask dtype torch.int64"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OUT_OF_CONTRACT))
+def test_fia_out_of_contract_runs_native_npu_with_reason(simulated_npu, case):
+    shape, kw, reason = OUT_OF_CONTRACT[case]
+    q, k, v = _qkv(**shape)
+    before = fallbacks()
+    out = _fia(q, k, v, **kw)
+    mask = kw.get("attn_mask")  # npu_fusion_attention takes GQA heads without a flag
+    _close(out, _sdpa(q, k, v, None if mask is None else mask.bool(), gqa=case == "gqa_without_flag")[0], q.dtype)
+    assert not simulated_npu.calls(FIA_V2) and not simulated_npu.calls(FIA_V1)
+    assert simulated_npu.calls("npu_fusion_attention")
+    grown = {r: n - before.get(r, 0) for r, n in fallbacks().items() if n > before.get(r, 0)}
+    assert len(grown) == 1 and reason in next(iter(grown)) and next(iter(grown.values())) == 1
+
+
+@pytest.mark.parametrize("kw, reason", [
+    (dict(dropout_p=0.1), "dropout_p=0.1"),
+    (dict(is_causal=True), "is_causal"),
+    (dict(attn_mask=torch.zeros(3, 1, 32, 24, dtype=torch.bool)), "does not broadcast"),
+])
+def test_fia_unsupported_reasons(simulated_npu, kw, reason):
+    from ascend_kernels.npu.attention import fia_unsupported
+
+    q, k, v = _qkv()
+    assert reason in fia_unsupported(q, k, v, **kw)
+    assert "gradients" in fia_unsupported(q.requires_grad_(), k, v)
+    assert fia_unsupported(q.detach(), k, v) is None
+
+
+def test_fia_lse_out_of_contract_is_an_error(simulated_npu):
+    q, k, v = _qkv(dtype=torch.float32)
+    with pytest.raises(ValueError, match="return_lse=True needs FIA.*float32"):
+        _fia(q, k, v, attention_kwargs={"return_lse": True})
+
+
+def test_fia_missing_from_torch_npu_falls_back(monkeypatch):
+    from tests.simulated_npu import simulated_npu_host
+
+    with simulated_npu_host(monkeypatch, fia=()) as host:
+        q, k, v = _qkv()
+        _close(_fia(q, k, v), _sdpa(q, k, v)[0], torch.bfloat16)
+        assert [n for n, _ in host.torch_npu.calls] == ["npu_fusion_attention"]
+        assert "torch_npu has no npu_fused_infer_attention_score" in fallbacks()
+
+
+def test_fia_compiles_into_one_graph_with_the_op(simulated_npu):
+    q, k, v = _qkv()
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append(gm)
+        return gm
+
+    torch._dynamo.reset()
+    fn = torch.compile(lambda q, k, v: _fia(q, k, v) * 2, backend=backend, fullgraph=True)
+    _close(fn(q, k, v), _sdpa(q, k, v)[0] * 2, torch.bfloat16)
+    (gm,) = graphs
+    targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    assert any(FIA_V2 in t for t in targets) and not any("fusion_attention" in t for t in targets)
+    torch._dynamo.reset()
+
+
+# -- config -----------------------------------------------------------------------------------------
+
+def test_fia_config_value_round_trips(tmp_path):
+    cfg = AscendConfig(attention="npu_fia")
+    assert AscendConfig.from_pretrained(cfg.save_pretrained(tmp_path)) == cfg
+    assert AscendConfig.from_dict(cfg.to_dict()).attention == "npu_fia"
+    with pytest.raises(ValueError, match=r"attention='npu_fai'.*'npu_fia'.*Did you mean 'npu_fia'"):
+        AscendConfig(attention="npu_fai")
+
+
+@pytest.mark.parametrize("attention, capture, ring, platform, expected", [
+    ("auto", None, False, "npu", "_native_npu"),
+    ("auto", "graph_with_compile", False, "npu", "npu_fia"),
+    ("auto", "graph_only", False, "npu", "npu_fia"),
+    ("auto", None, True, "npu", "npu_fia"),
+    ("auto", "graph_with_compile", True, "cuda", None),
+    ("auto", None, True, "cpu", None),
+    ("npu_fia", None, False, "cpu", "npu_fia"),
+    ("_native_npu", "graph_with_compile", False, "npu", "_native_npu"),
+    (None, "graph_with_compile", False, "npu", None),
+])
+def test_fia_resolved_attention(attention, capture, ring, platform, expected):
+    cfg = AscendConfig(attention=attention, graph_capture=capture)
+    assert cfg.resolved_attention(platform, ring=ring) == expected
+
+
+def test_fia_enable_sets_processors_and_disable_restores(simulated_npu):
+    import diffusers_ascend
+    from diffusers_ascend.tiny import tiny_flux_transformer
+
+    model = tiny_flux_transformer(dtype=torch.bfloat16)
+    before = [p._attention_backend for p in diffusers_ascend.attention.processors(model)]
+    diffusers_ascend.enable_ascend_compile(model, attention="npu_fia", compile="none")
+    procs = diffusers_ascend.attention.processors(model)
+    assert procs and all(p._attention_backend is backend_for("npu_fia") for p in procs)
+    loaded = pickle.loads(pickle.dumps(model))  # the backend pickles by reference
+    assert all(p._attention_backend is backend_for("npu_fia") for p in diffusers_ascend.attention.processors(loaded))
+    diffusers_ascend.disable_ascend_compile(model)
+    assert [p._attention_backend for p in diffusers_ascend.attention.processors(model)] == before
+
+
+@pytest.mark.parametrize("capture, expected", [(None, "_native_npu"), ("graph_with_compile", "npu_fia")])
+def test_fia_auto_on_simulated_npu(simulated_npu, capture, expected):
+    import diffusers_ascend
+    from diffusers_ascend.tiny import tiny_flux_transformer
+
+    model = tiny_flux_transformer(dtype=torch.bfloat16)
+    if capture is None:
+        diffusers_ascend.enable_ascend_compile(model, compile="none")
+    else:
+        diffusers_ascend.enable_ascend_compile(model, executor="eager", graph_capture=capture)
+    assert {str(p._attention_backend.value) for p in diffusers_ascend.attention.processors(model)} == {expected}
+    diffusers_ascend.disable_ascend_compile(model)
+
+
+def test_fia_report_names_fallbacks(simulated_npu):
+    import diffusers_ascend
+    from diffusers_ascend.tiny import flux_block_inputs, tiny_flux_transformer
+
+    model = diffusers_ascend.enable_ascend_compile(tiny_flux_transformer(), attention="npu_fia", compile="none")
+    block = model.transformer_blocks[0]
+    block(**flux_block_inputs())  # fp32: outside FIA's dtypes
+    (entry,) = [f for f in diffusers_ascend.ascend_report(model).fallbacks if f["module"] == "attention (npu_fia)"]
+    assert entry["reason"].startswith("1 call(s) ran _native_npu: dtype torch.float32")
+
+
+def test_fia_env_shows_the_decision_and_contract(simulated_npu):
+    from diffusers_ascend.cli import env_info
+
+    info = env_info()
+    assert info["attention_backend"] == "_native_npu" and info["attention_with_capture"] == "npu_fia"
+    assert info["npu_fia"].startswith(f"torch_npu.{FIA_V2} (SoC Ascend910B2); calls outside float16/bfloat16")
