@@ -39,6 +39,9 @@ __all__ = [
     "rope_modes",
     "rope_path",
     "rope_supports",
+    "swiglu",
+    "swiglu_kernel",
+    "swiglu_supports",
 ]
 
 _F32, _F16, _BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -323,3 +326,41 @@ def adaln(x, scale, shift, eps, weight=None, bias=None, out_dtype=None) -> torch
     )
     want = out_dtype or x.dtype
     return out if out.dtype == want else out.to(want)
+
+
+# ---------------------------------------------------------------------------------------------
+# swiglu
+
+
+def swiglu_kernel() -> bool:
+    """Whether ``npu_swiglu`` runs here: the op in torch_npu, aclnnSwiGlu in CANN (op-plugin has
+    only the op_api implementation, SwigluKernelNpuOpApi.cpp: no acl_op kernel to fall back to,
+    whatever jit_compile says) and an Atlas A2/A3 part (the SoCs its docs list with bf16)."""
+    return probe.is_a2_a3() and probe.has_op("npu_swiglu") and probe.aclnn_available("aclnnSwiGlu")
+
+
+def swiglu_supports(x: torch.Tensor, up: Optional[torch.Tensor] = None, dim: int = -1) -> bool:
+    # aclnnSwiGlu: x 1-8 dims, non-empty, even along dim; fp16/bf16/fp32.
+    if not swiglu_kernel():
+        return False
+    if not (1 <= x.dim() <= 8 and x.numel() > 0 and _dtype_ok(x.dtype)):
+        return False
+    if up is None:
+        return -x.dim() <= dim < x.dim() and x.shape[dim] % 2 == 0
+    # Two tensors (a separate up projection, or diffusers' SwiGLU whose gate is the second half):
+    # the kernel gates the first half of ONE tensor, so they are concatenated first (a copy).
+    # In bf16/fp16 that copy and the kernel are 2 launches where the fp32 reference composite
+    # needs 5 (two upcasts, silu, mul, cast back); in fp32 the composite is silu and mul on the
+    # inputs as they are (2 launches, no copy): native.
+    return dim == -1 and up.shape == x.shape and up.dtype == x.dtype and x.dtype != _F32
+
+
+def swiglu(x: torch.Tensor, up: Optional[torch.Tensor] = None, dim: int = -1) -> torch.Tensor:
+    """``ascend_kernels.swiglu`` (same signature) through one ``npu_swiglu`` call."""
+    if up is not None:
+        x, dim = torch.cat((x, up), dim=-1), -1  # [gate, up]: the layout the kernel reads
+    # torch_npu.npu_swiglu(Tensor self, int dim=-1) -> Tensor    [aclnnSwiGlu]
+    #   out = silu(A) * B, A the FIRST and B the second half of self along dim (torch_npu-npu_swiglu.md,
+    #   aclnnSwiGlu.md); self 1-8 dims, size along dim even, contiguous, not empty; fp16/bf16/fp32
+    #   on A2/A3. Output: self's dtype, self's shape with dim halved.
+    return _npu().npu_swiglu(x.contiguous(), dim=dim)
