@@ -21,6 +21,7 @@ from typing import Optional
 
 import torch
 
+from ..ops.adaln import _as_modulation
 from ..ops.mul_add import result_dtype
 from . import probe
 
@@ -297,14 +298,24 @@ def _modulation_ok(t: torch.Tensor, x: torch.Tensor) -> bool:
     return tuple(t.shape) in (lead + (h,), lead + (1, h)) and _dtype_ok(t.dtype)
 
 
+def _per_token_ok(t: torch.Tensor, x: torch.Tensor) -> bool:
+    """Whether ``t`` modulates x as the op reads it (``[B.., H]`` as ``[B.., 1, H]``, else
+    broadcast) without enlarging x: then it can be laid out as one row per token of x."""
+    try:
+        return torch.broadcast_shapes(_as_modulation(t, x).shape, x.shape) == x.shape and _dtype_ok(t.dtype)
+    except RuntimeError:
+        return False
+
+
 def adaln_supports(x, scale, shift, eps, weight=None, bias=None, out_dtype=None) -> bool:
     # aclnnAdaLayerNorm (hicann ops-nn norm/ada_layer_norm): Atlas A2/A3 only; x [B.., S, H] with
     # 0-6 batch dims (2-8 dims), no empty tensors; scale/shift [B.., H] or [B.., 1, H] with x's
     # batch dims; weight/bias [H]; all in one dtype of fp32/fp16/bf16 (the provider casts up).
+    # Per-token modulation ([B, S, H]: Wan 2.2 TI2V, Qwen-Image-Edit) fits as one row per token.
     if not probe.is_a2_a3() or not 2 <= x.dim() <= 8 or x.numel() == 0 or not _dtype_ok(x.dtype):
         return False
-    if not (_modulation_ok(scale, x) and _modulation_ok(shift, x)):
-        return False  # token-wise [B, S, H] modulation: not in the kernel's contract
+    if not all(_modulation_ok(t, x) or _per_token_ok(t, x) for t in (scale, shift)):
+        return False
     for t in (weight, bias):
         if t is not None and (tuple(t.shape) != (x.shape[-1],) or not _dtype_ok(t.dtype)):
             return False
@@ -313,6 +324,14 @@ def adaln_supports(x, scale, shift, eps, weight=None, bias=None, out_dtype=None)
 
 def adaln(x, scale, shift, eps, weight=None, bias=None, out_dtype=None) -> torch.Tensor:
     """``ascend_kernels.adaln_modulate`` (same signature) through MindIE SD's AdaLayerNorm."""
+    if not (_modulation_ok(scale, x) and _modulation_ok(shift, x)):
+        # Per-token modulation: the kernel takes one (scale, shift) row per batch entry, so every
+        # token becomes a batch entry of one token: x [B.., S, H] -> [N, 1, H], scale/shift ->
+        # [N, H] (N = B..*S rows; a view for contiguous tensors, a copy for one that broadcasts).
+        # LayerNorm is over H only, so the rows are independent and the result is x's, reshaped.
+        h = x.shape[-1]
+        rows = lambda t: _as_modulation(t, x).expand(x.shape).reshape(-1, h)  # noqa: E731
+        return adaln(x.reshape(-1, 1, h), rows(scale), rows(shift), eps, weight, bias, out_dtype).reshape(x.shape)
     # The kernel needs every tensor in x's dtype and returns x's dtype. Run it in the widest dtype
     # of the inputs and of the requested output: Flux (all bf16) is one call; Wan (bf16 x, fp32
     # scale/shift, computed in fp32 by the eager code) upcasts x, runs in fp32, casts the result.

@@ -306,17 +306,61 @@ def test_adaln_wan_form_computes_in_fp32(mindiesd, torch_npu):
     assert torch.equal(out, adaln_modulate_native(*args))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_adaln_per_token_modulation_is_one_call_on_rows(mindiesd, torch_npu, dtype):
+    """Per-token scale/shift [B, S, H] (Wan 2.2 TI2V, Qwen-Image-Edit) are outside the kernel's
+    [B.., H] / [B.., 1, H] contract: every token becomes a batch entry, x [B*S, 1, H] and
+    scale/shift [B*S, H], one call; the result is x's shape and the native provider's numerics."""
+    x, scale, shift = _randn(2, 13, 64, dtype=dtype), _randn(2, 13, 64, dtype=dtype, seed=1), _randn(2, 13, 64, dtype=dtype, seed=2)
+    args = (x, scale, shift, 1e-6, None, None, None)
+    name, out, counter = _run(torch_npu, "adaln_modulate", *args)
+    assert name == "npu" and counter.ops == ["mindiesd.adaln"]  # the reshapes are views
+    call = mindiesd[0]
+    assert tuple(call["x"].shape) == (26, 1, 64) and tuple(call["scale"].shape) == tuple(call["shift"].shape) == (26, 64)
+    assert out.shape == x.shape and out.dtype == dtype
+    assert_close(out, adaln_modulate_native(*args), msg="npu adaln (per token) vs native")
+
+
+def test_adaln_per_token_wan_ti2v_form(mindiesd, torch_npu):
+    """Wan 2.2 TI2V: bf16 x, fp32 per-token modulation, fp32 compute cast back: rows in fp32."""
+    x = _randn(1, 13, 64)
+    scale, shift = _randn(1, 13, 64, dtype=torch.float32, seed=1), _randn(1, 13, 64, dtype=torch.float32, seed=2)
+    args = (x, scale, shift, 1e-6, None, None, torch.bfloat16)
+    name, out, counter = _run(torch_npu, "adaln_modulate", *args)
+    assert name == "npu" and counter.ops == ["aten._to_copy", "mindiesd.adaln", "aten._to_copy"]
+    assert mindiesd[0]["x"].dtype == torch.float32 and tuple(mindiesd[0]["x"].shape) == (13, 1, 64)
+    assert torch.equal(out, adaln_modulate_native(*args))
+
+
+def test_adaln_per_token_with_a_per_sample_shift(mindiesd, torch_npu):
+    # a per-token scale and a per-sample shift: the shift is laid out per token too (one copy)
+    x, scale, shift = _randn(2, 13, 64), _randn(2, 13, 64, seed=1), _randn(2, 64, seed=2)
+    args = (x, scale, shift, 1e-6, None, None, None)
+    name, out, _ = _run(torch_npu, "adaln_modulate", *args)
+    assert name == "npu" and len(mindiesd) == 1 and tuple(mindiesd[0]["shift"].shape) == (26, 64)
+    assert_close(out, adaln_modulate_native(*args), msg="npu adaln (per-token scale, per-sample shift) vs native")
+
+
+def test_adaln_standin_enforces_the_modulation_contract(torch_npu):
+    # The stand-in refuses what the kernel's contract refuses: per-token modulation unreshaped.
+    x = _randn(2, 13, 64)
+    with mindiesd_standin():
+        with pytest.raises(AssertionError, match="scale/shift"):
+            torch.ops.mindiesd.adaln(x, _randn(2, 13, 64, seed=1), _randn(2, 13, 64, seed=2))
+        with pytest.raises(AssertionError, match="one dtype|x's dtype"):
+            torch.ops.mindiesd.adaln(x, _randn(2, 64, dtype=torch.float32), _randn(2, 64, dtype=torch.float32))
+        torch.ops.mindiesd.adaln(x.reshape(26, 1, 64), _randn(26, 64, seed=1), _randn(26, 64, seed=2))  # accepted
+
+
 def test_adaln_outside_the_kernel_contract_goes_native(npu_factory):
     npu_factory()
     x, s = _randn(2, 13, 64), _randn(2, 64, seed=1)
     with mindiesd_standin() as calls:
         assert select_provider("adaln_modulate", x, s, s, 1e-6, None, None, None).name == "npu"  # [B, H]
-        tokenwise = _randn(2, 13, 64, seed=3)  # [B, S, H] modulation: not in aclnnAdaLayerNorm's contract
-        assert select_provider("adaln_modulate", x, tokenwise, tokenwise, 1e-6, None, None, None).name == "native"
-        out = ops.adaln_modulate(x, tokenwise, tokenwise, 1e-6)
-        assert calls == [] and torch.equal(out, adaln_modulate_native(x, tokenwise, tokenwise, 1e-6))
-        bcast = _randn(1, 1, 64, seed=4)  # broadcast over the batch: the kernel wants x's batch dims
-        assert select_provider("adaln_modulate", x, bcast, bcast, 1e-6, None, None, None).name == "native"
+        larger = _randn(3, 13, 64, seed=3)  # would enlarge x: no modulation of x
+        assert select_provider("adaln_modulate", x, larger, larger, 1e-6, None, None, None).name == "native"
+        assert select_provider("adaln_modulate", x, s.double(), s.double(), 1e-6, None, None, None).name == "native"
+        assert calls == []
     npu_factory(soc=OLD_SOC)  # AdaLayerNorm: Atlas A2/A3 only
     with mindiesd_standin():
         assert select_provider("adaln_modulate", x.half(), s.half(), s.half(), 1e-6, None, None, None).name == "native"
