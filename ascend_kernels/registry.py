@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 # Op names in the ``ascend_kernels`` namespace, in the order of `diffusers_ascend.config.FUSIONS`.
-OPS = ("rms_norm", "rope", "gelu_tanh", "fast_gelu", "adaln_modulate", "mul_add")
+OPS = ("rms_norm", "rope", "gelu_tanh", "fast_gelu", "adaln_modulate", "mul_add", "swiglu")
 
 # Lower rank = preferred. Providers not listed here rank after these, before ``native``.
 _PRIORITY = {"npu": 0, "triton": 1, "native": 100}

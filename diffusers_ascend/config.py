@@ -46,7 +46,7 @@ CONFIG_NAME = "ascend_config.json"
 # best-effort (known keys, with a warning), see `AscendConfig.from_dict`.
 CONFIG_VERSION = 1
 
-FUSIONS = ("rms_norm", "rope", "gelu_tanh", "fast_gelu", "adaln", "mul_add")
+FUSIONS = ("rms_norm", "rope", "gelu_tanh", "fast_gelu", "adaln", "mul_add", "swiglu")
 FUSION_TO_OP = {
     "rms_norm": "rms_norm",
     "rope": "rope",
@@ -54,6 +54,7 @@ FUSION_TO_OP = {
     "fast_gelu": "fast_gelu",
     "adaln": "adaln_modulate",
     "mul_add": "mul_add",
+    "swiglu": "swiglu",
 }
 # fast_gelu computes x*sigmoid(1.702x), not tanh-GELU: it changes numerics, so only an explicit
 # list ever enables it.
@@ -120,7 +121,7 @@ def _normalize_fusions(value: Any) -> str | tuple[str, ...]:
             hints = "".join(_closest(n, FUSIONS) for n in bad if isinstance(n, str))
             raise ValueError(f"unknown fusion(s) {bad!r} in fusions; valid: {list(FUSIONS)}.{hints}")
         # Duplicates are harmless (a fusion is on or off): deduplicated. Canonical FUSIONS order
-        # (mul_add last, the order passes run in) so equal sets compare and hash equal.
+        # so equal sets compare and hash equal (the backend runs them in its own pass order).
         chosen = set(names)
         if "fast_gelu" in chosen and "gelu_tanh" in chosen:
             raise ValueError(
@@ -151,8 +152,8 @@ class AscendConfig:
 
     Args:
         fusions: ``"auto"`` (the fusions with a kernel faster than the unfused ops on the
-            platform, from the provider registry: rms_norm, rope, mul_add (+ adaln with MindIE SD)
-            on NPU, those with a Triton kernel on CUDA, none on CPU), ``"all"`` (every fusion
+            platform, from the provider registry: rms_norm, rope, mul_add, swiglu (+ adaln with
+            MindIE SD) on NPU, those with a Triton kernel on CUDA, none on CPU), ``"all"`` (every fusion
             except ``fast_gelu``), ``"none"``, or a list of `FUSIONS` names (a single name is
             accepted; duplicates are dropped; stored as a tuple in canonical order).
             ``fast_gelu`` changes numerics and applies only when named.
@@ -281,12 +282,13 @@ class AscendConfig:
 
     # ----------------------------------------------------------------------------- resolution
     def resolved_fusions(self, platform: str | None = None) -> tuple[str, ...]:
-        """The fusions to apply on ``platform`` (default: the current one), in pass order (mul_add last).
+        """The fusions to apply on ``platform`` (default: the current one), in `FUSIONS` order (the
+        backend runs them in its pass order, `diffusers_ascend.compilation.passes.PASS_ORDER`).
 
         ``"auto"``: the fusions (never ``fast_gelu``) whose op has a kernel faster than the unfused
         ops on ``platform``, read from `ascend_kernels.registry.auto_provider` (providers flagged
-        ``faster_than_unfused``): on NPU ``rms_norm``, ``rope`` and ``mul_add`` (torch_npu /
-        aclnn kernels), plus ``adaln`` when MindIE SD is installed; not ``gelu_tanh`` (the
+        ``faster_than_unfused``): on NPU ``rms_norm``, ``rope``, ``mul_add`` and ``swiglu``
+        (torch_npu / aclnn kernels), plus ``adaln`` when MindIE SD is installed; not ``gelu_tanh`` (the
         unfused tanh GELU is already one kernel there). On CUDA the Triton-backed ones, none on
         CPU (the reference composites are slower than Inductor there: substituting them would
         slow the model down). An explicit list always applies. ``graph_capture="graph_only"``
@@ -294,7 +296,7 @@ class AscendConfig:
 
         >>> from diffusers_ascend.config import AscendConfig
         >>> AscendConfig(fusions="all").resolved_fusions("cpu")
-        ('rms_norm', 'rope', 'gelu_tanh', 'adaln', 'mul_add')
+        ('rms_norm', 'rope', 'gelu_tanh', 'adaln', 'mul_add', 'swiglu')
         >>> AscendConfig().resolved_fusions("cpu")
         ()
         """

@@ -14,6 +14,8 @@ Coverage (one torch_npu/CANN call per op unless dtypes must be widened, see `ker
 - ``mul_add``: ``torch.addcmul`` (aclnnAddcmul).
 - ``adaln_modulate``: ``torch.ops.mindiesd.adaln`` (CANN AdaLayerNorm through MindIE SD), when
   ``mindiesd`` is installed (``pip install diffusers-ascend[mindiesd]``); else the composite.
+- ``swiglu``: ``torch_npu.npu_swiglu`` (aclnnSwiGlu, A2/A3): one call for the packed layout;
+  two tensors are concatenated first, in bf16/fp16 only (fp32 runs the composite).
 - ``gelu_tanh``: ``torch_npu.npu_gelu(approximate="tanh")``, by name only: the unfused
   ``aten.gelu`` is already one kernel on NPU, so ``fusions="auto"`` leaves it out.
 - ``fast_gelu``: ``torch_npu.npu_fast_gelu`` (a different function; never in ``"auto"``).
@@ -136,6 +138,19 @@ def _desc_adaln() -> str:
     return f"torch.ops.mindiesd.adaln (CANN aclnnAdaLayerNorm via MindIE SD){soc}"
 
 
+def _desc_swiglu() -> str:
+    if not torch_npu_available():
+        return "torch_npu not installed"
+    if not probe.has_op("npu_swiglu"):
+        return "torch_npu has no npu_swiglu"
+    if not probe.aclnn_available("aclnnSwiGlu"):
+        return "CANN has no aclnnSwiGlu: native"
+    if not probe.is_a2_a3():
+        return f"SoC {probe.soc_name()} is not A2/A3: native"
+    return ("torch_npu.npu_swiglu (aclnnSwiGlu; packed [gate, up] halves in one call, a separate gate "
+            "and up concatenated first in bf16/fp16)")
+
+
 def _stack() -> str:
     return f"SoC {probe.soc_name()}, jit_compile={probe.jit_compile()}"
 
@@ -162,6 +177,10 @@ for _p in (
     _provider("fast_gelu", kernels.fast_gelu, kernels.gelu_supports, _desc_fast_gelu,
               capturable=lambda *args: not probe.jit_compile()),
     _provider("mul_add", kernels.mul_add, kernels.mul_add_supports, _desc_mul_add, capturable=_aclnn("aclnnAddcmul")),
+    # The packed SwiGLU is one kernel for silu and mul (and reads x once); A2/A3 with aclnnSwiGlu only
+    # (op_api only: no acl_op kernel, so it is capturable wherever it runs).
+    _provider("swiglu", kernels.swiglu, kernels.swiglu_supports, _desc_swiglu, faster_than_unfused=kernels.swiglu_kernel,
+              capturable=_aclnn("aclnnSwiGlu")),
     _provider(
         "adaln_modulate", kernels.adaln, kernels.adaln_supports, _desc_adaln, available=mindiesd_available,
         extras=("mindiesd",), faster_than_unfused=probe.is_a2_a3,  # aclnnAdaLayerNorm: A2/A3 only

@@ -21,6 +21,7 @@ from typing import Optional
 
 import torch
 
+from ..ops.adaln import _as_modulation
 from ..ops.mul_add import result_dtype
 from . import probe
 
@@ -39,6 +40,9 @@ __all__ = [
     "rope_modes",
     "rope_path",
     "rope_supports",
+    "swiglu",
+    "swiglu_kernel",
+    "swiglu_supports",
 ]
 
 _F32, _F16, _BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -294,14 +298,24 @@ def _modulation_ok(t: torch.Tensor, x: torch.Tensor) -> bool:
     return tuple(t.shape) in (lead + (h,), lead + (1, h)) and _dtype_ok(t.dtype)
 
 
+def _per_token_ok(t: torch.Tensor, x: torch.Tensor) -> bool:
+    """Whether ``t`` modulates x as the op reads it (``[B.., H]`` as ``[B.., 1, H]``, else
+    broadcast) without enlarging x: then it can be laid out as one row per token of x."""
+    try:
+        return torch.broadcast_shapes(_as_modulation(t, x).shape, x.shape) == x.shape and _dtype_ok(t.dtype)
+    except RuntimeError:
+        return False
+
+
 def adaln_supports(x, scale, shift, eps, weight=None, bias=None, out_dtype=None) -> bool:
     # aclnnAdaLayerNorm (hicann ops-nn norm/ada_layer_norm): Atlas A2/A3 only; x [B.., S, H] with
     # 0-6 batch dims (2-8 dims), no empty tensors; scale/shift [B.., H] or [B.., 1, H] with x's
     # batch dims; weight/bias [H]; all in one dtype of fp32/fp16/bf16 (the provider casts up).
+    # Per-token modulation ([B, S, H]: Wan 2.2 TI2V, Qwen-Image-Edit) fits as one row per token.
     if not probe.is_a2_a3() or not 2 <= x.dim() <= 8 or x.numel() == 0 or not _dtype_ok(x.dtype):
         return False
-    if not (_modulation_ok(scale, x) and _modulation_ok(shift, x)):
-        return False  # token-wise [B, S, H] modulation: not in the kernel's contract
+    if not all(_modulation_ok(t, x) or _per_token_ok(t, x) for t in (scale, shift)):
+        return False
     for t in (weight, bias):
         if t is not None and (tuple(t.shape) != (x.shape[-1],) or not _dtype_ok(t.dtype)):
             return False
@@ -310,6 +324,14 @@ def adaln_supports(x, scale, shift, eps, weight=None, bias=None, out_dtype=None)
 
 def adaln(x, scale, shift, eps, weight=None, bias=None, out_dtype=None) -> torch.Tensor:
     """``ascend_kernels.adaln_modulate`` (same signature) through MindIE SD's AdaLayerNorm."""
+    if not (_modulation_ok(scale, x) and _modulation_ok(shift, x)):
+        # Per-token modulation: the kernel takes one (scale, shift) row per batch entry, so every
+        # token becomes a batch entry of one token: x [B.., S, H] -> [N, 1, H], scale/shift ->
+        # [N, H] (N = B..*S rows; a view for contiguous tensors, a copy for one that broadcasts).
+        # LayerNorm is over H only, so the rows are independent and the result is x's, reshaped.
+        h = x.shape[-1]
+        rows = lambda t: _as_modulation(t, x).expand(x.shape).reshape(-1, h)  # noqa: E731
+        return adaln(x.reshape(-1, 1, h), rows(scale), rows(shift), eps, weight, bias, out_dtype).reshape(x.shape)
     # The kernel needs every tensor in x's dtype and returns x's dtype. Run it in the widest dtype
     # of the inputs and of the requested output: Flux (all bf16) is one call; Wan (bf16 x, fp32
     # scale/shift, computed in fp32 by the eager code) upcasts x, runs in fp32, casts the result.
@@ -323,3 +345,41 @@ def adaln(x, scale, shift, eps, weight=None, bias=None, out_dtype=None) -> torch
     )
     want = out_dtype or x.dtype
     return out if out.dtype == want else out.to(want)
+
+
+# ---------------------------------------------------------------------------------------------
+# swiglu
+
+
+def swiglu_kernel() -> bool:
+    """Whether ``npu_swiglu`` runs here: the op in torch_npu, aclnnSwiGlu in CANN (op-plugin has
+    only the op_api implementation, SwigluKernelNpuOpApi.cpp: no acl_op kernel to fall back to,
+    whatever jit_compile says) and an Atlas A2/A3 part (the SoCs its docs list with bf16)."""
+    return probe.is_a2_a3() and probe.has_op("npu_swiglu") and probe.aclnn_available("aclnnSwiGlu")
+
+
+def swiglu_supports(x: torch.Tensor, up: Optional[torch.Tensor] = None, dim: int = -1) -> bool:
+    # aclnnSwiGlu: x 1-8 dims, non-empty, even along dim; fp16/bf16/fp32.
+    if not swiglu_kernel():
+        return False
+    if not (1 <= x.dim() <= 8 and x.numel() > 0 and _dtype_ok(x.dtype)):
+        return False
+    if up is None:
+        return -x.dim() <= dim < x.dim() and x.shape[dim] % 2 == 0
+    # Two tensors (a separate up projection, or diffusers' SwiGLU whose gate is the second half):
+    # the kernel gates the first half of ONE tensor, so they are concatenated first (a copy).
+    # In bf16/fp16 that copy and the kernel are 2 launches where the fp32 reference composite
+    # needs 5 (two upcasts, silu, mul, cast back); in fp32 the composite is silu and mul on the
+    # inputs as they are (2 launches, no copy): native.
+    return dim == -1 and up.shape == x.shape and up.dtype == x.dtype and x.dtype != _F32
+
+
+def swiglu(x: torch.Tensor, up: Optional[torch.Tensor] = None, dim: int = -1) -> torch.Tensor:
+    """``ascend_kernels.swiglu`` (same signature) through one ``npu_swiglu`` call."""
+    if up is not None:
+        x, dim = torch.cat((x, up), dim=-1), -1  # [gate, up]: the layout the kernel reads
+    # torch_npu.npu_swiglu(Tensor self, int dim=-1) -> Tensor    [aclnnSwiGlu]
+    #   out = silu(A) * B, A the FIRST and B the second half of self along dim (torch_npu-npu_swiglu.md,
+    #   aclnnSwiGlu.md); self 1-8 dims, size along dim even, contiguous, not empty; fp16/bf16/fp32
+    #   on A2/A3. Output: self's dtype, self's shape with dim halved.
+    return _npu().npu_swiglu(x.contiguous(), dim=dim)

@@ -21,7 +21,7 @@ EXPECTED_BLOCK_COUNTS = {
 
 FUSED_OP = {
     "rms_norm": "rms_norm", "rope": "rope", "gelu_tanh": "gelu_tanh", "fast_gelu": "fast_gelu",
-    "adaln": "adaln_modulate", "mul_add": "mul_add",
+    "adaln": "adaln_modulate", "mul_add": "mul_add", "swiglu": "swiglu",
 }
 
 

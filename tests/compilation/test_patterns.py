@@ -3,7 +3,9 @@ exact replacement count, the unfused ops gone, the fused op present, numerics vs
 
 from __future__ import annotations
 
+import collections
 import copy
+import operator
 
 import pytest
 import torch
@@ -767,3 +769,181 @@ def test_adaln_per_frame_look_alikes_are_left_alone():
     # per-token rows (B, F, N/F, D): a modulation of another shape than one row per frame
     scale, shift = torch.randn(2, 3, 4, 16), torch.randn(2, 3, 4, 16)
     run(SanaWMPerFrame(16), x, scale, shift, fusions=["adaln"], dtype=torch.float32, expected=0)
+
+
+# ------------------------------------------------------------------------------------------ SwiGLU
+class HalvesSwiGLU(torch.nn.Module):
+    """The packed forms, gate first, written by slicing or chunking, in both operand orders."""
+
+    def __init__(self, split, order):
+        super().__init__()
+        self.split, self.order = split, order
+
+    def forward(self, h):
+        if self.split == "slice":
+            half = h.shape[-1] // 2
+            gate, up = h[..., :half], h[..., half:]
+        else:
+            gate, up = h.chunk(2, dim=-1)
+        return F.silu(gate) * up if self.order == "silu_first" else up * F.silu(gate)
+
+
+class TwoTensorSwiGLU(torch.nn.Module):
+    def __init__(self, order):
+        super().__init__()
+        self.order = order
+
+    def forward(self, gate, up):
+        return F.silu(gate) * up if self.order == "silu_first" else up * F.silu(gate)
+
+
+def _swiglu_calls(backend):
+    """(x, up) of each ``ascend_kernels.swiglu`` node in the rewritten graph: up None = packed."""
+    return [(n.args[0], n.args[1] if len(n.args) > 1 else n.kwargs.get("up"))
+            for n in backend.after_graphs[-1].nodes if n.target == torch.ops.ascend_kernels.swiglu.default]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("order", ["silu_first", "silu_last"])
+@pytest.mark.parametrize("split", ["slice", "chunk"])
+def test_swiglu_packed_halves(split, order, dtype):
+    h = torch.randn(2, 5, 16, dtype=dtype)
+    backend = run(HalvesSwiGLU(split, order), h, fusions=["swiglu"], dtype=dtype, expected=1,
+                  gone=[aten.silu.default, aten.mul.Tensor])
+    ((x, up),) = _swiglu_calls(backend)
+    assert up is None and x.op == "placeholder"  # one packed call on h itself: npu_swiglu's layout
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("order", ["silu_first", "silu_last"])
+def test_swiglu_two_tensors(order, dtype):
+    gate, up = torch.randn(2, 5, 16, dtype=dtype), torch.randn(2, 5, 16, dtype=dtype)
+    backend = run(TwoTensorSwiGLU(order), gate, up, fusions=["swiglu"], dtype=dtype, expected=1,
+                  gone=[aten.silu.default, aten.mul.Tensor])
+    ((x, y),) = _swiglu_calls(backend)
+    inputs = [n for n in backend.after_graphs[-1].nodes if n.op == "placeholder"]
+    assert [x, y] == inputs  # silu's operand is the gate, whichever side of the product it was written on
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_swiglu_flux2_feed_forward(dtype):
+    # Flux 2's FFN: linear_in to 2x inner, Flux2SwiGLU (silu of the first half by slices), linear_out
+    from diffusers.models.transformers.transformer_flux2 import Flux2FeedForward
+
+    torch.manual_seed(0)
+    backend = run(Flux2FeedForward(16, mult=2.0), torch.randn(2, 5, 16, dtype=dtype), fusions=["swiglu"], dtype=dtype,
+                  expected=1, gone=[aten.silu.default])
+    ((_, up),) = _swiglu_calls(backend)
+    assert up is None
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_swiglu_diffusers_gate_second_half(dtype):
+    # diffusers' SwiGLU: `h, gate = proj(x).chunk(2, -1); h * silu(gate)`: the gate is the SECOND
+    # half, so it is the two-tensor call on the two halves (views), gate first.
+    from diffusers.models.activations import SwiGLU
+
+    torch.manual_seed(0)
+    backend = run(SwiGLU(16, 16), torch.randn(2, 5, 16, dtype=dtype), fusions=["swiglu"], dtype=dtype, expected=1,
+                  gone=[aten.silu.default, aten.mul.Tensor])
+    ((gate, up),) = _swiglu_calls(backend)
+    assert gate.target == operator.getitem and gate.args[1] == 1  # the second chunk gates
+    assert up.target == operator.getitem and up.args[1] == 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("model", ["hidream", "qwenimage21"])
+def test_swiglu_separate_projections(model, dtype):
+    # silu(w1(x)) * w3(x): HiDream's and Qwen-Image 2.1's feed-forwards, with their real modules
+    from diffusers.models.transformers.transformer_hidream_image import HiDreamImageFeedForwardSwiGLU
+    from diffusers.models.transformers.transformer_qwenimage21 import QwenImage21SwiGLUFeedForward
+
+    torch.manual_seed(0)
+    ff = HiDreamImageFeedForwardSwiGLU(16, 32, multiple_of=8) if model == "hidream" else QwenImage21SwiGLUFeedForward(16, 32)
+    backend = run(ff, torch.randn(2, 5, 16, dtype=dtype), fusions=["swiglu"], dtype=dtype, expected=1,
+                  gone=[aten.silu.default])
+    ((gate, up),) = _swiglu_calls(backend)
+    assert up is not None and gate is not up
+
+
+def test_swiglu_look_alikes_are_left_alone():
+    class SiluTimesItself(torch.nn.Module):  # x * silu(x): a one-input activation
+        def forward(self, x):
+            return F.silu(x) * x
+
+    class PerChannelGate(torch.nn.Module):  # silu(a) * b with b only broadcasting against a
+        def forward(self, a, b):
+            return F.silu(a) * b
+
+    class ScalarGate(torch.nn.Module):
+        def forward(self, a):
+            return F.silu(a) * 2.0
+
+    class OddHalves(torch.nn.Module):  # slices that do not split the last dim in two halves
+        def forward(self, h):
+            return F.silu(h[..., :6]) * h[..., 10:]
+
+    x = torch.randn(2, 5, 16)
+    run(SiluTimesItself(), x, fusions=["swiglu"], dtype=torch.float32, expected=0)
+    run(PerChannelGate(), x, torch.randn(16), fusions=["swiglu"], dtype=torch.float32, expected=0)
+    run(PerChannelGate(), torch.randn(2, 1, 16), x, fusions=["swiglu"], dtype=torch.float32, expected=0)
+    run(ScalarGate(), x, fusions=["swiglu"], dtype=torch.float32, expected=0)
+    backend = run(OddHalves(), x, fusions=["swiglu"], dtype=torch.float32, expected=1)
+    ((_, up),) = _swiglu_calls(backend)
+    assert up is not None  # not the packed call (whose halves would be [:8] and [8:]): the two slices
+
+
+def test_swiglu_runs_before_mul_add():
+    # silu(a) * b + c: the SwiGLU is fused, the add stays (mul_add finds no product left)
+    class M(torch.nn.Module):
+        def forward(self, a, b, c):
+            return F.silu(a) * b + c
+
+    a, b, c = torch.randn(2, 5, 16), torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+    backend = run(M(), a, b, c, fusions=["swiglu", "mul_add"], dtype=torch.float32, expected=1)
+    assert backend.report.matches == {"swiglu": 1, "mul_add": 0}
+
+
+# ------------------------------------------------------------------------------ graph normalisation
+class TwiceCastRMSNorm(torch.nn.Module):
+    """A hand-written RMSNorm that casts x to fp32 twice: once for the variance, once for the product."""
+
+    def __init__(self, dim, weight_first):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(dim))
+        self.weight_first = weight_first
+
+    def forward(self, x):
+        variance = x.to(torch.float32).pow(2).mean(-1, keepdim=True)
+        y = (x.to(torch.float32) * torch.rsqrt(variance + 1e-6)).to(x.dtype)
+        return self.weight * y if self.weight_first else y * self.weight
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("weight_first", [True, False], ids=["weight_first", "weight_last"])
+def test_rms_norm_with_the_cast_written_twice(weight_first, dtype):
+    # The two casts are one after common-subexpression elimination, as the patterns are traced.
+    torch.manual_seed(0)
+    run(TwiceCastRMSNorm(16, weight_first), torch.randn(2, 5, 16, dtype=dtype), fusions=["rms_norm"], dtype=dtype,
+        expected=1, gone=[aten.rsqrt.default, aten.mean.dim])
+
+
+def test_cse_merges_repeated_pure_calls_only():
+    from diffusers_ascend.compilation.passes.normalize import eliminate_common_subexpressions
+
+    def f(x, y):
+        a, b = x.to(torch.float32), x.to(torch.float32)  # merged
+        c, d = x.to(torch.float64), y.to(torch.float32)  # another dtype, another input: kept
+        e, g = x.add(1), x.add(1.0)  # 1 and 1.0 are different arguments
+        r1, r2 = torch.rand_like(x), torch.rand_like(x)  # random: never merged
+        return a + b + c.float() + d + e + g + r1 + r2, x.to(torch.float32)  # returned: kept
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    gm = make_fx(f)(torch.randn(3, dtype=torch.bfloat16), torch.randn(3, dtype=torch.bfloat16))
+    before = collections.Counter(n.target for n in gm.graph.nodes)
+    assert eliminate_common_subexpressions(gm.graph) == 1
+    gm.graph.eliminate_dead_code()
+    after = collections.Counter(n.target for n in gm.graph.nodes)
+    assert before - after == collections.Counter({aten._to_copy.default: 1})
+    assert after[aten.rand_like.default] == 2 and after[aten.add.Tensor] >= 2

@@ -55,7 +55,7 @@ def test_backend_report_and_graph_logs(tmp_path):
     files = sorted(os.listdir(log_dir))
     stages = [f.split(".")[-2] for f in files]
     assert all(f.startswith("g000_0_0.") for f in files)  # graph name, then the step number
-    assert stages == ["input", "noop_elimination", "rms_norm", "rope", "gelu_tanh", "adaln", "mul_add"]
+    assert stages == ["input", "noop_elimination", "cse", "rms_norm", "rope", "gelu_tanh", "adaln", "mul_add"]
     texts = [(log_dir / f).read_text() for f in files]
     assert "ascend_kernels.rms_norm" not in texts[1] and "ascend_kernels.rms_norm" in texts[2]
     assert "ascend_kernels.mul_add" in texts[-1] and "ascend_kernels.mul_add" not in texts[-2]

@@ -57,10 +57,11 @@ SCHEMAS = {
         "npu_rotary_mul": rotary,
         "npu_gelu": "npu_gelu(Tensor self, *, str approximate='none') -> Tensor",
         "npu_fast_gelu": "npu_fast_gelu(Tensor self) -> Tensor",
+        "npu_swiglu": "npu_swiglu(Tensor self, int dim=-1) -> Tensor",
     }
     for version, rotary in _ROTARY.items()
 }
-ALL_ACLNN = frozenset({"aclnnRmsNorm", "aclnnRotaryPositionEmbedding", "aclnnAddcmul"})
+ALL_ACLNN = frozenset({"aclnnRmsNorm", "aclnnRotaryPositionEmbedding", "aclnnAddcmul", "aclnnSwiGlu"})
 
 
 class _Packet:
@@ -110,7 +111,7 @@ class StandInTorchNpu(types.ModuleType):
             is_jit_compile_false=lambda: not self.jit,
         )
         impls = {"npu_rms_norm": self._rms_norm, "npu_rotary_mul": self._rotary_mul,
-                 "npu_gelu": self._gelu, "npu_fast_gelu": self._fast_gelu}
+                 "npu_gelu": self._gelu, "npu_fast_gelu": self._fast_gelu, "npu_swiglu": self._swiglu}
         for name, schema in SCHEMAS[version].items():
             setattr(self, name, _Packet(self, schema, impls[name]))
         npu_attention_ops()
@@ -186,6 +187,19 @@ class StandInTorchNpu(types.ModuleType):
         self._check_dtype(x)
         xf = x.float()
         return (xf / (1 + torch.exp(-1.702 * xf))).to(x.dtype)  # A2/A3 formula
+
+
+    def _swiglu(self, x, dim=-1):
+        # op_api only (SwigluKernelNpuOpApi.cpp -> aclnnSwiGlu): no acl_op path, so jit_compile
+        # does not matter, but the aclnn kernel must exist; A2/A3 (torch_npu-npu_swiglu.md).
+        assert "aclnnSwiGlu" in self.aclnn, "aclnnSwiGlu missing from CANN"
+        assert 220 <= self.soc < 240 or 250 <= self.soc < 260, "npu_swiglu: Atlas A2/A3 only"
+        self._check_dtype(x)
+        assert 1 <= x.dim() <= 8 and x.numel() > 0, "npu_swiglu: 1-8 dims, not empty"
+        assert -x.dim() <= dim < x.dim() and x.shape[dim] % 2 == 0, "npu_swiglu: even size along dim"
+        assert x.is_contiguous(), "npu_swiglu: non-contiguous input not supported"
+        a, b = x.float().chunk(2, dim)  # A: the first half (gated), B: the second
+        return (F.silu(a) * b).to(x.dtype)
 
 
 def install_torch_npu(monkeypatch, **kw) -> StandInTorchNpu:

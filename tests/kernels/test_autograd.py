@@ -59,6 +59,10 @@ CASES = {
                                  * (1 + sc.float()) + sh.float()).to(x.dtype),
         [(2, 13, 77), (2, 1, 77), (2, 1, 77), (77,), (77,)],
     ),
+    "swiglu_packed": (ops.swiglu, lambda h: (F.silu(h[..., :77].float()) * h[..., 77:].float()).to(h.dtype),
+                      [(2, 13, 154)]),
+    "swiglu_two_tensors": (ops.swiglu, lambda g, u: (F.silu(g.float()) * u.float()).to(g.dtype),
+                           [(2, 13, 77), (2, 13, 77)]),
     "mul_add": (ops.mul_add, lambda x, y, z: (x.float() * y.float() + z.float()).to(x.dtype),
                 [(2, 1, 77), (2, 13, 77), (2, 13, 77)]),
 }

@@ -28,11 +28,12 @@ from ascend_kernels.ops.adaln import adaln_modulate_native
 from ascend_kernels.ops.mul_add import mul_add_native
 from ascend_kernels.ops.rms_norm import rms_norm_native
 from ascend_kernels.ops.rope import rope_native
+from ascend_kernels.ops.swiglu import swiglu_native
 from ascend_kernels.registry import auto_provider, available_providers, explain, select_provider, use_providers
 from ascend_kernels.testing import assert_close
 
 from .conftest import flux_rope
-from .npu_standins import KernelCounter, StandInTorchNpu, install_torch_npu, mindiesd_standin
+from .npu_standins import ALL_ACLNN, KernelCounter, StandInTorchNpu, install_torch_npu, mindiesd_standin
 
 ops = torch.ops.ascend_kernels
 
@@ -81,7 +82,7 @@ def test_standin_is_only_installed_inside_these_tests():
 
 
 def test_npu_provider_selected_for_its_ops(torch_npu):
-    for op in ("rms_norm", "rope", "gelu_tanh", "fast_gelu", "mul_add"):
+    for op in ("rms_norm", "rope", "gelu_tanh", "fast_gelu", "mul_add", "swiglu"):
         assert available_providers(op, "cpu") == ["npu", "native"], op
     assert available_providers("adaln_modulate", "cpu") == ["native"]  # no mindiesd
     with mindiesd_standin():
@@ -305,20 +306,121 @@ def test_adaln_wan_form_computes_in_fp32(mindiesd, torch_npu):
     assert torch.equal(out, adaln_modulate_native(*args))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_adaln_per_token_modulation_is_one_call_on_rows(mindiesd, torch_npu, dtype):
+    """Per-token scale/shift [B, S, H] (Wan 2.2 TI2V, Qwen-Image-Edit) are outside the kernel's
+    [B.., H] / [B.., 1, H] contract: every token becomes a batch entry, x [B*S, 1, H] and
+    scale/shift [B*S, H], one call; the result is x's shape and the native provider's numerics."""
+    x, scale, shift = _randn(2, 13, 64, dtype=dtype), _randn(2, 13, 64, dtype=dtype, seed=1), _randn(2, 13, 64, dtype=dtype, seed=2)
+    args = (x, scale, shift, 1e-6, None, None, None)
+    name, out, counter = _run(torch_npu, "adaln_modulate", *args)
+    assert name == "npu" and counter.ops == ["mindiesd.adaln"]  # the reshapes are views
+    call = mindiesd[0]
+    assert tuple(call["x"].shape) == (26, 1, 64) and tuple(call["scale"].shape) == tuple(call["shift"].shape) == (26, 64)
+    assert out.shape == x.shape and out.dtype == dtype
+    assert_close(out, adaln_modulate_native(*args), msg="npu adaln (per token) vs native")
+
+
+def test_adaln_per_token_wan_ti2v_form(mindiesd, torch_npu):
+    """Wan 2.2 TI2V: bf16 x, fp32 per-token modulation, fp32 compute cast back: rows in fp32."""
+    x = _randn(1, 13, 64)
+    scale, shift = _randn(1, 13, 64, dtype=torch.float32, seed=1), _randn(1, 13, 64, dtype=torch.float32, seed=2)
+    args = (x, scale, shift, 1e-6, None, None, torch.bfloat16)
+    name, out, counter = _run(torch_npu, "adaln_modulate", *args)
+    assert name == "npu" and counter.ops == ["aten._to_copy", "mindiesd.adaln", "aten._to_copy"]
+    assert mindiesd[0]["x"].dtype == torch.float32 and tuple(mindiesd[0]["x"].shape) == (13, 1, 64)
+    assert torch.equal(out, adaln_modulate_native(*args))
+
+
+def test_adaln_per_token_with_a_per_sample_shift(mindiesd, torch_npu):
+    # a per-token scale and a per-sample shift: the shift is laid out per token too (one copy)
+    x, scale, shift = _randn(2, 13, 64), _randn(2, 13, 64, seed=1), _randn(2, 64, seed=2)
+    args = (x, scale, shift, 1e-6, None, None, None)
+    name, out, _ = _run(torch_npu, "adaln_modulate", *args)
+    assert name == "npu" and len(mindiesd) == 1 and tuple(mindiesd[0]["shift"].shape) == (26, 64)
+    assert_close(out, adaln_modulate_native(*args), msg="npu adaln (per-token scale, per-sample shift) vs native")
+
+
+def test_adaln_standin_enforces_the_modulation_contract(torch_npu):
+    # The stand-in refuses what the kernel's contract refuses: per-token modulation unreshaped.
+    x = _randn(2, 13, 64)
+    with mindiesd_standin():
+        with pytest.raises(AssertionError, match="scale/shift"):
+            torch.ops.mindiesd.adaln(x, _randn(2, 13, 64, seed=1), _randn(2, 13, 64, seed=2))
+        with pytest.raises(AssertionError, match="one dtype|x's dtype"):
+            torch.ops.mindiesd.adaln(x, _randn(2, 64, dtype=torch.float32), _randn(2, 64, dtype=torch.float32))
+        torch.ops.mindiesd.adaln(x.reshape(26, 1, 64), _randn(26, 64, seed=1), _randn(26, 64, seed=2))  # accepted
+
+
 def test_adaln_outside_the_kernel_contract_goes_native(npu_factory):
     npu_factory()
     x, s = _randn(2, 13, 64), _randn(2, 64, seed=1)
     with mindiesd_standin() as calls:
         assert select_provider("adaln_modulate", x, s, s, 1e-6, None, None, None).name == "npu"  # [B, H]
-        tokenwise = _randn(2, 13, 64, seed=3)  # [B, S, H] modulation: not in aclnnAdaLayerNorm's contract
-        assert select_provider("adaln_modulate", x, tokenwise, tokenwise, 1e-6, None, None, None).name == "native"
-        out = ops.adaln_modulate(x, tokenwise, tokenwise, 1e-6)
-        assert calls == [] and torch.equal(out, adaln_modulate_native(x, tokenwise, tokenwise, 1e-6))
-        bcast = _randn(1, 1, 64, seed=4)  # broadcast over the batch: the kernel wants x's batch dims
-        assert select_provider("adaln_modulate", x, bcast, bcast, 1e-6, None, None, None).name == "native"
+        larger = _randn(3, 13, 64, seed=3)  # would enlarge x: no modulation of x
+        assert select_provider("adaln_modulate", x, larger, larger, 1e-6, None, None, None).name == "native"
+        assert select_provider("adaln_modulate", x, s.double(), s.double(), 1e-6, None, None, None).name == "native"
+        assert calls == []
     npu_factory(soc=OLD_SOC)  # AdaLayerNorm: Atlas A2/A3 only
     with mindiesd_standin():
         assert select_provider("adaln_modulate", x.half(), s.half(), s.half(), 1e-6, None, None, None).name == "native"
+
+
+# ----------------------------------------------------------------------------- swiglu
+def test_swiglu_packed_is_one_npu_swiglu_call(torch_npu):
+    h = _randn(2, 13, 2 * 77)
+    name, out, counter = _run(torch_npu, "swiglu", h, None, -1)
+    assert name == "npu" and counter.npu_calls() == ["npu_swiglu"] and counter.count() == 1
+    call = torch_npu.calls[0][1]
+    assert call["self"] is h and call["dim"] == -1
+    assert out.dtype == torch.bfloat16 and out.shape == (2, 13, 77)
+    assert torch.equal(out, swiglu_native(h))  # silu of the FIRST half: the op's packed layout
+
+
+def test_swiglu_packed_non_contiguous_is_made_contiguous(torch_npu):
+    h = _randn(2, 2 * 77, 13).transpose(1, 2)  # the kernel rejects non-contiguous input (the stand-in too)
+    name, out, counter = _run(torch_npu, "swiglu", h, None, -1)
+    assert name == "npu" and counter.npu_calls() == ["npu_swiglu"] and counter.ops == ["aten.clone"]
+    assert torch.equal(out, swiglu_native(h))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_swiglu_two_tensors_concatenated_in_low_precision(torch_npu, dtype):
+    """A separate gate (HiDream) or diffusers' gate-second halves: one copy into the [gate, up]
+    layout, then one kernel (2 calls, the fp32 composite would be 5)."""
+    h = _randn(2, 13, 2 * 77, dtype=dtype)
+    up, gate = h.chunk(2, -1)
+    name, out, counter = _run(torch_npu, "swiglu", gate, up, -1)
+    assert name == "npu" and counter.ops == ["aten.cat"] and counter.npu_calls() == ["npu_swiglu"]
+    assert torch.equal(torch_npu.calls[0][1]["self"], torch.cat((gate, up), -1))
+    assert torch.equal(out, swiglu_native(gate, up))
+
+
+def test_swiglu_outside_the_kernel_contract_goes_native(npu_factory):
+    npu_factory()
+    g, u = _randn(2, 13, 77, dtype=torch.float32), _randn(2, 13, 77, dtype=torch.float32, seed=1)
+    assert select_provider("swiglu", g, u, -1).name == "native"  # fp32 composite: no casts, no copy
+    assert select_provider("swiglu", torch.cat((g, u), -1), None, -1).name == "npu"  # packed fp32: one call
+    h = _randn(2, 13, 154)
+    assert select_provider("swiglu", h.double(), None, -1).name == "native"  # fp64
+    assert select_provider("swiglu", torch.empty(0, 154, dtype=torch.bfloat16), None, -1).name == "native"  # empty
+    assert select_provider("swiglu", torch.empty(*(1,) * 8, 2, dtype=torch.bfloat16), None, -1).name == "native"  # 9 dims
+    for kw in (dict(soc=OLD_SOC), dict(aclnn=ALL_ACLNN - {"aclnnSwiGlu"})):
+        npu_factory(**kw)
+        assert select_provider("swiglu", h, None, -1).name == "native", kw
+    npu_factory(jit_compile=True)  # op_api only: jit_compile does not change the path
+    assert select_provider("swiglu", h, None, -1).name == "npu"
+
+
+def test_swiglu_standin_enforces_the_documented_contract(torch_npu):
+    with pytest.raises(AssertionError, match="even size"):
+        torch_npu.npu_swiglu(_randn(2, 13, 77))
+    with pytest.raises(AssertionError, match="non-contiguous"):
+        torch_npu.npu_swiglu(_randn(2, 154, 13).transpose(1, 2))
+    with pytest.raises(AssertionError, match="1-8 dims"):
+        torch_npu.npu_swiglu(torch.empty(0, 8, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        torch_npu.npu_swiglu(_randn(2, 8), axis=-1)
 
 
 # ----------------------------------------------------------------------------- auto + env
@@ -326,9 +428,9 @@ def test_auto_on_npu_is_derived_from_the_registry(torch_npu):
     from diffusers_ascend.config import AscendConfig
 
     auto = AscendConfig()
-    assert auto.resolved_fusions("npu") == ("rms_norm", "rope", "mul_add")  # not gelu_tanh
+    assert auto.resolved_fusions("npu") == ("rms_norm", "rope", "mul_add", "swiglu")  # not gelu_tanh
     with mindiesd_standin():
-        assert auto.resolved_fusions("npu") == ("rms_norm", "rope", "adaln", "mul_add")
+        assert auto.resolved_fusions("npu") == ("rms_norm", "rope", "adaln", "mul_add", "swiglu")
     assert AscendConfig(fusions=["gelu_tanh"]).resolved_fusions("npu") == ("gelu_tanh",)  # by name
 
 
@@ -336,7 +438,8 @@ def test_auto_on_npu_is_derived_from_the_registry(torch_npu):
                          ids=["op_plugin_6", "jit_compile", "old_soc"])
 def test_auto_leaves_out_what_this_stack_would_run_as_a_composite(npu_factory, kw):
     """Flux/Wan rope is interleaved: a build or mode that runs only "half" gains nothing; the
-    AdaLayerNorm kernel exists on A2/A3 only."""
+    AdaLayerNorm and SwiGlu kernels exist on A2/A3 only (SwiGlu has no acl_op kernel, so
+    jit_compile does not take it away)."""
     from diffusers_ascend.config import AscendConfig
 
     npu_factory(**kw)
@@ -344,6 +447,7 @@ def test_auto_leaves_out_what_this_stack_would_run_as_a_composite(npu_factory, k
         auto = AscendConfig().resolved_fusions("npu")
     assert "rope" not in auto and "rms_norm" in auto and "mul_add" in auto
     assert ("adaln" in auto) == ("soc" not in kw)
+    assert ("swiglu" in auto) == ("soc" not in kw)
 
 
 def _env(capsys, platform="npu"):
@@ -370,7 +474,8 @@ def test_env_shows_each_provider_and_why(torch_npu, capsys, monkeypatch):
     assert "fp32 gamma with bf16/fp16 x" in why["rms_norm"]
     assert "not in fusions='auto'" in why["gelu_tanh"] and "aclnnGelu" in why["gelu_tanh"]
     assert why["adaln_modulate"].startswith("torch.ops.mindiesd.adaln") and why["mul_add"].startswith("torch.addcmul")
-    assert info["auto_fusions"] == ["rms_norm", "rope", "adaln", "mul_add"]
+    assert why["swiglu"].startswith("torch_npu.npu_swiglu (aclnnSwiGlu")
+    assert info["auto_fusions"] == ["rms_norm", "rope", "adaln", "mul_add", "swiglu"]
     assert "  rope                  npu     torch_npu.npu_rotary_mul" in text and "torch_npu failed" not in text
 
 

@@ -194,8 +194,8 @@ def test_provider_table():
     from ascend_kernels.npu import mindiesd_available
 
     chosen = {op: explain(op, DEVICE)[0] for op in ascend_kernels.OPS}
-    assert {op: chosen[op] for op in ("rms_norm", "rope", "gelu_tanh", "fast_gelu", "mul_add")} == dict.fromkeys(
-        ("rms_norm", "rope", "gelu_tanh", "fast_gelu", "mul_add"), "npu")
+    assert {op: chosen[op] for op in ("rms_norm", "rope", "gelu_tanh", "fast_gelu", "mul_add", "swiglu")} == dict.fromkeys(
+        ("rms_norm", "rope", "gelu_tanh", "fast_gelu", "mul_add", "swiglu"), "npu")
     assert chosen["adaln_modulate"] == ("npu" if mindiesd_available() else "native")
 
 
@@ -233,6 +233,26 @@ def test_rope(model, x_layout, layout, fp32_tables, dtype):
     upcast = tdt != dtype and dtype != torch.float32
     expect = ["aten._to_copy", "npu.npu_rotary_mul", "aten._to_copy"] if upcast else ["npu.npu_rotary_mul"]
     _case("rope", f"{model} {x_layout} {layout} tables={_name(tdt)}", (x, c, sn, layout), expect_ops=expect)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_name)
+@pytest.mark.parametrize("layout", ["packed", "two_tensors"])
+@pytest.mark.parametrize("model", list(SIZES))
+def test_swiglu(model, layout, dtype):
+    # An FFN activation of the model's size: Flux 2's packed halves, or a separate gate (HiDream).
+    s = SIZES[model]
+    h = _randn(1, s["tokens"], s["ffn"], dtype=dtype)
+    gate, up = h[..., : s["ffn"] // 2].contiguous(), h[..., s["ffn"] // 2:].contiguous()
+    if layout == "packed":
+        _case("swiglu", f"{model} packed", (h, None, -1), expect_ops=["npu.npu_swiglu"])
+    elif dtype == torch.float32:  # the composite, silu and mul without casts
+        _case("swiglu", f"{model} two_tensors", (gate, up, -1), expect_provider="native")
+    else:
+        _case("swiglu", f"{model} two_tensors", (gate, up, -1), expect_ops=["aten.cat", "npu.npu_swiglu"])
+    # What "auto" is weighed against: the unfused silu and mul of the same tensors.
+    _RECORDS.append({"op": "aten.silu*mul", "case": f"{model} {_name(dtype)} unfused",
+                     "device_kernels": _device_kernels(lambda: F.silu(gate) * up),
+                     "native_ms": _median_ms(lambda: F.silu(gate) * up)})
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=_name)

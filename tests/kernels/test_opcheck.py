@@ -26,6 +26,10 @@ SAMPLES = {
     "adaln_modulate_affine": lambda: (
         ops.adaln_modulate, (_r(2, 5, 8), _r(2, 1, 8), _r(2, 1, 8), 1e-6, _r(8), _r(8), torch.float64)),
     "mul_add": lambda: (ops.mul_add, (_r(2, 1, 8), _r(2, 5, 8), _r(2, 5, 8))),
+    "swiglu_packed": lambda: (ops.swiglu, (_r(2, 5, 8), None, -1)),
+    "swiglu_two_tensors": lambda: (ops.swiglu, (_r(2, 5, 4), _r(2, 5, 4), -1)),
+    "swiglu_backward": lambda: (ops.swiglu_backward, (_r(2, 5, 4, grad=False), _r(2, 5, 4, grad=False),
+                                                      _r(2, 5, 4, grad=False), -1)),
     "mul_add_backward": lambda: (ops.mul_add_backward, (_r(2, 5, 8, grad=False), _r(2, 1, 8, grad=False),
                                                         _r(2, 5, 8, grad=False), _r(5, 8, grad=False))),
     "rms_norm_backward": lambda: (ops.rms_norm_backward, (_r(2, 5, 7, grad=False), _r(2, 5, 7, grad=False),

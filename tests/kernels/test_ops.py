@@ -13,6 +13,7 @@ from ascend_kernels.ops.gelu import fast_gelu_native
 from ascend_kernels.ops.mul_add import mul_add_native
 from ascend_kernels.ops.rms_norm import rms_norm_native
 from ascend_kernels.ops.rope import rope_native
+from ascend_kernels.ops.swiglu import swiglu_native
 from ascend_kernels.testing import assert_close
 
 from .conftest import flux_rope, wan_apply_rotary_emb, wan_rope
@@ -223,3 +224,45 @@ def test_mul_add_type_promotion_matches_eager(x, y, z):
     expected = x * y + z
     assert out.dtype == expected.dtype and out.shape == expected.shape
     assert_close(out, expected, msg="mul_add promotion")
+
+
+# ------------------------------------------------------------------------------------- swiglu
+
+
+def test_swiglu_packed_is_flux2_swiglu(dtype):
+    from diffusers.models.transformers.transformer_flux2 import Flux2SwiGLU
+
+    h = randn(2, 13, 2 * 77, dtype=dtype)
+    out = ops.swiglu(h)
+    assert out.dtype == dtype and out.shape == (2, 13, 77)
+    assert_close(out, Flux2SwiGLU()(h), msg="swiglu vs Flux2SwiGLU")
+    assert_close(out, swiglu_native(*f64(h)).to(dtype), msg="swiglu vs fp64")
+
+
+def test_swiglu_two_tensors_is_diffusers_swiglu(dtype):
+    # diffusers' SwiGLU gates the second half: swiglu(gate, up) on the halves, gate first
+    h = randn(2, 13, 2 * 77, dtype=dtype)
+    a, gate = h.chunk(2, -1)
+    out = ops.swiglu(gate, a)
+    assert out.dtype == dtype and out.shape == a.shape
+    assert_close(out, a * F.silu(gate), msg="swiglu(gate, up) vs diffusers SwiGLU")
+    assert_close(out, swiglu_native(*f64(gate, a)).to(dtype), msg="swiglu(gate, up) vs fp64")
+
+
+def test_swiglu_packed_along_another_dim():
+    h = randn(6, 5, 3)
+    expected = F.silu(h[:3]) * h[3:]
+    torch.testing.assert_close(ops.swiglu(h, None, 0), expected)
+    torch.testing.assert_close(ops.swiglu(h, None, -3), expected)
+
+
+@pytest.mark.parametrize("args, match", [
+    ((randn(2, 7),), "even size"),
+    ((randn(2, 8), None, 2), "not a dimension"),
+    ((randn(2, 8), randn(2, 4)), "shape and dtype"),
+    ((randn(2, 8), randn(2, 8, dtype=torch.bfloat16)), "shape and dtype"),
+    ((randn(2, 8), randn(2, 8), 0), "packed layout"),
+])
+def test_swiglu_rejects_bad_arguments(args, match):
+    with pytest.raises(ValueError, match=match):
+        ops.swiglu(*args)

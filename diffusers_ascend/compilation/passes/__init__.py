@@ -17,11 +17,14 @@ FUSION_PASSES: dict[str, str] = {
     "fast_gelu": "gelu:FastGeluFusionPass",
     "gelu_tanh": "gelu:GeluTanhFusionPass",
     "adaln": "adaln:AdaLNFusionPass",
+    "swiglu": "swiglu:SwiGLUFusionPass",
     "mul_add": "mul_add:MulAddFusionPass",
 }
 
 # The order passes run in: fast_gelu before gelu_tanh (when a user names both, the explicit
-# approximation wins), the greedy mul_add last.
+# approximation wins), swiglu before mul_add (``silu(a) * b + c`` is a SwiGLU feeding an add, not
+# a residual gate), the greedy mul_add last. (`diffusers_ascend.config.FUSIONS` is the order of
+# names in configs, not this one.)
 PASS_ORDER: tuple[str, ...] = tuple(FUSION_PASSES)
 
 

@@ -16,8 +16,10 @@ import torch
 
 from .. import _compat
 from . import get_pass_class, ordered_fusions
+from . import normalize as _normalize
+from .normalize import eliminate_common_subexpressions, eliminate_noops
 
-__all__ = ["FusionPassManager", "count_ops", "eliminate_noops"]
+__all__ = ["FusionPassManager", "count_ops", "eliminate_common_subexpressions", "eliminate_noops"]
 
 
 def count_ops(graph: torch.fx.Graph) -> int:
@@ -42,17 +44,9 @@ def count_ops(graph: torch.fx.Graph) -> int:
     return n
 
 
-def eliminate_noops(graph: torch.fx.Graph) -> None:
-    """Inductor's no-op elimination (same-metadata clones, same-dtype casts, full slices...).
-
-    Patterns are traced with the same normalization, so running it first keeps them matching.
-    """
-    _compat.remove_noop_ops(graph)
-    graph.eliminate_dead_code()
-
-
 class FusionPassManager(_compat.custom_graph_pass_base()):
-    """Runs no-op elimination then the passes of `fusions`, in `PASS_ORDER`.
+    """Runs no-op elimination, common-subexpression elimination, then the passes of `fusions`,
+    in `PASS_ORDER`.
 
     Args:
         fusions: fusion names (see `diffusers_ascend.config.FUSIONS`).
@@ -76,6 +70,11 @@ class FusionPassManager(_compat.custom_graph_pass_base()):
         eliminate_noops(graph)
         if after_step is not None:
             after_step("noop_elimination", graph)
+        # Repeated pure calls (a cast written twice) merged, as in the traced patterns.
+        if eliminate_common_subexpressions(graph):
+            graph.eliminate_dead_code()
+        if after_step is not None:
+            after_step("cse", graph)
         counts = {}
         for name, fusion_pass in self.passes.items():
             counts[name] = fusion_pass(graph)
@@ -100,5 +99,6 @@ class FusionPassManager(_compat.custom_graph_pass_base()):
         for name, fusion_pass in self.passes.items():
             h.update(name.encode())
             h.update(fusion_pass.source_hash().encode())
-        h.update(inspect.getsource(sys.modules[__name__]).encode())
+        for module in (sys.modules[__name__], _normalize):  # this rewrite and its normalisation
+            h.update(inspect.getsource(module).encode())
         return h.hexdigest()

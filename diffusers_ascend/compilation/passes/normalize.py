@@ -1,0 +1,99 @@
+"""Graph normalisation shared by the graphs the passes run on and the patterns they match.
+
+A pattern is traced from a search function and the matcher compares it node by node with the
+graph, so both must be normalised the same way: a no-op or a repeated pure call present on one
+side only hides the match. The backend normalises every graph before its passes
+(`FusionPassManager`) and `base.trace_functional` / `FusionPattern.probe_graph` normalise every
+traced pattern.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+
+from .. import _compat
+
+__all__ = ["eliminate_common_subexpressions", "eliminate_noops", "normalize"]
+
+
+def eliminate_noops(graph: torch.fx.Graph) -> None:
+    """Inductor's no-op elimination (same-metadata clones, same-dtype casts, full slices...).
+
+    Patterns are traced with the same normalization, so running it first keeps them matching.
+    """
+    _compat.remove_noop_ops(graph)
+    graph.eliminate_dead_code()
+
+
+_UNFOLDABLE = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided")
+
+
+def _pure(node: torch.fx.Node) -> bool:
+    """A call whose result depends on its arguments only: a functional aten op that is neither
+    random nor an uninitialised allocation, or a ``getitem`` of one's outputs."""
+    target = node.target
+    if node.op != "call_function":
+        return False
+    if target is operator.getitem:
+        return True
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    return (not target._schema.is_mutable and torch.Tag.nondeterministic_seeded not in target.tags
+            and target.overloadpacket.__name__ not in _UNFOLDABLE)
+
+
+def _key(value: Any) -> Any:
+    """A hashable key equal for arguments that are the same: nodes by identity, Python numbers
+    with their type (``1``, ``1.0`` and ``True`` differ; ``-0.0`` is not ``0.0``)."""
+    if isinstance(value, torch.fx.Node):
+        return value
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__,) + tuple(_key(v) for v in value)
+    if isinstance(value, dict):
+        return ("dict",) + tuple((k, _key(v)) for k, v in sorted(value.items()))
+    if isinstance(value, float):
+        return ("float", repr(value))
+    hash(value)  # TypeError for anything unhashable: the caller leaves that node alone
+    return (type(value).__name__, value)
+
+
+def eliminate_common_subexpressions(graph: torch.fx.Graph) -> int:
+    """Merges pure nodes that repeat an earlier node's call (same op, same arguments), in place.
+
+    Code that writes ``x.to(torch.float32)`` twice (a hand-written RMSNorm: once for the variance,
+    once for the product) traces to two casts; a pattern written with one cast would not match
+    either. After this pass the graph has one, as the patterns (traced with the same
+    normalisation) do. Nodes the graph returns are left alone: merging two returned tensors
+    would make separate outputs alias each other.
+
+    Returns:
+        the number of nodes removed.
+    """
+    (output,) = graph.find_nodes(op="output")
+    returned = set(output.all_input_nodes)
+    seen: dict[Any, torch.fx.Node] = {}
+    removed = 0
+    for node in list(graph.nodes):
+        if node in returned or not _pure(node):
+            continue
+        try:
+            key = (node.target, _key(node.args), _key(node.kwargs))
+        except TypeError:  # an unhashable argument: not compared
+            continue
+        first = seen.setdefault(key, node)
+        if first is not node:
+            node.replace_all_uses_with(first)
+            graph.erase_node(node)
+            removed += 1
+    return removed
+
+
+def normalize(graph: torch.fx.Graph) -> None:
+    """The normalisation patterns and graphs share: no-op elimination, then merging of
+    duplicated pure nodes, so that neither a no-op nor a repeated cast or view hides a pattern."""
+    eliminate_noops(graph)
+    eliminate_common_subexpressions(graph)
+    graph.eliminate_dead_code()
