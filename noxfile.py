@@ -19,7 +19,7 @@ nox.options.default_venv_backend = "venv"
 # torch releases CI verifies besides the README's pin (2.13, full suite): the floor of
 # pyproject.toml, the releases Ascend hosts hold (torch_npu pairs for CANN 8.x / 9.x), and the
 # newest release (`_compat.TORCH_NEWEST_VERIFIED`).
-TORCH = {"2.6": "2.6.0", "2.8": "2.8.0", "2.11": "2.11.0", "2.14": "2.14.1"}
+TORCH = {"2.6": "2.6.0", "2.8": "2.8.0", "2.10": "2.10.0", "2.11": "2.11.0", "2.14": "2.14.1", "2.15": "2.15.0"}
 
 # tests/triton/test_traceable.py: the kernels' triton_ops as Inductor traces them, a torch internal
 # (higher-order op, functionalization); PyPI's CUDA torch wheels bring their own triton, so
