@@ -2,6 +2,7 @@
 
     nox -s "engine-2.8"          # fusion-engine tests on torch 2.8.0
     nox -t engine                # every release of the matrix
+    nox -t engine-by-hand        # releases run by hand (2.9, 2.12), not in CI
     nox -l                       # list the sessions
 
 The engine tests are the ones that reach torch internals: ops, passes, backend, integration on
@@ -17,31 +18,59 @@ nox.options.reuse_venv = "yes"
 nox.options.default_venv_backend = "venv"
 
 # torch releases CI verifies besides the README's pin (2.13, full suite): the floor of
-# pyproject.toml, the releases Ascend hosts hold (torch_npu pairs for CANN 8.x / 9.x), and the
-# newest release (`_compat.TORCH_NEWEST_VERIFIED`).
-TORCH = {"2.6": "2.6.0", "2.8": "2.8.0", "2.11": "2.11.0", "2.14": "2.14.1"}
+# pyproject.toml, the releases Ascend hosts hold (torch_npu pairs for CANN 8.x / 9.x: 2.8, 2.10,
+# the one vLLM-Ascend and MindIE SD 3.1 images pin, 2.11), and the two newest (2.15 is
+# `_compat.TORCH_NEWEST_VERIFIED`).
+TORCH = {"2.6": "2.6.0", "2.8": "2.8.0", "2.10": "2.10.0", "2.11": "2.11.0", "2.14": "2.14.1", "2.15": "2.15.0"}
+# Releases run by hand, not in CI (`nox -s engine-2.9`): torch_npu's 26.1.0 line pairs 2.9 to 2.12,
+# whose neighbours CI runs; results in docs/support-matrix.md.
+TORCH_BY_HAND = {"2.9": "2.9.1", "2.12": "2.12.1"}
 
-# tests/triton/test_traceable.py: the kernels' triton_ops as Inductor traces them, a torch internal
-# (higher-order op, functionalization); PyPI's CUDA torch wheels bring their own triton, so
-# tests/triton/test_compile.py also compiles every launch with that release's Triton (3.2 with
-# torch 2.6 is the base of triton-ascend 3.2: its rope once issued 16-bit loads that 3.9 vectorized).
-# tests/models: the 48-model zoo, because the engine differs by release beyond the patterns (the
-# shared attention processors below 2.8, the conjugate-view rope form below 2.11).
-ENGINE_TESTS = ["tests/kernels", "tests/compilation", "tests/integration/test_pipelines.py", "tests/test_warm_start.py",
-                "tests/triton/test_traceable.py", "tests/triton/test_compile.py", "tests/models"]
+# What runs on every release: the tests that reach the torch internals that move between releases.
+# - tests/compilation: every pass's patterns and exact counts (test_patterns), the shims and each
+#   pass matching its own forms (test_compat), the backend, executors, freezing, recompiles, shared
+#   processors, graph capture through its stand-ins: all of it is Inductor / dynamo / aot_autograd.
+# - tests/kernels' registration tests (torch.library custom_op / register_fake / register_autograd /
+#   opcheck, the provider registry). Left out: test_ops (eager numerics of the reference math, plain
+#   tensor ops), test_npu_contract (torch_npu stand-ins, plain Python), test_testing (tolerances),
+#   test_npu_hardware (NPU only): they do not differ by release and run in the full suite.
+# - the pipelines (tests/integration/test_pipelines.py) and the model adapters (tests/models/
+#   test_adapters.py): Flux and Wan end to end through enable_ascend_compile.
+# - warm start (tests/test_warm_start.py): torch's portable caches and AOTInductor packages, whose
+#   APIs and save-time behaviour differ by release (2.6 has no portable cache; 2.8 and 2.11 fail the
+#   package check).
+# - tests/triton/test_traceable.py: the kernels' triton_ops as Inductor traces them, a torch
+#   internal (higher-order op, functionalization); PyPI's CUDA torch wheels bring their own triton,
+#   so tests/triton/test_compile.py also compiles every launch with that release's Triton (3.2 with
+#   torch 2.6 is the base of triton-ascend 3.2: its rope once issued 16-bit loads that 3.9 vectorized).
+ENGINE_TESTS = ["tests/compilation", "tests/kernels/test_opcheck.py", "tests/kernels/test_autograd.py",
+                "tests/kernels/test_import.py", "tests/kernels/test_registry.py", "tests/integration/test_pipelines.py",
+                "tests/models/test_adapters.py", "tests/test_warm_start.py", "tests/triton/test_traceable.py",
+                "tests/triton/test_compile.py"]
+# The 48-model zoo (tests/models/test_zoo.py, the longest engine module) where the engine's
+# behaviour beyond the patterns changes: it differs by release through `_compat` switches with
+# boundaries at 2.8 (`compiled_blocks_share_graphs`: shared attention processors below) and 2.11
+# (`conj_views_reach_graphs`: the bare-conjugate rope form below). The floor runs both old sides,
+# 2.10 (what Ascend hosts run) the new processors with the old rope form, 2.15 (newest) both new
+# sides, as does the full suite on 2.13. Every pass's own forms and counts still run on every
+# release above; 2.8, 2.11 and 2.14 repeat a side that a neighbour covers.
+ZOO_RELEASES = {"2.6", "2.10", "2.15"}
 
 
-def _engine(session: nox.Session, version: str) -> None:
+def _engine(session: nox.Session, version: str, zoo: bool) -> None:
     session.install(f"torch=={version}")
     session.install("-e", ".[test]")
     session.run("python", "-c", "import torch; print('torch', torch.__version__)")
-    session.run("python", "-m", "pytest", "-q", "-n", "2", *ENGINE_TESTS, *session.posargs)
+    tests = ENGINE_TESTS + (["tests/models/test_zoo.py"] if zoo else [])
+    # exit 5: the selection (with the caller's -k / -m) holds no tests, which is no failure.
+    session.run("python", "-m", "pytest", "-q", "-n", "2", *tests, *session.posargs, success_codes=[0, 5])
 
 
-for _short, _version in TORCH.items():
-    # One named session per release ("engine-2.8"), all tagged "engine": `nox -t engine` runs them all.
-    nox.session(name=f"engine-{_short}", python="3.11", tags=["engine"])(
-        lambda session, _v=_version: _engine(session, _v)
+for _short, _version in {**TORCH, **TORCH_BY_HAND}.items():
+    # One named session per release ("engine-2.8"); CI's releases are tagged "engine" (`nox -t
+    # engine` runs them all), the by-hand ones "engine-by-hand" (with the zoo).
+    nox.session(name=f"engine-{_short}", python="3.11", tags=["engine" if _short in TORCH else "engine-by-hand"])(
+        lambda session, _v=_version, _z=_short in ZOO_RELEASES or _short in TORCH_BY_HAND: _engine(session, _v, _z)
     )
 
 
@@ -58,9 +87,9 @@ def triton_interpret(session: nox.Session) -> None:
     session.install("-e", ".[test]", "triton", "numpy")
     session.run("python", "-c", "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)")
     session.run("python", "-m", "pytest", "-q", "-p", "no:xdist", "tests/triton", *session.posargs,
-                env={"TRITON_INTERPRET": "1"})
+                env={"TRITON_INTERPRET": "1"}, success_codes=[0, 5])
     session.run("python", "-m", "pytest", "-q", "-p", "no:xdist", "tests/triton/test_compile.py",
-                "tests/triton/test_traceable.py", *session.posargs)
+                "tests/triton/test_traceable.py", *session.posargs, success_codes=[0, 5])
 
 
 # The triton-ascend release whose API tests/triton/test_ascend_lowering.py drives (3.2.0 is the
@@ -80,6 +109,7 @@ def triton_ascend(session: nox.Session) -> None:
     session.install("-e", ".", "pytest", "numpy<2.4", "pybind11", f"triton-ascend=={TRITON_ASCEND}")
     session.run("python", "-c", "import importlib.metadata as m, torch; "
                 "print('torch', torch.__version__, 'triton-ascend', m.version('triton-ascend'))")
-    session.run("python", "-m", "pytest", "-q", "-p", "no:xdist", "tests/triton/test_ascend_lowering.py", *session.posargs)
+    session.run("python", "-m", "pytest", "-q", "-p", "no:xdist", "tests/triton/test_ascend_lowering.py", *session.posargs,
+                success_codes=[0, 5])
     session.run("python", "-m", "pytest", "-q", "-p", "no:xdist", "tests/triton/test_kernels.py",
-                "tests/triton/test_blocks.py", *session.posargs, env={"TRITON_INTERPRET": "1"})
+                "tests/triton/test_blocks.py", *session.posargs, env={"TRITON_INTERPRET": "1"}, success_codes=[0, 5])

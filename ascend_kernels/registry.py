@@ -19,7 +19,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
+import importlib
 import importlib.util
+import sys
 from typing import Any, Callable, Iterator, Mapping
 
 import torch
@@ -171,7 +174,20 @@ def available_providers(op: str, device_type: str) -> list[str]:
 
 
 def _extras_installed(p: Provider) -> bool:
-    return all(importlib.util.find_spec(name) is not None for name in p.extras)
+    # Installed means importable: MindIE SD's op plugin is built for some torch releases only and
+    # raises at import on the others, which must not turn its fusion on for "auto".
+    return all(sys.modules.get(name) is not None or _imports(name) for name in p.extras)
+
+
+@functools.lru_cache(maxsize=None)
+def _imports(name: str) -> bool:
+    if importlib.util.find_spec(name) is None:
+        return False
+    try:
+        importlib.import_module(name)
+    except Exception:  # a broken install is "not installed" here, never an error
+        return False
+    return True
 
 
 def auto_provider(op: str, platform: str) -> Provider | None:

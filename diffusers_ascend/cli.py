@@ -68,13 +68,15 @@ def env_info() -> dict[str, Any]:
 
     from .compilation._compat import support_status, supported_range, torch_version
     from .config import AscendConfig
+    from ascend_kernels.npu import mindiesd_unavailable_reason
+    from ascend_kernels.npu.attention import describe as describe_fia
+
+    from .attention.npu_fia import fallbacks
     from .platform import platform_info
 
     plat = platform_info()
     cfg = AscendConfig()
-    from ascend_kernels.npu.attention import describe as describe_fia
-
-    from .attention.npu_fia import fallbacks
+    mindiesd_why = mindiesd_unavailable_reason()
     npu_version = _version("torch_npu")
     chosen = {op: explain(op, plat["platform"]) for op in ascend_kernels.OPS}
     return {
@@ -88,6 +90,9 @@ def env_info() -> dict[str, Any]:
         "torch_npu_matches_torch": (torch_version(npu_version) == torch_version()) if npu_version else None,
         "torch_npu_error": plat["torch_npu_error"],
         "cann": _cann_version(),
+        # MindIE SD's op plugin imports only on the torch releases it was built for: a reason, not an error.
+        "mindiesd": (f"{_version('mindiesd') or 'installed'}: torch.ops.mindiesd.adaln registered" if mindiesd_why is None
+                     else f"unavailable, because {mindiesd_why}"),
         "triton": _version("triton") or _version("triton-ascend"),
         "platform": plat["platform"],
         "platform_overridden": plat["overridden"],

@@ -1,6 +1,9 @@
-"""Shared pytest setup: device markers skip cleanly where the device is absent."""
+"""Shared pytest setup: device markers skip cleanly where the device is absent; modules that take
+platform decisions are marked ``platform_dependent``."""
 
+import functools
 import importlib.util
+import re
 
 import pytest
 import torch
@@ -17,10 +20,34 @@ def _has_npu() -> bool:
         return False
 
 
+# A test module takes platform decisions when it names the platform (`override_platform`,
+# `current_platform`, `platform_info`, DIFFUSERS_ASCEND_TEST_PLATFORM, a ``platform=`` argument),
+# device graphs, or an ``"auto"`` choice (fusions, executor, attention and providers resolve per
+# platform). CI runs these modules again as a CUDA host (`.ci/run`); the others cannot tell a CUDA
+# host from this CPU, so running them twice proves nothing.
+_PLATFORM_DECISIONS = re.compile(r'platform|graph_capture|"auto"')
+
+
+@functools.cache
+def _takes_platform_decisions(path) -> bool:
+    try:
+        return bool(_PLATFORM_DECISIONS.search(path.read_text()))
+    except OSError:  # pragma: no cover - collected modules exist
+        return True
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "platform_dependent: the module takes platform decisions (set by tests/conftest.py from its source; "
+        "`-m platform_dependent` selects what `.ci/run` reruns as a CUDA host)")
+
+
 def pytest_collection_modifyitems(config, items):
     has_cuda = torch.cuda.is_available()
     has_npu = None  # probed lazily: importing torch_npu is slow where it exists
     for item in items:
+        if _takes_platform_decisions(item.path):
+            item.add_marker(pytest.mark.platform_dependent)
         if "cuda" in item.keywords and not has_cuda:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
         if "npu" in item.keywords:

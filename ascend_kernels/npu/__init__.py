@@ -32,7 +32,7 @@ from types import ModuleType
 from ..registry import Provider, register_provider
 from . import kernels, probe
 
-__all__ = ["DEVICE_TYPES", "mindiesd_available", "runs_on", "torch_npu_available"]
+__all__ = ["DEVICE_TYPES", "mindiesd_available", "mindiesd_unavailable_reason", "runs_on", "torch_npu_available"]
 
 # Device types the torch_npu kernels run on. (The contract tests widen it to "cpu" together with a
 # stand-in torch_npu module; nothing else should change it.)
@@ -45,14 +45,19 @@ def runs_on(device_type: str) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _importable(name: str) -> bool:
+def _import_error(name: str) -> str | None:
+    """None when `name` imports; else why not: ``"not installed"`` or what its import raised."""
     if importlib.util.find_spec(name) is None:
-        return False
+        return "not installed"
     try:
         importlib.import_module(name)
-    except Exception:  # a broken install is "not available", never an import-time error
-        return False
-    return True
+    except Exception as e:  # a broken install is "not available", never an import-time error
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def _importable(name: str) -> bool:
+    return _import_error(name) is None
 
 
 def torch_npu_available() -> bool:
@@ -76,17 +81,53 @@ def _mindiesd_adaln_registered() -> bool:
     return [a.name for a in schema.arguments] == ["x", "scale", "shift", "weight", "bias", "epsilon"]
 
 
-def mindiesd_available() -> bool:
-    """Whether MindIE SD is importable and registered ``torch.ops.mindiesd.adaln``.
+def mindiesd_unavailable_reason() -> str | None:
+    """Why MindIE SD's ``torch.ops.mindiesd.adaln`` cannot be used here, or None when it can.
 
-    Importing ``mindiesd`` (first call only) loads its op library and, by its own design,
+    MindIE SD's op plugin is a C++ library built against one torch / torch_npu release: on
+    another release, importing ``mindiesd`` raises (an undefined symbol, a version check). That
+    is a reason the adaLN kernel is unavailable, reported by ``diffusers-ascend env``, never an
+    error. Importing ``mindiesd`` (first call only) loads its op library and, by its own design,
     prepends its kernel directories to ``ASCEND_CUSTOM_OPP_PATH`` (``mindiesd/env.py``).
+
+    Returns:
+        None, or a sentence that completes "unavailable, because ...".
+
+    >>> from ascend_kernels.npu import mindiesd_unavailable_reason
+    >>> why = mindiesd_unavailable_reason()  # 'torch_npu not installed' on a machine without NPU
+    >>> why is None or why.startswith(("torch_npu", "mindiesd"))
+    True
     """
     if not torch_npu_available():
-        return False
-    if sys.modules.get("mindiesd") is None and not _importable("mindiesd"):
-        return False
-    return _mindiesd_adaln_registered()
+        return "torch_npu not installed"
+    if sys.modules.get("mindiesd") is None:
+        error = _import_error("mindiesd")
+        if error == "not installed":
+            return "mindiesd not installed (pip install diffusers-ascend[mindiesd])"
+        if error is not None:
+            import torch
+
+            return (f"mindiesd {_dist_version('mindiesd') or '(version unknown)'} is installed but raised at import "
+                    f"({error}): its op plugin is built for some torch releases only and this is torch "
+                    f"{torch.__version__}; install the MindIE SD build for this torch")
+    if not _mindiesd_adaln_registered():
+        return "mindiesd registered no torch.ops.mindiesd.adaln(x, scale, shift, weight, bias, epsilon)"
+    return None
+
+
+def mindiesd_available() -> bool:
+    """Whether MindIE SD is importable and registered ``torch.ops.mindiesd.adaln`` (see
+    `mindiesd_unavailable_reason`)."""
+    return mindiesd_unavailable_reason() is None
+
+
+def _dist_version(dist: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def _desc_rms_norm() -> str:
@@ -132,8 +173,9 @@ def _desc_mul_add() -> str:
 def _desc_adaln() -> str:
     if not torch_npu_available():
         return "torch_npu not installed"
-    if not mindiesd_available():
-        return "mindiesd not installed (pip install diffusers-ascend[mindiesd]) or without torch.ops.mindiesd.adaln"
+    why = mindiesd_unavailable_reason()
+    if why is not None:
+        return f"unavailable, because {why}"
     soc = "" if probe.is_a2_a3() else f"; SoC {probe.soc_name()} is not A2/A3: native"
     return f"torch.ops.mindiesd.adaln (CANN aclnnAdaLayerNorm via MindIE SD){soc}"
 

@@ -48,6 +48,7 @@ __all__ = [
     "fresh_inductor_cache",
     "fused_rms_norm",
     "fused_rms_norm_pattern",
+    "given_patterns_match_as_given",
     "inductor_cache_dir",
     "inductor_freezing_enabled",
     "inductor_freezing_scope",
@@ -78,7 +79,7 @@ __all__ = [
 # with the differences each shim names. Older releases are not run in CI and are refused.
 TORCH_FLOOR: tuple[int, int] = (2, 6)
 # Newest release CI has run the engine tests on. Newer releases get one warning, not silence.
-TORCH_NEWEST_VERIFIED: tuple[int, int] = (2, 14)
+TORCH_NEWEST_VERIFIED: tuple[int, int] = (2, 15)
 
 
 class TorchCompatError(RuntimeError):
@@ -97,7 +98,7 @@ def supported_range() -> str:
     """The supported torch releases in words.
 
     >>> supported_range()
-    '2.6 to 2.14.x'
+    '2.6 to 2.15.x'
     """
     return f"{TORCH_FLOOR[0]}.{TORCH_FLOOR[1]} to {TORCH_NEWEST_VERIFIED[0]}.{TORCH_NEWEST_VERIFIED[1]}.x"
 
@@ -206,7 +207,72 @@ def register_replacement(search_fn, replace_fn, example_inputs, trace_fn, pass_d
             pm._seen_patterns = process_wide
             process_wide.add(key)
         return
+    if kw.get("search_fn_pattern") is not None and not given_patterns_match_as_given():
+        _register_given_pattern(search_fn, replace_fn, trace_fn, pass_dict, kw)
+        return
     fn(search_fn, replace_fn, list(example_inputs), trace_fn, pass_dict, **_accepted(fn, kw))
+
+
+@functools.cache
+def given_patterns_match_as_given() -> bool:
+    """Whether ``register_replacement(..., search_fn_pattern=p)`` matches exactly `p`.
+
+    2.6-2.14 take a given search pattern as the exact one: the match is checked against it, never
+    against a re-trace of the search function. 2.15 takes it as a coarse filter only and always
+    re-traces the search function on the matched tensors to check the match. Two kinds of our
+    patterns need the given pattern as it stands: the hand-built ``aten._fused_rms_norm`` form
+    (CompositeImplicit on CPU: its re-trace on CPU tensors decomposes, so on 2.15 it replaced its
+    own form 0 times) and the generic forms of ``FusionPattern.retrace = False`` (sizes computed
+    from shapes, which a re-trace under dynamic shapes writes with other nodes). Detected by
+    registering a search function that traces to ``sub`` with a given ``atan2`` pattern and
+    applying it to an ``atan2`` graph: 1 replacement where the given pattern is taken as it
+    stands, 0 where the search function is re-traced.
+    """
+    pm = _pm()
+    aten = torch.ops.aten
+    pattern = pm.CallFunction(aten.atan2.default, pm.KeywordArg("a"), pm.KeywordArg("b"))
+    probe = pattern_matcher_pass("ascend_compat_probe")
+    register = require("pattern_matcher.register_replacement", lambda: pm.register_replacement)
+    example = [torch.ones(2), torch.ones(2)]
+    # 2.6 records every registered pattern process-wide and asserts it is new: leave no trace.
+    seen = getattr(pm, "_seen_patterns", None)
+    saved = set(seen) if seen is not None else None
+    try:
+        with unset_fake_mode(), no_tracing_context(), torch.no_grad():
+            register(lambda a, b: a - b, lambda a, b: a * b, example, pm.fwd_only, probe,
+                     **_accepted(register, {"search_fn_pattern": pattern}))
+            graph = one_op_graph(aten.atan2.default, example)
+            return probe.apply(graph) == 1
+    finally:
+        if saved is not None:
+            seen.clear()
+            seen.update(saved)
+
+
+def _register_given_pattern(search_fn, replace_fn, trace_fn, pass_dict, kw: dict) -> None:
+    """`register_replacement` as 2.6-2.14 do it for a given search pattern, on releases that
+    re-trace the search function instead (see `given_patterns_match_as_given`): the pattern as
+    given, `extra_check` on its match, then `replace_fn` traced on the matched values with
+    `trace_fn` (``Match.replace_by_example``, 2.1+) in place of the matched nodes."""
+    pm = _pm()
+    pattern = kw["search_fn_pattern"]
+    if kw.get("skip_duplicates"):
+        seen = pass_dict.__dict__.setdefault("_ascend_seen_patterns", set())
+        key = pm.PatternPrettyPrinter.run(pattern)
+        if key in seen:
+            return
+        seen.add(key)
+    names = list(inspect.signature(search_fn).parameters)
+    get_decomp_fn = kw["get_decomp_fn"]
+
+    def trace(fn, args):
+        return trace_fn(fn, args, get_decomp_fn=get_decomp_fn)
+
+    def rewrite(match, *args, **kwargs):
+        match.replace_by_example(replace_fn, [match.kwargs[n] for n in names], trace_fn=trace)
+
+    register = require("pattern_matcher.register_graph_pattern", lambda: pm.register_graph_pattern)
+    register(pattern, extra_check=kw.get("extra_check", lambda match: True), pass_dict=pass_dict)(rewrite)
 
 
 def gen_search_pattern(search_fn, example_inputs, trace_fn, scalar_workaround, *, get_decomp_fn):
@@ -651,7 +717,7 @@ def conj_views_reach_graphs() -> bool:
 
     Functionalization materializes the view (``clone(_conj(t))``) on every release; Inductor's
     `remove_noop_ops`, which the backend runs before the passes, drops that clone as a no-op on
-    2.6, 2.7.1 and 2.8 and keeps it on 2.11 to 2.14 (seen through SanaWM's inverse rotary
+    2.6, 2.7.1 and 2.8 and keeps it on 2.11 to 2.15 (seen through SanaWM's inverse rotary
     rotation). The rope pass matches the bare form with a pattern of its own. Detected by tracing
     ``view_as_complex(x) * f.conj()`` as `probe_trace` does, then removing no-ops.
     """

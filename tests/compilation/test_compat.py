@@ -38,11 +38,11 @@ def test_floor_is_stated_once_pyproject_agrees():
 @pytest.mark.parametrize(
     "version, status",
     [("2.5.1", "too old"), ("2.6.0", "supported"), ("2.8.0+cu128", "supported"), ("2.14.1", "supported"),
-     ("2.15.0", "newer than verified"), ("3.0.0a0+git", "newer than verified")],
+     ("2.15.0", "supported"), ("2.16.0", "newer than verified"), ("3.0.0a0+git", "newer than verified")],
 )
 def test_support_status(version, status):
     got, sentence = _compat.support_status(version)
-    assert got == status and version in sentence and "2.6 to 2.14.x" in sentence
+    assert got == status and version in sentence and "2.6 to 2.15.x" in sentence
 
 
 def test_running_torch_is_in_the_verified_range():
@@ -53,6 +53,33 @@ def test_running_torch_is_in_the_verified_range():
 @pytest.mark.parametrize("fusion", list(FUSION_PASSES))
 def test_every_pass_registers_and_matches_its_own_forms(fusion):
     get_pass_class(fusion).verify()  # raises TorchCompatError where the matcher misbehaves
+
+
+def test_a_given_search_pattern_is_matched_as_given():
+    # The hand-built `aten._fused_rms_norm` form and the generic `retrace = False` forms are
+    # registered with their pattern given; 2.15's matcher re-traces the search function instead
+    # (here `sub`, so the given `atan2` would never match): the shim keeps the pattern as given.
+    import torch._inductor.pattern_matcher as pm
+
+    aten = torch.ops.aten
+    given = pm.CallFunction(aten.atan2.default, pm.KeywordArg("a"), pm.KeywordArg("b"))
+    seen = []
+
+    def check(match):
+        seen.append(sorted(match.kwargs))
+        return True
+
+    matcher = _compat.pattern_matcher_pass("test_given_pattern")
+    example = [torch.randn(2), torch.randn(2)]
+    _compat.register_replacement(lambda a, b: a - b, lambda a, b: a * b, example, base.trace_functional, matcher,
+                                 get_decomp_fn=base.no_decompositions, extra_check=check, search_fn_pattern=given,
+                                 skip_duplicates=True)
+    graph = _compat.one_op_graph(aten.atan2.default, example)
+    assert matcher.apply(graph) == 1 and seen == [["a", "b"]]
+    targets = [n.target for n in graph.nodes if n.op == "call_function"]
+    assert targets == [aten.mul.Tensor]
+    (out,) = [n for n in graph.nodes if n.op == "output"]
+    assert out.args[0][0].meta["val"].shape == (2,)  # the replacement carries fake tensor metadata
 
 
 def test_recompile_limit_shim_reads_and_writes_dynamo_config():
@@ -98,7 +125,7 @@ def test_broken_pattern_matcher_api_raises_at_enable_and_changes_nothing(monkeyp
     model = tiny_flux_transformer()
     before = _state(model)
     with pytest.raises(TorchCompatError, match=r"(?s)'rms_norm' fusion pass cannot work on torch "
-                       + re.escape(torch.__version__) + r".*register.*get_decomp_fn.*Supported torch: 2\.6 to 2\.14"):
+                       + re.escape(torch.__version__) + r".*register.*get_decomp_fn.*Supported torch: 2\.6 to 2\.15"):
         diffusers_ascend.enable_ascend_compile(model, fusions="all", executor="eager")
     assert _state(model) == before
 
@@ -147,7 +174,7 @@ def test_fallback_reason_names_the_inner_cause(monkeypatch):
 
 def test_too_old_torch_is_refused_with_the_range(monkeypatch):
     monkeypatch.setattr(torch, "__version__", "2.4.1")
-    with pytest.raises(TorchCompatError, match=r"torch 2\.4\.1 is older than the supported range \(torch 2\.6 to 2\.14\.x\)"):
+    with pytest.raises(TorchCompatError, match=r"torch 2\.4\.1 is older than the supported range \(torch 2\.6 to 2\.15\.x\)"):
         AscendBackend(fusions=["rms_norm"], executor="eager")
 
 
@@ -190,7 +217,7 @@ def test_env_reports_the_range_and_where_this_torch_stands(monkeypatch, capsys):
     from diffusers_ascend import cli, platform
 
     info = cli.env_info()
-    assert info["torch_supported_range"] == "2.6 to 2.14.x" and info["torch_status"] == "supported"
+    assert info["torch_supported_range"] == "2.6 to 2.15.x" and info["torch_status"] == "supported"
     # A newer torch, with a torch_npu built for another release (stand-in facts, no torch_npu here).
     monkeypatch.setattr(torch, "__version__", "2.99.0")
     monkeypatch.setattr(cli, "_version", lambda dist: "2.8.0.post2" if dist == "torch_npu" else "1.0")
@@ -200,5 +227,5 @@ def test_env_reports_the_range_and_where_this_torch_stands(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert re.search(r"torch_status\s+newer than verified", out)
     assert re.search(r"torch_npu_matches_torch\s+False", out)
-    assert "warning: torch 2.99.0 is newer than the newest release verified (torch 2.6 to 2.14.x)" in out
+    assert "warning: torch 2.99.0 is newer than the newest release verified (torch 2.6 to 2.15.x)" in out
     assert "warning: torch_npu 2.8.0.post2 was built for another torch than 2.99.0" in out

@@ -477,6 +477,43 @@ def test_env_shows_each_provider_and_why(torch_npu, capsys, monkeypatch):
     assert why["swiglu"].startswith("torch_npu.npu_swiglu (aclnnSwiGlu")
     assert info["auto_fusions"] == ["rms_norm", "rope", "adaln", "mul_add", "swiglu"]
     assert "  rope                  npu     torch_npu.npu_rotary_mul" in text and "torch_npu failed" not in text
+    assert info["mindiesd"] == "installed: torch.ops.mindiesd.adaln registered"
+
+
+@pytest.fixture
+def mindiesd_raising_at_import(tmp_path, monkeypatch):
+    """A stand-in ``mindiesd`` 3.1.0 distribution on ``sys.path`` whose import raises as MindIE SD's
+    op plugin does on a torch release it was not built for (an undefined C++ symbol of torch)."""
+    from ascend_kernels import npu, registry
+
+    pkg = tmp_path / "mindiesd"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        'raise ImportError("libPTAExtensionOPS.so: undefined symbol: _ZN3c1017RegisterOperatorsD1Ev")\n')
+    dist = tmp_path / "mindiesd-3.1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mindiesd\nVersion: 3.1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    caches = (npu._import_error, registry._imports)  # import results are cached per process
+    for cache in caches:
+        cache.cache_clear()
+    yield
+    for cache in caches:
+        cache.cache_clear()
+
+
+def test_mindiesd_raising_at_import_is_a_reason_not_an_error(torch_npu, mindiesd_raising_at_import, capsys):
+    from ascend_kernels.npu import mindiesd_available
+
+    assert not mindiesd_available() and "mindiesd" not in sys.modules
+    info, text = _env(capsys)
+    assert info["providers"]["adaln_modulate"] == "native" and "adaln" not in info["auto_fusions"]
+    why = ("unavailable, because mindiesd 3.1.0 is installed but raised at import (ImportError: libPTAExtensionOPS.so: "
+           "undefined symbol: _ZN3c1017RegisterOperatorsD1Ev): its op plugin is built for some torch releases only and "
+           f"this is torch {torch.__version__}; install the MindIE SD build for this torch")
+    assert info["mindiesd"] == why and why in info["provider_reasons"]["adaln_modulate"]
+    assert f"mindiesd                {why}" in text
+    assert info["providers"]["rms_norm"] == "npu"  # the torch_npu kernels are unaffected
 
 
 def test_env_explains_fallbacks(npu_factory, capsys):
@@ -488,7 +525,8 @@ def test_env_explains_fallbacks(npu_factory, capsys):
     assert "not in fusions='auto'" in info["provider_reasons"]["rope"] and "rope" not in info["auto_fusions"]
     assert "gamma cast to x's dtype" in info["provider_reasons"]["rms_norm"]
     assert info["providers"]["adaln_modulate"] == "native"
-    assert "mindiesd not installed" in info["provider_reasons"]["adaln_modulate"]
+    assert "unavailable, because mindiesd not installed" in info["provider_reasons"]["adaln_modulate"]
+    assert info["mindiesd"] == "unavailable, because mindiesd not installed (pip install diffusers-ascend[mindiesd])"
     assert "one dtype only" in info["provider_reasons"]["mul_add"]
 
 
