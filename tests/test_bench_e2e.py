@@ -202,3 +202,15 @@ def test_compiled_variants_run_and_match_eager(tmp_path):
         assert 0 < rows[name]["max_abs_diff"] < 0.1  # bf16 latents after two steps
     assert rows["ascend"]["graphs_compiled"] == 1 and rows["ascend"]["fallbacks"] == 0
     assert rows["ascend"]["fusions"] == {}  # fusions="auto" picks none on CPU
+
+
+def test_script_forwards_to_the_cli():
+    import os
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, os.path.join(repo, "benchmarks", "e2e.py"), "--help"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "--model {flux,wan,wan-14b,qwen-image}" in out.stdout and "--variants" in out.stdout
