@@ -122,6 +122,8 @@ def test_smoke_run_writes_json_table_and_plot(smoke):
     assert data["model"] == "wan" and data["config"]["num_layers"] == 1 and data["config"]["ffn_dim"] == 8960
     assert data["depth"] == {"num_layers": 1} and data["full_depth"] == {"num_layers": 30}
     assert data["job"]["steps"] == 2 and data["transformer_calls_per_step"] == 2  # Wan's CFG
+    assert data["command"] == ("diffusers-ascend bench e2e --model wan --depth 1 --height 16 --width 16 --frames 1 "
+                               "--steps 2 --text-len 8 --device cpu --variants eager ascend+graph mindiesd")
     assert data["pipeline"] == "WanPipeline" and data["scheduler"]["_class_name"] == "UniPCMultistepScheduler"
     assert {"cpu", "torch", "diffusers", "device"} <= set(data["machine"])
     assert "resident set" in data["peak_mem_kind"] and data["leaves_out"]
@@ -145,8 +147,10 @@ def test_anchors_are_comparable_only_for_the_same_job_at_full_depth():
     shallow = transformer_config(spec, 1)
     assert not any(a["comparable"] for a in bench_e2e._anchors(spec, spec["job"],
                                                                 {k: shallow[k] for k in spec["depth_keys"]}))
-    other_job = dict(spec["job"], steps=4)
-    assert not any(a["comparable"] for a in bench_e2e._anchors(spec, other_job, {k: full[k] for k in spec["depth_keys"]}))
+    depth = {k: full[k] for k in spec["depth_keys"]}
+    for other_job in (dict(spec["job"], steps=4), dict(spec["job"], text_len=64)):
+        assert not any(a["comparable"] for a in bench_e2e._anchors(spec, other_job, depth))
+    assert not any(a["comparable"] for a in bench_e2e._anchors(spec, spec["job"], depth, dtype="fp32"))
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -475,13 +475,13 @@ def _job(spec, height, width, frames, steps, text_len) -> dict[str, Any]:
     return job
 
 
-def _anchors(spec, job, depth_used) -> list[dict[str, Any]]:
-    full = all(depth_used[k] == spec["transformer"][k] for k in spec["depth_keys"])
-    out = []
-    for anchor in spec["anchors"]:
-        same = full and all(job.get(k) == v for k, v in anchor["job"].items())
-        out.append(dict(anchor, comparable=same))
-    return out
+def _anchors(spec, job, depth_used, dtype: str = "bf16") -> list[dict[str, Any]]:
+    # Comparable: the whole model in bf16 running the model's usual job (the one the published
+    # numbers are for: resolution, steps, frames, guidance, prompt lengths), as each anchor states it.
+    same_run = (dtype == "bf16" and job == spec["job"]
+                and all(depth_used[k] == spec["transformer"][k] for k in spec["depth_keys"]))
+    return [dict(anchor, comparable=same_run and all(job.get(k) == v for k, v in anchor["job"].items()))
+            for anchor in spec["anchors"]]
 
 
 def _check_device(device: str) -> None:
@@ -554,7 +554,7 @@ def run_e2e(model: str = "flux", depth: int | None = None, steps: int | None = N
     if any(n != "eager" for n in runnable):
         # Once-per-process costs (importing Inductor, registering our patterns) outside every
         # measurement: the first compiled variant is not penalised for running first.
-        warm_up_compiler()
+        warm_up_compiler(inductor=device != "npu" or "regional" in runnable)
     baseline = _rss_bytes()
     built = time.perf_counter()
     transformer = build_transformer(spec, device, DTYPES[dtype], depth, seed)
@@ -589,10 +589,11 @@ def run_e2e(model: str = "flux", depth: int | None = None, steps: int | None = N
         pipeline=spec["pipeline_class"], scheduler=dict(spec["scheduler"], _class_name=spec["scheduler_class"]),
         scheduler_source=spec["scheduler_source"], leaves_out=list(LEAVES_OUT), seed=seed,
         peak_mem_kind=PEAK_MEMORY_KIND[device], build_s=build_s, variants=rows, columns=COLUMNS,
-        machine=machine_info(device), anchors=_anchors(spec, job, depth_used),
+        machine=machine_info(device), anchors=_anchors(spec, job, depth_used, dtype),
         seconds=time.perf_counter() - started,
     )
     result["parameters"] = _parameter_count(spec, config)
+    result["command"] = e2e_command(result, names)
     if out_dir is not None:
         write_e2e(result, out_dir)
     return result
@@ -615,6 +616,26 @@ def result_stem(result: dict[str, Any]) -> str:
     return stem
 
 
+def e2e_command(result: dict[str, Any], variants: Sequence[str] | None = None) -> str:
+    """The ``diffusers-ascend bench e2e`` command line that repeats `result`'s run."""
+    parts = ["diffusers-ascend", "bench", "e2e", "--model", result["model"]]
+    if result["depth"] != result["full_depth"]:
+        parts += ["--depth", str(min(result["depth"].values()))]
+    default = model_spec(result["model"])["job"]
+    for key, flag in (("height", "--height"), ("width", "--width"), ("frames", "--frames"), ("steps", "--steps"),
+                      ("text_len", "--text-len")):
+        if result["job"][key] != default[key]:
+            parts += [flag, str(result["job"][key])]
+    parts += ["--device", result["device"]]
+    if result["dtype"] != "bf16":
+        parts += ["--dtype", result["dtype"]]
+    if variants is not None and list(variants) != ["eager", *[v for v in VARIANTS if v != "eager"]]:
+        parts += ["--variants", *variants]
+    if result["seed"]:
+        parts += ["--seed", str(result["seed"])]
+    return " ".join(parts)
+
+
 def _job_line(result) -> str:
     job = result["job"]
     size = f"{job['width']}x{job['height']}" + (f", {job['frames']} frames" if job["frames"] else "")
@@ -630,6 +651,7 @@ def e2e_markdown(result: dict[str, Any]) -> str:
     lines = [
         f"# {result['title']} end to end ({result['transformer_class']}, random weights)", "",
         f"Job: {_job_line(result)}.", "",
+        f"Command: `{result['command']}`", "",
         f"Config: `{json.dumps(result['config'])}` ({result['config_source']}).", "",
         f"Timed: the stock `{result['pipeline']}.__call__` denoising loop with `{result['scheduler']['_class_name']}`; "
         f"left out: {'; '.join(result['leaves_out'])}. cold = enable + first step (compilation included); step = "
@@ -715,6 +737,6 @@ def plot_e2e(result: dict[str, Any], path: str | os.PathLike) -> None:
     plt.close(fig)
 
 
-__all__ = ["MODELS", "VARIANTS", "DEVICES", "model_spec", "transformer_config", "build_transformer",
+__all__ = ["MODELS", "VARIANTS", "DEVICES", "model_spec", "e2e_command", "transformer_config", "build_transformer",
            "build_pipeline", "pipeline_inputs", "run_e2e", "write_e2e", "plot_e2e", "e2e_markdown", "e2e_text",
            "result_stem"]
