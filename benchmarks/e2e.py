@@ -5,9 +5,13 @@
 Same arguments as ``diffusers-ascend bench e2e`` (``--help`` lists them); docs/benchmarks.md section 7.
 """
 
+import os
 import sys
 
-from diffusers_ascend.cli import main
+# The checkout this script is in, ahead of any installed copy of the package.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from diffusers_ascend.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main(["bench", "e2e", *sys.argv[1:]]))
