@@ -1,4 +1,4 @@
-"""The ``diffusers-ascend`` command: ``env``, ``demo``, ``bench`` and ``config``.
+"""The ``diffusers-ascend`` command: ``env``, ``demo``, ``bench`` (``bench e2e``), ``config`` and ``cache``.
 
 Exit codes: 0 success, 1 the command ran and failed (invalid config, failed check), 2 usage
 errors (argparse: unknown commands, bad choices, numbers that are not positive integers, unknown
@@ -341,12 +341,29 @@ def _cmd_bench(args) -> int:
     if importlib.util.find_spec("matplotlib") is None:  # checked before minutes of benchmarking
         raise ImportError("diffusers-ascend bench writes a PNG plot and needs matplotlib: pip install 'diffusers-ascend[bench]'")
 
+    if getattr(args, "bench_command", None) == "e2e":
+        return _cmd_bench_e2e(args)
     results = run_benchmarks(names=args.only or None, size=args.size, out_dir=args.out)
     if args.json:
         print(json.dumps(results, indent=2, default=str))
     else:
         print(f"wrote {os.path.join(args.out, 'results.json')}, results.md and results.png")
     return 0
+
+
+def _cmd_bench_e2e(args) -> int:
+    from .benchmarks.bench_e2e import e2e_text, result_stem, run_e2e
+
+    result = run_e2e(model=args.model, depth=args.depth, steps=args.steps, height=args.height, width=args.width,
+                     frames=args.frames, text_len=args.text_len, device=args.device, dtype=args.dtype,
+                     variants=args.variants, seed=args.seed, out_dir=args.out, progress=not args.json)
+    failed = [v["name"] for v in result["variants"] if v["status"] == "failed"]
+    text = e2e_text(result) + f"wrote {os.path.join(args.out, result_stem(result))}.json, .md and .png"
+    _print({k: v for k, v in result.items() if k != "columns"}, args.json, text)
+    if failed:
+        print(f"diffusers-ascend bench e2e: variants failed: {', '.join(failed)} (the reasons are in the table)",
+              file=sys.stderr)
+    return 1 if failed else 0
 
 
 # -- config --------------------------------------------------------------------------------------
@@ -538,6 +555,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--only", nargs="+", metavar="NAME", help="benchmarks to run (default: all)")
     bench.add_argument("--size", default="small", help="problem size: tiny (seconds) or small (default)")
     bench.add_argument("--out", default="bench-results", help="output folder (default bench-results)")
+    _add_bench_e2e_parser(bench)
 
     config = add("config", "show, validate, push or pull an ascend_config.json", _cmd_config, json_flag=False)
     actions = config.add_subparsers(dest="action", required=True, metavar="{show,validate,push,pull}")
@@ -559,6 +577,31 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
     _add_cache_parser(add)
     return parser
+
+
+def _add_bench_e2e_parser(bench) -> None:
+    # Choices spelled out (and checked against the module by the tests) so --help does not import torch.
+    models, variants = ("flux", "wan", "wan-14b", "qwen-image"), ("eager", "ascend", "ascend+graph", "regional", "mindiesd")
+    sub = bench.add_subparsers(dest="bench_command", metavar="{e2e}")
+    e2e = sub.add_parser(
+        "e2e", help="a real-size model (shipped config, random weights) through the stock pipeline's denoising loop, per variant",
+        description="Runs the real transformer config of a model with random weights through the stock diffusers "
+                    "pipeline's denoising loop (no text encoders, no VAE decode), once per variant; writes JSON, a "
+                    "markdown table and a plot with the published numbers for the same job.")
+    e2e.add_argument("--model", required=True, choices=models, help="the model whose real config runs")
+    e2e.add_argument("--depth", type=_positive_int, help="blocks of each repeated kind (default: the real count)")
+    e2e.add_argument("--steps", type=_positive_int, help="denoising steps (default: the model's usual job, e.g. 28 for flux)")
+    e2e.add_argument("--height", type=_height, help="image height in pixels, a multiple of 16 (default: the model's job)")
+    e2e.add_argument("--width", type=_height, help="image width in pixels, a multiple of 16 (default: the model's job)")
+    e2e.add_argument("--frames", type=_positive_int, help="video frames, 4k+1 (wan, wan-14b; default 81)")
+    e2e.add_argument("--text-len", type=_positive_int, help="prompt embedding tokens (default: the model's job)")
+    e2e.add_argument("--device", choices=("cpu", "cuda", "npu"), help="default: this machine's accelerator")
+    e2e.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16", help="weights and activations (default bf16)")
+    e2e.add_argument("--variants", nargs="+", choices=variants, metavar="VARIANT",
+                     help=f"variants to run, of {', '.join(variants)} (default: all; eager always runs, as the reference)")
+    e2e.add_argument("--seed", type=int, default=0, help="seeds the weights, embeddings and latents (default 0)")
+    e2e.add_argument("--out", default="bench-results", help="output folder (default bench-results)")
+    e2e.add_argument("--json", action="store_true", help="print one JSON document instead of text")
 
 
 def _add_cache_parser(add) -> None:

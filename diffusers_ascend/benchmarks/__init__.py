@@ -4,6 +4,10 @@
 - `compile_time`: cold compile time, per-block (``compile="blocks"``) vs whole model.
 - `recompiles`: graphs compiled as the resolution changes under per-block compilation.
 - `latency`: steady-state latency of eager, whole-model Inductor and `enable_ascend_compile`.
+- `run_e2e` (``diffusers-ascend bench e2e``): a real-size model (Flux, Wan 1.3B/14B, Qwen-Image;
+  shipped configs, random weights on the device) through the stock pipeline's denoising loop,
+  per variant (eager, ours, ours + graph capture, regional compile, MindIE SD), beside the
+  published numbers for the same job.
 
 Each function takes ``size="tiny"`` (seconds, for tests) or ``"small"`` (the real benchmark) and
 returns ``{"benchmark", "size", "rows", "columns", "machine", ...}``. `run_benchmarks` runs a
@@ -16,6 +20,7 @@ repository's ``benchmarks/`` directory and ``diffusers-ascend bench`` call it.
 
 from ._common import SIZES, machine_info
 from .bench_compile import compile_time
+from .bench_e2e import run_e2e
 from .bench_latency import VARIANTS as LATENCY_VARIANTS
 from .bench_latency import latency
 from .bench_ops import ops_per_block
@@ -24,5 +29,5 @@ from .runner import BENCHMARKS, format_result, plot_results, run_benchmarks, to_
 
 __all__ = [
     "BENCHMARKS", "SIZES", "LATENCY_VARIANTS", "machine_info", "ops_per_block", "compile_time", "recompiles",
-    "latency", "run_benchmarks", "write_results", "to_markdown", "format_result", "plot_results",
+    "latency", "run_e2e", "run_benchmarks", "write_results", "to_markdown", "format_result", "plot_results",
 ]
