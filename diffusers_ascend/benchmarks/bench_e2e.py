@@ -195,7 +195,13 @@ def build_transformer(spec: dict[str, Any], device: str, dtype: torch.dtype, dep
 
 
 def build_pipeline(spec: dict[str, Any], transformer: torch.nn.Module):
-    """The stock pipeline around `transformer`, with the model's scheduler and no text encoders or VAE."""
+    """The stock pipeline around `transformer`, with the model's scheduler and no text encoders or VAE.
+
+    >>> spec = model_spec("wan")
+    >>> pipe = build_pipeline(spec, build_transformer(spec, "cpu", torch.bfloat16, depth=1))  # doctest: +SKIP
+    >>> latents = pipe(**pipeline_inputs(spec, dict(spec["job"], steps=2, frames=1, height=16, width=16),
+    ...                                  "cpu", torch.bfloat16)(), return_dict=False)[0]  # doctest: +SKIP
+    """
     import inspect
 
     pipe_cls = _diffusers_class(spec["pipeline_class"])
@@ -244,7 +250,13 @@ _INPUTS: dict[str, Callable] = {"FluxPipeline": _flux_inputs, "WanPipeline": _wa
 def pipeline_inputs(spec: dict[str, Any], job: dict[str, Any], device: str, dtype: torch.dtype,
                     seed: int = 0) -> Callable[[], dict[str, Any]]:
     """A function returning the pipeline's call arguments: the same embeddings and, from a fresh
-    seeded CPU generator each time, the same initial latents on every call."""
+    seeded CPU generator each time, the same initial latents on every call.
+
+    >>> spec = model_spec("flux")
+    >>> inputs = pipeline_inputs(spec, dict(spec["job"], text_len=8), "cpu", torch.bfloat16)()
+    >>> tuple(inputs["prompt_embeds"].shape), inputs["output_type"]
+    ((1, 8, 4096), 'latent')
+    """
     gen = torch.Generator().manual_seed(seed)
     fixed = _INPUTS[spec["pipeline_class"]](spec["transformer"], job, device, dtype, gen)
     fixed.update(height=job["height"], width=job["width"], num_inference_steps=job["steps"], output_type="latent")
@@ -526,6 +538,11 @@ def run_e2e(model: str = "flux", depth: int | None = None, steps: int | None = N
     Raises:
         ValueError: an unknown model, variant, device or dtype (naming the valid ones), a bad size,
             or a device this machine lacks; raised before anything is built.
+
+    >>> result = run_e2e("flux", depth=1, height=128, width=128, steps=2, text_len=64, device="cpu",
+    ...                  out_dir="bench-results")  # doctest: +SKIP
+    >>> [(v["name"], v["status"]) for v in result["variants"]][-1]  # doctest: +SKIP
+    ('mindiesd', 'skipped')
     """
     from tqdm.auto import tqdm
 
@@ -682,6 +699,10 @@ def write_e2e(result: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, s
 
     Raises:
         ImportError: when matplotlib is missing (``pip install 'diffusers-ascend[bench]'``).
+
+    >>> paths = write_e2e(run_e2e("wan", depth=1, steps=2, progress=False), "bench-results")  # doctest: +SKIP
+    >>> sorted(paths)  # doctest: +SKIP
+    ['json', 'md', 'png']
     """
     os.makedirs(out_dir, exist_ok=True)
     stem = os.path.join(str(out_dir), result_stem(result))
