@@ -7,6 +7,11 @@ reproduces what broke there on a real tiny Flux model, real dynamo and the real 
 from __future__ import annotations
 
 import gc
+import json
+import os
+import subprocess
+import sys
+import textwrap
 import tracemalloc
 
 import pytest
@@ -15,10 +20,13 @@ import torch
 import diffusers_ascend
 from ascend_kernels.testing import assert_close
 from diffusers_ascend.benchmarks._common import flux_model_inputs
+from diffusers_ascend.compilation import _compat
 from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, tiny_flux_transformer
 
 LAYERS = dict(num_layers=1, num_single_layers=1)
 FAST = dict(fusions="all", executor="eager")
+# As in test_warm_start: block packages pass their save-time check on torch 2.13+ only.
+PACKAGES_PASS_THEIR_CHECK = _compat.torch_version() >= (2, 13)
 
 
 def _inputs(size: int = 4, seed: int = 0):
@@ -96,3 +104,68 @@ def test_enable_with_another_config_compiles_with_its_own_backend():
     assert model._ascend_state.backend is not backend
     _call(model, inputs)
     assert diffusers_ascend.ascend_report(model).matches == all_fused
+
+
+# -- threads on ahead-of-time packages -------------------------------------------------------------
+_PACKAGE_THREADS = textwrap.dedent(
+    """
+    import faulthandler, json, sys, threading, time
+    import torch
+    from diffusers_ascend.compilation.aot_blocks import AotBlock, CallSignature, build_package
+    from diffusers_ascend.compilation.passes.manager import FusionPassManager
+
+    class Block(torch.nn.Module):  # calls our custom op (rms_norm) from inside the package
+        def __init__(self):
+            super().__init__()
+            self.norm = torch.nn.RMSNorm(64, eps=1e-6)
+            self.linear = torch.nn.Linear(64, 64)
+
+        def forward(self, x):
+            return self.linear(self.norm(x))
+
+    torch.manual_seed(0)
+    block = Block().eval()
+    xs = [torch.randn(4, 64) for _ in range(2)]
+    signature = CallSignature.of((xs[0],), {}, training=False)
+    fields = build_package(block, signature, FusionPassManager(["rms_norm"]), sys.argv[1])
+    package = AotBlock.load(sys.argv[1], signature, fields["state"], fields["outputs"])
+    with torch.no_grad():
+        expected = [block(x) for x in xs]
+    # A deadlock holds the GIL: no Python in this process runs again, a join timeout included.
+    # The watchdog thread of faulthandler is C: it dumps every stack and exits.
+    faulthandler.dump_traceback_later(60, exit=True)
+    stop = time.monotonic() + 2.0
+    calls, wrong = [0, 0], [0, 0]
+
+    def run(i):
+        with torch.no_grad():
+            while time.monotonic() < stop:
+                out = package(block, (xs[i],), {})
+                calls[i] += 1
+                wrong[i] += not torch.allclose(out, expected[i], rtol=1e-5, atol=1e-5)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    faulthandler.cancel_dump_traceback_later()
+    print("RESULT", json.dumps(dict(calls=calls, wrong=wrong, hits=package.hits, matches=fields["matches"])))
+    """
+)
+
+
+@pytest.mark.skipif(not PACKAGES_PASS_THEIR_CHECK, reason="this torch's AOTInductor packages fail their check")
+def test_threads_calling_one_package_do_not_deadlock(tmp_path):
+    """Two threads on one package: the second waited for the package's runner inside C++ holding
+    the GIL, while the first, holding the runner, needed the GIL to call our custom op (measured:
+    the process hung for good). Run in a subprocess: a hang there cannot stop this one."""
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+           "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, "-c", _PACKAGE_THREADS, str(tmp_path / "block.pt2")],
+                         capture_output=True, text=True, env=env, timeout=400)
+    assert out.returncode == 0, "deadlock or failure:\n" + out.stderr[-4000:]
+    line = next(l for l in out.stdout.splitlines() if l.startswith("RESULT "))
+    result = json.loads(line[len("RESULT "):])
+    assert result["matches"] == {"rms_norm": 1}  # the package calls our op
+    assert min(result["calls"]) > 0 and result["wrong"] == [0, 0] and result["hits"] == sum(result["calls"])
