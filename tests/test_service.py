@@ -169,3 +169,58 @@ def test_threads_calling_one_package_do_not_deadlock(tmp_path):
     result = json.loads(line[len("RESULT "):])
     assert result["matches"] == {"rms_norm": 1}  # the package calls our op
     assert min(result["calls"]) > 0 and result["wrong"] == [0, 0] and result["hits"] == sum(result["calls"])
+
+
+# -- torch's global RNG ----------------------------------------------------------------------------
+_RNG = textwrap.dedent(
+    """
+    import json
+    import torch
+    import diffusers_ascend
+    from diffusers_ascend.compilation import AscendBackend
+    from diffusers_ascend.compilation.passes import base
+    from diffusers_ascend.tiny import flux_pipeline_inputs, tiny_flux_pipeline
+
+    def same(before):
+        return torch.equal(torch.random.get_rng_state(), before)
+
+    pipe = tiny_flux_pipeline()
+    pipe.set_progress_bar_config(disable=True)
+    inputs = {k: v for k, v in flux_pipeline_inputs().items() if k != "generator"}
+    torch.manual_seed(0)
+    with torch.no_grad():  # seeded, no generator: the latents come from the global RNG
+        eager = pipe(**inputs).images
+    out = {}
+    torch.manual_seed(0)
+    before = torch.random.get_rng_state()
+    diffusers_ascend.enable_ascend_compile(pipe, fusions="all", executor="eager")  # registers the patterns
+    out["enable"] = same(before)
+    with torch.no_grad():  # seeded before enabling, as a service seeds at start-up
+        enabled = pipe(**inputs).images
+    out["same_image"] = torch.allclose(enabled, eager, atol=1e-4)
+    # A warm process registers the patterns in its first compiled call (verify=False) instead
+    # (dynamo restores the global RNG around a compile; this keeps it so whatever torch does).
+    base._registered_impl.cache_clear()
+    base._verified_impl.cache_clear()
+    backend = AscendBackend(fusions="all", executor="eager", verify=False)
+    block = torch.compile(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(approximate="tanh")), backend=backend)
+    x = torch.randn(2, 8)
+    before = torch.random.get_rng_state()
+    with torch.no_grad():
+        block(x)
+    out["deferred_registration"] = same(before) and backend._verified and backend.report.matches["gelu_tanh"] == 1
+    print("RESULT", json.dumps(out))
+    """
+)
+
+
+def test_enable_and_calls_never_draw_from_the_global_rng():
+    """Pattern registration at enable drew its example inputs from torch's global RNG: a seeded
+    pipeline run without a generator gave another image once enabled, and a cold process (which
+    registers at enable) another image than a warm one (which registers inside its first compiled
+    call). A fresh process: registration happens once per process."""
+    env = {**os.environ, "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, "-c", _RNG], capture_output=True, text=True, env=env, timeout=400)
+    assert out.returncode == 0, out.stderr[-4000:]
+    line = next(l for l in out.stdout.splitlines() if l.startswith("RESULT "))
+    assert json.loads(line[len("RESULT "):]) == {"enable": True, "same_image": True, "deferred_registration": True}
