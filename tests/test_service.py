@@ -224,3 +224,102 @@ def test_enable_and_calls_never_draw_from_the_global_rng():
     assert out.returncode == 0, out.stderr[-4000:]
     line = next(l for l in out.stdout.splitlines() if l.startswith("RESULT "))
     assert json.loads(line[len("RESULT "):]) == {"enable": True, "same_image": True, "deferred_registration": True}
+
+
+# -- a service: warm start, 4 threads, killed, restarted -------------------------------------------
+_SERVICE = textwrap.dedent(
+    """
+    import copy, json, sys, threading, time
+    import torch
+    import diffusers_ascend
+    from diffusers import FluxPipeline
+    from diffusers_ascend.cache import package_counters
+    from diffusers_ascend.tiny import flux_pipeline_inputs, tiny_flux_pipeline
+
+    mode, art = sys.argv[1:3]
+    SEEDS = (0, 1, 2, 3)
+    pipe = tiny_flux_pipeline()
+    pipe.set_progress_bar_config(disable=True)
+
+    def run(p, seed):
+        with torch.no_grad():
+            return p(**flux_pipeline_inputs(seed=seed)).images
+
+    eager = {s: run(pipe, s) for s in SEEDS}
+    cfg = dict(fusions="all", executor="inductor", compile="blocks")
+    if mode == "save":
+        diffusers_ascend.enable_ascend_compile(pipe, **cfg)
+        run(pipe, 0)
+        manifest = diffusers_ascend.save_ascend_cache(pipe, art)
+        print("RESULT", json.dumps({"packages": len(manifest["blocks"])}), flush=True)
+        sys.exit(0)
+    diffusers_ascend.enable_ascend_compile(pipe, cache=art, **cfg)
+
+    def err(out, seed):
+        return (out - eager[seed]).abs().max().item()
+
+    if mode == "once":
+        out = {"err": max(err(run(pipe, s), s) for s in SEEDS), "packages": package_counters(pipe)}
+        print("RESULT", json.dumps(out), flush=True)
+        sys.exit(0)
+    # serve: 4 threads share the warm-started transformer (each pipeline has its own scheduler,
+    # which holds per-call state), each calling for a while with its own seed.
+    stop = time.monotonic() + float(sys.argv[3])
+    errors, calls = [0.0] * 4, [0] * 4
+
+    def serve(i):
+        p = FluxPipeline(**{**pipe.components, "scheduler": copy.deepcopy(pipe.scheduler)})
+        p.set_progress_bar_config(disable=True)
+        while time.monotonic() < stop:
+            errors[i] = max(errors[i], err(run(p, SEEDS[i]), SEEDS[i]))
+            calls[i] += 1
+
+    threads = [threading.Thread(target=serve, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print("RESULT", json.dumps({"err": max(errors), "calls": calls, "packages": package_counters(pipe)}), flush=True)
+    while True:  # serving, until killed
+        run(pipe, 0)
+    """
+)
+
+
+def _service(tmp_path, *args, timeout=400, kill_after_result=False):
+    import faulthandler  # noqa: F401  (the child's watchdog below is C: it outlives a hung GIL)
+
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+           "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    script = "import faulthandler; faulthandler.dump_traceback_later(%d, exit=True)\n" % timeout + _SERVICE
+    proc = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    result = None
+    try:
+        for line in proc.stdout:
+            if line.startswith("RESULT "):
+                result = json.loads(line[len("RESULT "):])
+                break
+        if kill_after_result and result is not None:
+            proc.kill()  # SIGKILL: no cleanup, as an OOM killer or a node loss
+        _, stderr = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert result is not None, f"no result (rc {proc.returncode}):\n{stderr[-4000:]}"
+    return result, proc.returncode
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not PACKAGES_PASS_THEIR_CHECK, reason="this torch's AOTInductor packages fail their check")
+def test_a_warm_started_service_under_threads_killed_and_restarted_gives_eager_outputs(tmp_path):
+    art = str(tmp_path / "art")
+    saved, rc = _service(tmp_path, "save", art)
+    assert rc == 0 and saved["packages"] == 2  # one per block class of tiny Flux
+    served, rc = _service(tmp_path, "serve", art, "3", kill_after_result=True)
+    assert rc == -9  # killed while serving
+    assert min(served["calls"]) >= 1 and served["err"] < 1e-4
+    assert served["packages"]["packages"] == 2 and served["packages"]["calls"] >= 2 * sum(served["calls"])
+    restarted, rc = _service(tmp_path, "once", art)
+    assert rc == 0 and restarted["err"] < 1e-4 and restarted["packages"]["calls"] > 0
