@@ -243,16 +243,23 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg, la
 
 
 def _foreign_compiles(model: torch.nn.Module, name: str, state: _State) -> None:
-    """Records (once, with a warning) a ``torch.compile`` the user applied after enabling that
-    takes the place of ours: ``Module.compile()`` / diffusers' ``compile_repeated_blocks()`` on a
-    block replaces its compiled call; on the whole model (``compile="blocks"``), dynamo traces the
-    blocks into the model's graph with the user's backend and never calls ours."""
+    """Records (once, with a warning) what keeps our compiled blocks from running: a
+    ``torch.compile`` the user applied after enabling (``Module.compile()`` /
+    ``compile_repeated_blocks()`` on a block replaces its compiled call; on the whole model, under
+    ``compile="blocks"``, dynamo traces the blocks into the model's graph with the user's backend),
+    or a diffusers hook that runs the block with dynamo disabled (MagCache)."""
     found = []
     if state.config.compile == "blocks" and model._compiled_call_impl is not None:
         found.append((name or type(model).__name__, "the whole model was compiled (Module.compile()) after enabling: "
                       "its backend traces every block, ours never runs; for one compiled graph per model use "
                       "enable_ascend_compile(compile='model')"))
     replaced = [m for m in state.compiled if getattr(m._compiled_call_impl, "_ascend_state", None) is not state]
+    hooked = [(m, h) for m in state.compiled if m not in replaced for h in _compile_disabling_hooks(m)]
+    if hooked:
+        found.append((f"{name + '.' if name else ''}<{type(hooked[0][0]).__name__}>",
+                      f"{len({id(m) for m, _ in hooked})} compiled block(s) run eager: diffusers' "
+                      f"{type(hooked[0][1]).__name__} wraps their forward in torch.compiler.disable, so dynamo never "
+                      "compiles them (no graph, no fusion); remove the hook (e.g. disable_cache()) to get them back"))
     if replaced:
         found.append((f"{name + '.' if name else ''}<{type(replaced[0]).__name__}>",
                       f"{len(replaced)} compiled block(s) were compiled again after enabling (Module.compile() or "
@@ -263,6 +270,16 @@ def _foreign_compiles(model: torch.nn.Module, name: str, state: _State) -> None:
             continue
         warnings.warn(f"diffusers_ascend: {module}: {reason}")
         state.fallbacks.append({"module": module, "reason": reason})
+
+
+def _compile_disabling_hooks(module: torch.nn.Module) -> list:
+    """The diffusers hooks on `module` whose ``new_forward`` (which runs the block's forward) is
+    ``torch.compiler.disable``d: MagCache's block hooks."""
+    registry = module.__dict__.get("_diffusers_hook")
+    hooks = getattr(registry, "hooks", None)
+    if not isinstance(hooks, dict):
+        return []
+    return [h for h in hooks.values() if getattr(getattr(type(h), "new_forward", None), "_torchdynamo_disable", False)]
 
 
 def _plain_call(module: torch.nn.Module) -> bool:
@@ -364,6 +381,7 @@ def _enable_model(model, cfg, name: str = "", verify: bool = True, lazy_compile:
         _compile_in_place(sub, f"{name + '.' if name else ''}{sub_name}", state, cfg, lazy=lazy_compile)
     if cfg.compile == "model":
         _compile_in_place(model, name, state, cfg)
+    _foreign_compiles(model, name, state)  # e.g. MagCache applied before enabling
     model.register_to_config(**{ASCEND_CONFIG_KEY: cfg.to_dict()})
 
 

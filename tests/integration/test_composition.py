@@ -4,6 +4,8 @@ configs in one process; resolutions changing without recompiles; compile="model"
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -251,3 +253,25 @@ def test_a_compile_after_enabling_that_replaces_ours_is_reported(how):
     assert len(pipe.ascend_report().fallbacks) == 1  # recorded once
     pipe.disable_ascend_compile()  # the user's compile stays theirs
     assert any(m._compiled_call_impl is not None for m in model.modules())
+
+
+@pytest.mark.parametrize("order", ["before", "after"])
+def test_mag_cache_keeps_blocks_from_our_compile_and_says_so(order):
+    """MagCache's block hooks run the block's forward under torch.compiler.disable: dynamo never
+    compiles a block (0 graphs), which the report used to show with no fallback."""
+    from diffusers.hooks import MagCacheConfig
+
+    pipe = tiny_flux_pipeline()
+    config = MagCacheConfig(mag_ratios=[1.0] * 4, num_inference_steps=4)
+    if order == "before":
+        pipe.transformer.enable_cache(config)
+        with pytest.warns(UserWarning, match=r"2 compiled block\(s\) run eager: diffusers' MagCacheHeadHook"):
+            pipe.enable_ascend_compile(**FAST)
+    else:
+        pipe.enable_ascend_compile(**FAST)
+        pipe.transformer.enable_cache(config)
+    with pytest.warns(UserWarning, match="torch.compiler.disable") if order == "after" else contextlib.nullcontext():
+        _run(pipe, steps=4)
+        report = pipe.ascend_report()
+    assert len(report.graphs) == 0
+    assert [fb["module"] for fb in report.to_dict()["fallbacks"]] == ["transformer.<FluxTransformerBlock>"]
