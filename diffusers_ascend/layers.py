@@ -206,7 +206,8 @@ def _targets(model: torch.nn.Module) -> Iterable[object]:
             yield processor
 
 
-def apply_swaps(model: torch.nn.Module, fusions: Iterable[str]) -> tuple[list[tuple[object, type]], dict[str, int]]:
+def apply_swaps(model: torch.nn.Module, fusions: Iterable[str],
+                skipped: list[tuple[str, str, str]] | None = None) -> tuple[list[tuple[object, type]], dict[str, int]]:
     """Swaps the fused classes into `model` for every enabled fusion that has a swap: `SWAPS`
     and every registered adapter's `Adapter.swaps` (matched by exact class name, so a family's
     swap only ever meets that family's objects).
@@ -214,6 +215,10 @@ def apply_swaps(model: torch.nn.Module, fusions: Iterable[str]) -> tuple[list[tu
     Args:
         model: a diffusers model or block (every submodule and attention processor is considered).
         fusions: the resolved fusion names (``AscendConfig.resolved_fusions()``).
+        skipped: if a list, gets ``(fusion, module name, class name)`` for each module left
+            unswapped because its ``forward`` is an instance attribute (a diffusers hook, e.g.
+            leaf-level group offloading, applied before): that function keeps calling the
+            original class's ``forward``, so a class swap would be counted and never run.
 
     Returns:
         ``(undo, counts)``: the list of ``(object, original class)`` that `restore_swaps` takes, and
@@ -235,6 +240,7 @@ def apply_swaps(model: torch.nn.Module, fusions: Iterable[str]) -> tuple[list[tu
     undo: list[tuple[object, type]] = []
     counts: dict[str, int] = {}
     seen: set[int] = set()
+    names = {id(m): n for n, m in model.named_modules()}
     try:
         for obj in _targets(model):
             if id(obj) in seen:  # processors can be shared between attention modules
@@ -243,6 +249,10 @@ def apply_swaps(model: torch.nn.Module, fusions: Iterable[str]) -> tuple[list[tu
             for swap in swaps:
                 if swap.fusion not in enabled or type(obj).__name__ != swap.source or not swap.applies(obj):
                     continue
+                if isinstance(obj, torch.nn.Module) and "forward" in obj.__dict__:
+                    if skipped is not None:
+                        skipped.append((swap.fusion, names.get(id(obj), ""), type(obj).__name__))
+                    break
                 factory = swap.fast_target if fast and swap.fast_target is not None else swap.target
                 target = _cached(factory)
                 original = type(obj)

@@ -237,8 +237,49 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg, la
             _record_signature(state, label, module, args, kwargs)  # this call compiled a graph
         return out
 
+    call._ascend_state = state  # marks it ours (see `_foreign_compiles`)
     module._compiled_call_impl = call
     state.compiled.append(module)
+
+
+def _foreign_compiles(model: torch.nn.Module, name: str, state: _State) -> None:
+    """Records (once, with a warning) what keeps our compiled blocks from running: a
+    ``torch.compile`` the user applied after enabling (``Module.compile()`` /
+    ``compile_repeated_blocks()`` on a block replaces its compiled call; on the whole model, under
+    ``compile="blocks"``, dynamo traces the blocks into the model's graph with the user's backend),
+    or a diffusers hook that runs the block with dynamo disabled (MagCache)."""
+    found = []
+    if state.config.compile == "blocks" and model._compiled_call_impl is not None:
+        found.append((name or type(model).__name__, "the whole model was compiled (Module.compile()) after enabling: "
+                      "its backend traces every block, ours never runs; for one compiled graph per model use "
+                      "enable_ascend_compile(compile='model')"))
+    replaced = [m for m in state.compiled if getattr(m._compiled_call_impl, "_ascend_state", None) is not state]
+    hooked = [(m, h) for m in state.compiled if m not in replaced for h in _compile_disabling_hooks(m)]
+    if hooked:
+        found.append((f"{name + '.' if name else ''}<{type(hooked[0][0]).__name__}>",
+                      f"{len({id(m) for m, _ in hooked})} compiled block(s) run eager: diffusers' "
+                      f"{type(hooked[0][1]).__name__} wraps their forward in torch.compiler.disable, so dynamo never "
+                      "compiles them (no graph, no fusion); remove the hook (e.g. disable_cache()) to get them back"))
+    if replaced:
+        found.append((f"{name + '.' if name else ''}<{type(replaced[0]).__name__}>",
+                      f"{len(replaced)} compiled block(s) were compiled again after enabling (Module.compile() or "
+                      "compile_repeated_blocks()): that compile replaced ours, which no longer runs on them; "
+                      "enable_ascend_compile compiles the blocks itself (enable again to restore it)"))
+    for module, reason in found:
+        if any(fb["module"] == module and fb["reason"] == reason for fb in state.fallbacks):
+            continue
+        warnings.warn(f"diffusers_ascend: {module}: {reason}")
+        state.fallbacks.append({"module": module, "reason": reason})
+
+
+def _compile_disabling_hooks(module: torch.nn.Module) -> list:
+    """The diffusers hooks on `module` whose ``new_forward`` (which runs the block's forward) is
+    ``torch.compiler.disable``d: MagCache's block hooks."""
+    registry = module.__dict__.get("_diffusers_hook")
+    hooks = getattr(registry, "hooks", None)
+    if not isinstance(hooks, dict):
+        return []
+    return [h for h in hooks.values() if getattr(getattr(type(h), "new_forward", None), "_torchdynamo_disable", False)]
 
 
 def _plain_call(module: torch.nn.Module) -> bool:
@@ -316,7 +357,17 @@ def _enable_model(model, cfg, name: str = "", verify: bool = True, lazy_compile:
     state.record_signatures = (cfg.compile == "blocks" and backend.executor == "inductor"
                                and backend.graph_capture is None and not cfg.freezing)
     model._ascend_state = state
-    state.swapped, state.swaps = apply_swaps(model, cfg.resolved_fusions())
+    unswapped: list[tuple[str, str, str]] = []
+    state.swapped, state.swaps = apply_swaps(model, cfg.resolved_fusions(), skipped=unswapped)
+    for fusion in dict.fromkeys(f for f, _, _ in unswapped):
+        mods = [(n, c) for f, n, c in unswapped if f == fusion]
+        reason = (f"{len(mods)} {mods[0][1]} module(s) not fused by {fusion!r} (first: {mods[0][0] or '<root>'}): their "
+                  "`forward` is an instance attribute (a hook applied before enabling, e.g. leaf-level group "
+                  "offloading) that calls the original class's forward. Apply the hook after enable_ascend_compile, "
+                  "or use block-level offloading.")
+        warnings.warn(f"diffusers_ascend: {name or type(model).__name__}: {reason}")
+        state.fallbacks.append({"module": f"{name + '.' if name else ''}<{fusion} swaps>", "reason": reason,
+                                "lost": {fusion: len(mods)}})
     _set_attention(model, cfg, state)
     # Every block compiled in place shares the code object `Module._call_impl`, hence one dynamo
     # cache and one recompile budget for all block classes: a Flux model spends 6 of the default 8
@@ -346,6 +397,7 @@ def _enable_model(model, cfg, name: str = "", verify: bool = True, lazy_compile:
         _compile_in_place(sub, f"{name + '.' if name else ''}{sub_name}", state, cfg, lazy=lazy_compile)
     if cfg.compile == "model":
         _compile_in_place(model, name, state, cfg)
+    _foreign_compiles(model, name, state)  # e.g. MagCache applied before enabling
     model.register_to_config(**{ASCEND_CONFIG_KEY: cfg.to_dict()})
 
 
@@ -382,7 +434,8 @@ def _disable_model(model) -> None:
     from .processors import unshare_processors
 
     for m in state.compiled:
-        m._compiled_call_impl = None
+        if getattr(m._compiled_call_impl, "_ascend_state", None) is state:  # another compile since is the user's
+            m._compiled_call_impl = None
     if state.backend is not None and state.backend.graph_capture is not None:
         state.backend.graph_capture.clear()  # device memory back; an enable again captures anew
     unshare_processors(getattr(state, "shared", []))  # a state pickled before this field has none
@@ -546,11 +599,12 @@ def ascend_report(pipe_or_model):
     from .compilation import FusionReport
 
     reports = []
-    for _, model in _models(pipe_or_model):
+    for name, model in _models(pipe_or_model):
         state = getattr(model, "_ascend_state", None)
         if state is None:
             continue
         rep = FusionReport.merge([state.backend.report]) if state.backend is not None else FusionReport()
+        _foreign_compiles(model, name, state)
         for fb in state.fallbacks:
             rep.add_fallback(fb["module"], fb["reason"], fb.get("lost"))
         rep.record_swaps(state.swaps)

@@ -30,6 +30,7 @@ import json
 import math
 import os
 import tempfile
+import threading
 import warnings
 from typing import Any
 
@@ -334,6 +335,8 @@ class AotBlock:
         state_keys: their ``("tensor", dtype, device, shape, stride)`` when the package was built.
         out_spec: the pytree spec of the block's output.
 
+    Thread-safe: calls from several threads run the package one at a time (see ``_lock``).
+
     Attributes:
         hits / misses: calls run by this package / declined by it (another package of the class,
             or the compiled path, may take those).
@@ -349,6 +352,11 @@ class AotBlock:
         self.hits = 0
         self.misses = 0
         self.broken = False
+        # One call of the runner at a time, waited for here, in Python. The package's container
+        # holds its runner while the package calls our Python custom ops back, which need the GIL;
+        # a second thread entering the runner waits for it inside C++ holding the GIL, and the
+        # process hangs. Waiting on this lock releases the GIL.
+        self._lock = threading.Lock()
 
     @classmethod
     def load(cls, path: str, signature: dict[str, Any], state: dict[str, Any], outputs: str) -> AotBlock:
@@ -391,8 +399,12 @@ class AotBlock:
             self.misses += 1
             return MISS
         try:
-            with torch.no_grad():
+            with self._lock, torch.no_grad():
+                if self.broken:  # retired by another thread meanwhile
+                    self.misses += 1
+                    return MISS
                 out = self.runner(*state, *tensors)
+                self.hits += 1
         except Exception as e:  # noqa: BLE001 - the compiled path can still serve this call
             # Checked when it was saved, a package should not fail; if it does, it is retired
             # and every call of its class takes the compiled path (the runner is functional:
@@ -403,7 +415,6 @@ class AotBlock:
             self.broken = True
             self.misses += 1
             return MISS
-        self.hits += 1
         return _compat.tree_unflatten(out, self.out_spec)
 
 

@@ -4,6 +4,8 @@ configs in one process; resolutions changing without recompiles; compile="model"
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -214,3 +216,62 @@ def test_config_only_hub_repo_accelerates_a_pipeline_offline(monkeypatch, tmp_pa
     pipe.enable_ascend_compile("someone/flux-ascend")
     assert pipe.transformer._ascend_state.config == shared
     assert pipe.ascend_report().swaps == {"rms_norm": 6}
+
+
+# -- compositions that lose fusion: a warning and a report entry, never silence ------------------
+def test_leaf_level_group_offload_before_enable_is_not_counted_as_fused():
+    """Leaf-level offloading puts a hook `forward` on every leaf module that calls the original
+    class's forward: the RMSNorm swaps were counted (6) and never ran."""
+    pipe = tiny_flux_pipeline()
+    ref = _run(pipe)
+    pipe.transformer.enable_group_offload(onload_device=torch.device("cpu"), offload_device=torch.device("cpu"),
+                                          offload_type="leaf_level")
+    with pytest.warns(UserWarning, match=r"6 RMSNorm module\(s\) not fused by 'rms_norm'.*instance attribute"):
+        pipe.enable_ascend_compile(fusions=["rms_norm"], compile="none")
+    report = pipe.ascend_report()
+    assert report.swaps.get("rms_norm", 0) == 0
+    assert [(fb["module"], fb["lost"]) for fb in report.to_dict()["fallbacks"]] == [
+        ("transformer.<rms_norm swaps>", {"rms_norm": 6})]
+    assert not any(type(m).__name__ == "FusedRMSNorm" for m in pipe.transformer.modules())
+    assert_close(_run(pipe), ref, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("how", ["compile_repeated_blocks", "model.compile"])
+def test_a_compile_after_enabling_that_replaces_ours_is_reported(how):
+    pipe = tiny_flux_pipeline()
+    pipe.enable_ascend_compile(**FAST)
+    model = pipe.transformer
+    if how == "compile_repeated_blocks":
+        model.compile_repeated_blocks(backend="eager")
+        needle, module = r"2 compiled block\(s\) were compiled again", "transformer.<FluxTransformerBlock>"
+    else:
+        model.compile(backend="eager")
+        needle, module = "the whole model was compiled", "transformer"
+    with pytest.warns(UserWarning, match=needle):
+        report = pipe.ascend_report()
+    assert [fb["module"] for fb in report.to_dict()["fallbacks"]] == [module]
+    assert len(pipe.ascend_report().fallbacks) == 1  # recorded once
+    pipe.disable_ascend_compile()  # the user's compile stays theirs
+    assert any(m._compiled_call_impl is not None for m in model.modules())
+
+
+@pytest.mark.parametrize("order", ["before", "after"])
+def test_mag_cache_keeps_blocks_from_our_compile_and_says_so(order):
+    """MagCache's block hooks run the block's forward under torch.compiler.disable: dynamo never
+    compiles a block (0 graphs), which the report used to show with no fallback."""
+    from diffusers.hooks import MagCacheConfig
+
+    pipe = tiny_flux_pipeline()
+    config = MagCacheConfig(mag_ratios=[1.0] * 4, num_inference_steps=4)
+    if order == "before":
+        pipe.transformer.enable_cache(config)
+        with pytest.warns(UserWarning, match=r"2 compiled block\(s\) run eager: diffusers' MagCacheHeadHook"):
+            pipe.enable_ascend_compile(**FAST)
+    else:
+        pipe.enable_ascend_compile(**FAST)
+        pipe.transformer.enable_cache(config)
+    with pytest.warns(UserWarning, match="torch.compiler.disable") if order == "after" else contextlib.nullcontext():
+        _run(pipe, steps=4)
+        report = pipe.ascend_report()
+    assert len(report.graphs) == 0
+    assert [fb["module"] for fb in report.to_dict()["fallbacks"]] == ["transformer.<FluxTransformerBlock>"]

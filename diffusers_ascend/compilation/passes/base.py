@@ -43,6 +43,44 @@ def no_decompositions() -> dict:
     return {}
 
 
+class _PrivateRandom(torch.overrides.TorchFunctionMode):
+    """Random draws made inside it come from its own seeded CPU generator, never torch's global
+    RNG: registering patterns (at enable, or deferred into a first call) draws example inputs,
+    and a seeded pipeline run without a generator must not give another image for it. A mode is
+    per thread, unlike `torch.random.fork_rng`, whose restore would also rewind another thread's
+    draws made meanwhile."""
+
+    _SAMPLERS = {torch.randn, torch.rand, torch.randint, torch.randperm, torch.normal,
+                 torch.Tensor.normal_, torch.Tensor.uniform_, torch.Tensor.random_}
+    _LIKE = {torch.randn_like: torch.randn, torch.rand_like: torch.rand}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.generator = torch.Generator().manual_seed(0)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func in self._LIKE and kwargs.get("generator") is None:
+            like = args[0]
+            kwargs.setdefault("dtype", like.dtype)
+            kwargs.setdefault("device", like.device)
+            func, args = self._LIKE[func], (tuple(like.shape),)
+        if func in self._SAMPLERS and kwargs.get("generator") is None:
+            device = kwargs.get("device")
+            if device is None and args and isinstance(args[0], torch.Tensor):  # a Tensor method
+                device = args[0].device
+            if device is not None and torch.device(device).type != "cpu":
+                raise RuntimeError(f"a pattern's example inputs must be CPU tensors (drawn on {device})")
+            kwargs["generator"] = self.generator
+        return func(*args, **kwargs)
+
+
+def example_inputs_of(pattern: "FusionPattern") -> list[Any]:
+    """`pattern.example_inputs()`, drawn from a private generator (see `_PrivateRandom`)."""
+    with _PrivateRandom():
+        return pattern.example_inputs()
+
+
 def trace_functional(fn: Callable, args: Sequence[Any], *, get_decomp_fn: Callable[[], dict] = no_decompositions, **_):
     """Trace `fn` to a functional aten graph, like ``aot_autograd`` presents a dynamo graph.
 
@@ -172,13 +210,13 @@ class FusionPattern:
         pattern = self.search_pattern()
         if pattern is None and not self.retrace:
             pattern = _compat.gen_search_pattern(
-                self.search, self.example_inputs(), trace_functional, scalar_workaround,
+                self.search, example_inputs_of(self), trace_functional, scalar_workaround,
                 get_decomp_fn=no_decompositions,
             )
         _compat.register_replacement(
             self.search,
             self.replace,
-            self.example_inputs(),
+            example_inputs_of(self),
             trace_functional,
             pm_pass,
             extra_check=self.extra_check,
@@ -193,7 +231,7 @@ class FusionPattern:
         `search` on the example inputs (a realistic eps for float scalars), with fake tensor
         metadata, no-ops removed and repeated calls merged, like the graphs the passes run on. Used by `FusionPass.verify`."""
         names = list(inspect.signature(self.search).parameters)
-        args = [1e-6 if n in self.scalars else a for n, a in zip(names, self.example_inputs())]
+        args = [1e-6 if n in self.scalars else a for n, a in zip(names, example_inputs_of(self))]
         gm = _compat.probe_trace(self.search, args)
         normalize(gm.graph)
         return gm.graph

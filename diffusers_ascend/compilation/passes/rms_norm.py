@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import _compat
-from .base import FusionPass, FusionPattern, matched_nodes, tensor_arg
+from .base import FusionPass, FusionPattern, example_inputs_of, matched_nodes, tensor_arg
 
 __all__ = ["RMSNormPattern", "RMSNormFusionPass"]
 
@@ -85,7 +85,7 @@ class RMSNormPattern(FusionPattern):
     def probe_graph(self) -> torch.fx.Graph:
         if self.form != "fused":
             return super().probe_graph()
-        x, w, _ = self.example_inputs()
+        x, w, _ = example_inputs_of(self)
         return _compat.one_op_graph(_compat.fused_rms_norm(), [x, [x.shape[-1]], w, 1e-6], index=0)
 
     def example_inputs(self):
