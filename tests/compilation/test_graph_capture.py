@@ -318,17 +318,18 @@ def test_cpu_refuses_and_enable_changes_nothing():
         assert not hasattr(model, "_ascend_state")
 
 
-def test_npu_refuses_the_uncapturable_default_attention():
+def test_npu_refuses_the_uncapturable_native_npu_attention():
     with P.override_platform("npu"):
-        for attention in ("auto", "_native_npu"):
-            with pytest.raises(ValueError, match=r"npu_fusion_attention.*aclgraph.*attention=None"):
-                check_capture_config(AscendConfig(graph_capture="graph_only", attention=attention), "npu")
-    check_capture_config(AscendConfig(graph_capture="graph_only", attention=None), "npu")  # allowed
+        with pytest.raises(ValueError, match=r"npu_fusion_attention.*aclgraph.*attention='auto' or 'npu_fia'"):
+            check_capture_config(AscendConfig(graph_capture="graph_only", attention="_native_npu"), "npu")
+    # "auto" resolves to the capturable npu_fia under capture (tests/integration/test_npu_fia_capture.py).
+    for attention in ("auto", "npu_fia", None):
+        check_capture_config(AscendConfig(graph_capture="graph_only", attention=attention), "npu")
     model = tiny_flux_transformer()
     with P.override_platform("npu"), pytest.raises(ValueError, match="npu_fusion_attention"):
-        diffusers_ascend.enable_ascend_compile(model, graph_capture="graph_with_compile")
+        diffusers_ascend.enable_ascend_compile(model, graph_capture="graph_with_compile", attention="_native_npu")
     assert not hasattr(model, "_ascend_state")  # refused before anything changed
-    check_capture_config(AscendConfig(graph_capture="graph_only"), "cuda")  # attention "auto" is unchanged there
+    check_capture_config(AscendConfig(graph_capture="graph_only", attention="_native_npu"), "cuda")  # NPU-only rule
 
 
 def test_platform_without_device_graphs_is_a_clear_error(monkeypatch):
