@@ -66,6 +66,8 @@ def simulated_npu_host(monkeypatch, **torch_npu_kw):
         return api
 
     monkeypatch.setattr(platform_mod, "graph_api", graph_api)
+    # Detection is cached per process: answer for the simulated host without caching it.
+    monkeypatch.setattr(platform_mod, "_detect", lambda: ("npu", None))
     monkeypatch.setattr(attention_dispatch, "npu_fusion_attention", fake.npu_fusion_attention, raising=False)
     monkeypatch.setattr(attention_dispatch, "_CAN_USE_NPU_ATTN", True)  # computed at diffusers' import
     assert "npu_graph" in inspect.signature(npu.graph).parameters

@@ -347,28 +347,23 @@ def test_training_graph_is_refused():
     assert "inference-only" in str(root_cause(info.value)) and "torch.no_grad()" in str(root_cause(info.value))
 
 
-def _standin_fusion_attention_op():
-    lib = torch.library.Library("npu", "FRAGMENT")  # stand-in name only: torch_npu is absent here
-    if not hasattr(torch.ops.npu, "npu_fusion_attention"):
-        lib.define("npu_fusion_attention(Tensor q) -> Tensor")
-        lib.impl("npu_fusion_attention", lambda q: q * 2, "CompositeExplicitAutograd")
-    return lib
-
-
 def test_graph_calling_an_uncapturable_op_runs_uncaptured_with_a_fallback():
-    lib = _standin_fusion_attention_op()
+    from tests.kernels.npu_standins import npu_attention_ops
+
+    npu_attention_ops()  # npu::npu_fusion_attention with torch_npu's schema (stand-in, CPU kernel)
+    q = torch.ones(1, 4, 2, 16, dtype=torch.bfloat16)
+    call = lambda q: torch.ops.npu.npu_fusion_attention(q, q, q, 2, "BSND")[0] + 1  # noqa: E731
     backend = AscendBackend(fusions="none", **CAPTURE)
-    f = torch.compile(lambda q: torch.ops.npu.npu_fusion_attention(q) + 1, backend=backend)
+    f = torch.compile(call, backend=backend)
     with pytest.warns(UserWarning, match="without graph capture.*npu_fusion_attention"):
-        out = f(torch.ones(3))
-    assert torch.equal(out, torch.full((3,), 3.0)) and backend.graph_capture.num_graphs == 0
+        out = f(q)
+    assert torch.equal(out, torch.full_like(q, 2.0)) and backend.graph_capture.num_graphs == 0
     assert "not captured" in backend.report.fallbacks[0]["reason"]
     assert "npu::npu_fusion_attention" in UNCAPTURABLE_OPS
     torch._dynamo.reset()
     strict = AscendBackend(fusions="none", on_error="raise", **CAPTURE)
     with pytest.raises(Exception, match="npu_fusion_attention"):
-        torch.compile(lambda q: torch.ops.npu.npu_fusion_attention(q) + 1, backend=strict)(torch.ones(3))
-    del lib
+        torch.compile(call, backend=strict)(q)
 
 
 def test_failed_capture_falls_back_and_frees_its_buffers(monkeypatch):
