@@ -320,6 +320,15 @@ def _runs_ring(model) -> bool:
 
 
 def _set_attention(model, cfg, state: _State) -> None:
+    """Sets the resolved attention backend on `model`'s attention processors (recorded first, so
+    disable restores them). Not through ``model.set_attention_backend``: that also sets diffusers'
+    process-wide active backend, which every other model without a backend of its own would use."""
+    from diffusers.models.attention_dispatch import (
+        _AttentionBackendRegistry,
+        _check_attention_backend_requirements,
+        _maybe_download_kernel_for_backend,
+    )
+
     from .attention import BACKENDS, backend_for, processors
 
     if not hasattr(model, "set_attention_backend"):
@@ -327,17 +336,24 @@ def _set_attention(model, cfg, state: _State) -> None:
     backend = cfg.resolved_attention(ring=_runs_ring(model))
     if backend is None:
         return
+    member = backend_for(backend)
+    if backend not in BACKENDS:  # diffusers' own checks of set_attention_backend (package installed, kernel)
+        _check_attention_backend_requirements(member)
+        _maybe_download_kernel_for_backend(member)
     procs = processors(model)
-    state.attention = {p: p._attention_backend for p in procs}
-    if backend in BACKENDS:  # ours: not in diffusers' enum, so set on the processors directly
+    if any(getattr(p, "_parallel_config", None) is not None for p in procs) and \
+            not _AttentionBackendRegistry._is_context_parallel_available(member):
+        raise ValueError(
+            f"attention={backend!r} does not support diffusers' context parallelism, which this model runs; "
+            f"valid: {sorted(_AttentionBackendRegistry._supports_context_parallel)}."
+        )
+    if backend in BACKENDS:
         from .attention.npu_fia import fallbacks
 
         state.fia_fallbacks = fallbacks()
-        member = backend_for(backend)
-        for p in procs:
-            p._attention_backend = member
-    else:
-        model.set_attention_backend(backend)
+    state.attention = {p: p._attention_backend for p in procs}
+    for p in procs:
+        p._attention_backend = member
 
 
 def _enable_model(model, cfg, name: str = "", verify: bool = True, lazy_compile: bool = False) -> None:

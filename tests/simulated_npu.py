@@ -30,29 +30,10 @@ import torch
 
 from diffusers_ascend import platform as platform_mod
 
-from .compilation.graph_standins import StandInGraph, StandInStream, _capture, _main_stream, _pools
+from .compilation.graph_standins import standin_torch_npu_graphs
 from .kernels.npu_standins import StandInTorchNpu, install_torch_npu
 
 __all__ = ["SimulatedNpu", "simulated_npu_host"]
-
-
-def _graph(npu_graph, pool=None, stream=None, auto_dispatch_capture=False, capture_error_mode="global"):
-    """``torch.npu.graph``'s signature (torch_npu/npu/graphs.py); capture as the stand-in graph does."""
-    assert isinstance(npu_graph, StandInGraph)
-    assert capture_error_mode in ("global", "thread_local", "relaxed")
-    return _capture(npu_graph, pool, stream)
-
-
-def _npu_namespace() -> types.SimpleNamespace:
-    return types.SimpleNamespace(
-        NPUGraph=StandInGraph,
-        graph=_graph,
-        graph_pool_handle=lambda: ("standin-npu-pool", next(_pools)),
-        Stream=StandInStream,
-        stream=lambda s: contextlib.nullcontext(),
-        current_stream=lambda: _main_stream,
-        is_available=lambda: True,
-    )
 
 
 @dataclasses.dataclass
@@ -74,7 +55,7 @@ def simulated_npu_host(monkeypatch, **torch_npu_kw):
     from diffusers.models import attention_dispatch
 
     fake = install_torch_npu(monkeypatch, **torch_npu_kw)
-    npu = _npu_namespace()
+    npu = standin_torch_npu_graphs()
     monkeypatch.setattr(torch, "npu", npu, raising=False)
     real_graph_api = platform_mod.graph_api
 
@@ -85,6 +66,8 @@ def simulated_npu_host(monkeypatch, **torch_npu_kw):
         return api
 
     monkeypatch.setattr(platform_mod, "graph_api", graph_api)
+    # Detection is cached per process: answer for the simulated host without caching it.
+    monkeypatch.setattr(platform_mod, "_detect", lambda: ("npu", None))
     monkeypatch.setattr(attention_dispatch, "npu_fusion_attention", fake.npu_fusion_attention, raising=False)
     monkeypatch.setattr(attention_dispatch, "_CAN_USE_NPU_ATTN", True)  # computed at diffusers' import
     assert "npu_graph" in inspect.signature(npu.graph).parameters

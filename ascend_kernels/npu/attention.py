@@ -72,7 +72,11 @@ _V2_NAMES = {"num_heads": "num_query_heads", "scale": "softmax_scale", "softmax_
 
 
 def fia_op() -> Optional[str]:
-    """The FIA op of the installed torch_npu (``_v2`` where it exists), or None without one."""
+    """The FIA op of the installed torch_npu (``_v2`` where it exists), or None without one.
+
+    >>> fia_op()  # doctest: +SKIP
+    'npu_fused_infer_attention_score_v2'
+    """
     return _stack()[0] or None
 
 
@@ -215,6 +219,11 @@ def fia(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: 
 
     Returns:
         ``out`` ``[B, S, N, D]`` in query's dtype, or ``(out, lse)``.
+
+    >>> q = torch.randn(1, 64, 2, 16, dtype=torch.bfloat16, device="npu")  # doctest: +SKIP
+    >>> out, lse = fia(q, q, q, return_lse=True)  # doctest: +SKIP
+    >>> lse.shape  # doctest: +SKIP
+    torch.Size([1, 64, 2])
     """
     name = fia_op()
     op = getattr(torch.ops.npu, name)  # what torch_npu.<name> is (torch_npu registers its ops in "npu")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import types
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -94,14 +95,33 @@ def _capture(graph: StandInGraph, pool, stream):
 _main_stream = StandInStream()
 
 
+def _pool() -> tuple:
+    return ("standin-pool", next(_pools))
+
+
+def _use_stream(stream) -> contextlib.AbstractContextManager:
+    return contextlib.nullcontext()
+
+
+def _current_stream() -> StandInStream:
+    return _main_stream
+
+
 def standin_graph_api() -> GraphAPI:
     """A `GraphAPI` over `StandInGraph` for tensors on the CPU (``device_type="cpu"``)."""
-    return GraphAPI(
-        device_type="cpu",
-        graph_class=StandInGraph,
-        capture=_capture,
-        pool_handle=lambda: ("standin-pool", next(_pools)),
-        new_stream=StandInStream,
-        use_stream=lambda stream: contextlib.nullcontext(),
-        current_stream=lambda: _main_stream,
-    )
+    return GraphAPI(device_type="cpu", graph_class=StandInGraph, capture=_capture, pool_handle=_pool,
+                    new_stream=StandInStream, use_stream=_use_stream, current_stream=_current_stream)
+
+
+def _npu_graph(npu_graph, pool=None, stream=None, auto_dispatch_capture=False, capture_error_mode="global"):
+    """``torch.npu.graph``'s signature (torch_npu/npu/graphs.py: the keyword is ``npu_graph``)."""
+    assert isinstance(npu_graph, StandInGraph)
+    assert capture_error_mode in ("global", "thread_local", "relaxed")
+    return _capture(npu_graph, pool, stream)
+
+
+def standin_torch_npu_graphs() -> types.SimpleNamespace:
+    """A stand-in ``torch.npu`` namespace: ``NPUGraph``, ``graph``, ``graph_pool_handle``, ``Stream``,
+    ``stream``, ``current_stream`` over the same `StandInGraph` (what `platform.graph_api("npu")` reads)."""
+    return types.SimpleNamespace(NPUGraph=StandInGraph, graph=_npu_graph, graph_pool_handle=_pool, Stream=StandInStream,
+                                 stream=_use_stream, current_stream=_current_stream, is_available=lambda: True)

@@ -318,17 +318,18 @@ def test_cpu_refuses_and_enable_changes_nothing():
         assert not hasattr(model, "_ascend_state")
 
 
-def test_npu_refuses_the_uncapturable_default_attention():
+def test_npu_refuses_the_uncapturable_native_npu_attention():
     with P.override_platform("npu"):
-        for attention in ("auto", "_native_npu"):
-            with pytest.raises(ValueError, match=r"npu_fusion_attention.*aclgraph.*attention=None"):
-                check_capture_config(AscendConfig(graph_capture="graph_only", attention=attention), "npu")
-    check_capture_config(AscendConfig(graph_capture="graph_only", attention=None), "npu")  # allowed
+        with pytest.raises(ValueError, match=r"npu_fusion_attention.*aclgraph.*attention='auto' or 'npu_fia'"):
+            check_capture_config(AscendConfig(graph_capture="graph_only", attention="_native_npu"), "npu")
+    # "auto" resolves to the capturable npu_fia under capture (tests/integration/test_npu_fia_capture.py).
+    for attention in ("auto", "npu_fia", None):
+        check_capture_config(AscendConfig(graph_capture="graph_only", attention=attention), "npu")
     model = tiny_flux_transformer()
     with P.override_platform("npu"), pytest.raises(ValueError, match="npu_fusion_attention"):
-        diffusers_ascend.enable_ascend_compile(model, graph_capture="graph_with_compile")
+        diffusers_ascend.enable_ascend_compile(model, graph_capture="graph_with_compile", attention="_native_npu")
     assert not hasattr(model, "_ascend_state")  # refused before anything changed
-    check_capture_config(AscendConfig(graph_capture="graph_only"), "cuda")  # attention "auto" is unchanged there
+    check_capture_config(AscendConfig(graph_capture="graph_only", attention="_native_npu"), "cuda")  # NPU-only rule
 
 
 def test_platform_without_device_graphs_is_a_clear_error(monkeypatch):
@@ -346,28 +347,23 @@ def test_training_graph_is_refused():
     assert "inference-only" in str(root_cause(info.value)) and "torch.no_grad()" in str(root_cause(info.value))
 
 
-def _standin_fusion_attention_op():
-    lib = torch.library.Library("npu", "FRAGMENT")  # stand-in name only: torch_npu is absent here
-    if not hasattr(torch.ops.npu, "npu_fusion_attention"):
-        lib.define("npu_fusion_attention(Tensor q) -> Tensor")
-        lib.impl("npu_fusion_attention", lambda q: q * 2, "CompositeExplicitAutograd")
-    return lib
-
-
 def test_graph_calling_an_uncapturable_op_runs_uncaptured_with_a_fallback():
-    lib = _standin_fusion_attention_op()
+    from tests.kernels.npu_standins import npu_attention_ops
+
+    npu_attention_ops()  # npu::npu_fusion_attention with torch_npu's schema (stand-in, CPU kernel)
+    q = torch.ones(1, 4, 2, 16, dtype=torch.bfloat16)
+    call = lambda q: torch.ops.npu.npu_fusion_attention(q, q, q, 2, "BSND")[0] + 1  # noqa: E731
     backend = AscendBackend(fusions="none", **CAPTURE)
-    f = torch.compile(lambda q: torch.ops.npu.npu_fusion_attention(q) + 1, backend=backend)
+    f = torch.compile(call, backend=backend)
     with pytest.warns(UserWarning, match="without graph capture.*npu_fusion_attention"):
-        out = f(torch.ones(3))
-    assert torch.equal(out, torch.full((3,), 3.0)) and backend.graph_capture.num_graphs == 0
+        out = f(q)
+    assert torch.equal(out, torch.full_like(q, 2.0)) and backend.graph_capture.num_graphs == 0
     assert "not captured" in backend.report.fallbacks[0]["reason"]
     assert "npu::npu_fusion_attention" in UNCAPTURABLE_OPS
     torch._dynamo.reset()
     strict = AscendBackend(fusions="none", on_error="raise", **CAPTURE)
     with pytest.raises(Exception, match="npu_fusion_attention"):
-        torch.compile(lambda q: torch.ops.npu.npu_fusion_attention(q) + 1, backend=strict)(torch.ones(3))
-    del lib
+        torch.compile(call, backend=strict)(q)
 
 
 def test_failed_capture_falls_back_and_frees_its_buffers(monkeypatch):

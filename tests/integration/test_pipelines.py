@@ -157,16 +157,22 @@ def test_newer_version_warns_and_loads():
 
 
 def test_attention_auto_on_npu_sets_native_npu(monkeypatch):
+    from diffusers.models import attention_dispatch
+    from diffusers.models.attention_dispatch import _AttentionBackendRegistry
+
+    from diffusers_ascend.attention import processors
     from diffusers_ascend.platform import override_platform
 
+    monkeypatch.setattr(attention_dispatch, "_CAN_USE_NPU_ATTN", True)  # diffusers' torch_npu check
     model = tiny_flux_pipeline().transformer
-    calls = []
-    monkeypatch.setattr(type(model), "set_attention_backend", lambda self, name: calls.append(name), raising=False)
+    procs = processors(model)
+    active = _AttentionBackendRegistry._active_backend
     with override_platform("npu"):
         diffusers_ascend.enable_ascend_compile(model, compile="none", fusions="none")
-    assert calls == ["_native_npu"]
+    assert {p._attention_backend.value for p in procs} == {"_native_npu"}
+    assert _AttentionBackendRegistry._active_backend is active  # diffusers' process-wide default is untouched
     diffusers_ascend.enable_ascend_compile(model, compile="none", fusions="none")  # cpu: left alone
-    assert calls == ["_native_npu"]
+    assert {p._attention_backend for p in procs} == {None}
 
 
 IMPORT_ORDERS = {
