@@ -10,13 +10,14 @@ import torch
 
 from diffusers_ascend.compilation import AscendBackend
 
-ALL = ("rms_norm", "rope", "gelu_tanh", "adaln", "mul_add")
+ALL = ("rms_norm", "rope", "gelu_tanh", "adaln", "mul_add", "swiglu")  # fusions="all"
 
-# FINDINGS section 1: replacements per block with the five fusions (fp32 and bf16 alike).
+# FINDINGS section 1: replacements per block with these fusions (fp32 and bf16 alike). Flux's and
+# Wan's feed-forwards are tanh-GELU: no SwiGLU site.
 EXPECTED_BLOCK_COUNTS = {
-    "flux_double": {"rms_norm": 4, "rope": 2, "gelu_tanh": 2, "adaln": 4, "mul_add": 4},
-    "flux_single": {"rms_norm": 2, "rope": 2, "gelu_tanh": 1, "adaln": 1, "mul_add": 1},
-    "wan": {"rms_norm": 4, "rope": 2, "gelu_tanh": 1, "adaln": 2, "mul_add": 2},
+    "flux_double": {"rms_norm": 4, "rope": 2, "gelu_tanh": 2, "adaln": 4, "mul_add": 4, "swiglu": 0},
+    "flux_single": {"rms_norm": 2, "rope": 2, "gelu_tanh": 1, "adaln": 1, "mul_add": 1, "swiglu": 0},
+    "wan": {"rms_norm": 4, "rope": 2, "gelu_tanh": 1, "adaln": 2, "mul_add": 2, "swiglu": 0},
 }
 
 FUSED_OP = {

@@ -135,5 +135,5 @@ def test_backend_alone_in_a_fresh_process_fuses():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip().splitlines()[-1] == str(
-        sorted({"rms_norm": 4, "rope": 2, "gelu_tanh": 2, "adaln": 4, "mul_add": 4}.items())
+        sorted({"rms_norm": 4, "rope": 2, "gelu_tanh": 2, "adaln": 4, "mul_add": 4, "swiglu": 0}.items())
     ), out.stderr[-2000:]

@@ -595,7 +595,7 @@ def test_rope_even_odd_writes_with_chunked_tables(dtype):
 
 
 def test_rope_chunked_tables_look_alikes_are_left_alone():
-    # sin first in the table: the chunk's halves used the other way round is not this rotation
+    # sin first in the table: the chunk's halves used the other way round
     class SinFirst(torch.nn.Module):
         def forward(self, x, freqs):
             x_1, x_2 = x.unflatten(-1, (-1, 2)).unbind(-1)
@@ -606,7 +606,11 @@ def test_rope_chunked_tables_look_alikes_are_left_alone():
             return out.type_as(x)
 
     x = torch.randn(1, 8, 2, 12)
-    run(SinFirst(), x, _helios_tables(12), fusions=["rope"], dtype=torch.float32, expected=0)
+    # Not the chunked-table form (cos first). Its repeated slices are one each after CSE: Wan's
+    # two-table form as written, cos = the second chunk, and the result is eager's.
+    backend = run(SinFirst(), x, _helios_tables(12), fusions=["rope"], dtype=torch.float32, expected=1)
+    ((_, cos, sin, _),) = [n.args for n in backend.after_graphs[-1].nodes if n.target == torch.ops.ascend_kernels.rope.default]
+    assert (cos.target, cos.args[1], sin.target, sin.args[1]) == (operator.getitem, 1, operator.getitem, 0)
     # one (cos, sin) pair per position broadcast over the head dim: tables not x-sized, left alone
     run(HeliosRope(), x, torch.randn(1, 8, 4), fusions=["rope"], dtype=torch.float32, expected=0)
 

@@ -129,6 +129,15 @@ def test_zoo_fails_when_a_model_loses_a_fusion(tmp_path):
         _check_model("FluxTransformer2DModel", tmp_path, fusions=["rms_norm", "rope", "gelu_tanh", "mul_add"])
 
 
+def test_zoo_counts_swiglu_sites_left(tmp_path):
+    # Flux 2 without the swiglu fusion: its 3 SwiGLU sites (two FFNs of the double block, the
+    # single block's fused MLP) are counted as left, and the coverage check fails on them
+    from diffusers_ascend.config import FUSIONS
+
+    with pytest.raises(AssertionError, match="'left': {'swiglu': 3}"):
+        _check_model("Flux2Transformer2DModel", tmp_path, fusions=[f for f in FUSIONS if f not in ("swiglu", "fast_gelu")])
+
+
 def test_zoo_fails_when_a_model_diverges(tmp_path, monkeypatch):
     # a fused RMSNorm that is off by a little (1e-3) must not pass as "equal to eager"
     from diffusers_ascend.layers import FusedRMSNorm

@@ -593,11 +593,11 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         swaps={'gelu_tanh': 3, 'rms_norm': 8},
         left={'adaln': 2, 'rope': 4}),
     "AutoencoderKLMiniMaxH3": dict(
-        matches={'mul_add': 2, 'rope': 2},
+        matches={'mul_add': 2, 'rope': 2, 'swiglu': 1},
         swaps={'rms_norm': 8},
         left={}),
     "BriaFibo2Transformer2DModel": dict(
-        matches={'mul_add': 7, 'rope': 6},
+        matches={'mul_add': 7, 'rope': 6, 'swiglu': 3},
         swaps={'rms_norm': 30},
         left={}),
     "BriaFiboTransformer2DModel": dict(
@@ -625,11 +625,11 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         swaps={'rms_norm': 4},
         left={}),
     "Flux2Transformer2DModel": dict(
-        matches={'adaln': 5, 'mul_add': 5, 'rope': 4},
+        matches={'adaln': 5, 'mul_add': 5, 'rope': 4, 'swiglu': 3},
         swaps={'rms_norm': 6},
         left={}),
     "Flux3Transformer2DModel": dict(
-        matches={'adaln': 4, 'mul_add': 4, 'rope': 6},
+        matches={'adaln': 4, 'mul_add': 4, 'rope': 6, 'swiglu': 3},
         swaps={'rms_norm': 8},
         left={}),
     "FluxTransformer2DModel": dict(
@@ -657,7 +657,7 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         swaps={'gelu_tanh': 3, 'rms_norm': 6},
         left={'adaln': 2}),
     "Ideogram4Transformer2DModel": dict(
-        matches={'mul_add': 2, 'rope': 2},
+        matches={'mul_add': 2, 'rope': 2, 'swiglu': 1},
         swaps={'rms_norm': 13},
         left={}),
     "JoyImageEditPlusTransformer3DModel": dict(
@@ -681,7 +681,7 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         swaps={'rms_norm': 28},
         left={}),
     "Krea2Transformer2DModel": dict(
-        matches={'mul_add': 4, 'rope': 2},
+        matches={'mul_add': 4, 'rope': 2, 'swiglu': 1},
         swaps={'rms_norm': 18},
         left={'rope': 1}),
     "LTX2VideoTransformer3DModel": dict(
@@ -701,11 +701,11 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         swaps={'gelu_tanh': 3, 'rms_norm': 6},
         left={}),
     "MiniMaxH3Transformer3DModel": dict(
-        matches={'mul_add': 4, 'rope': 2},
+        matches={'mul_add': 4, 'rope': 2, 'swiglu': 2},
         swaps={'rms_norm': 18},
         left={}),
     "MiniMaxMusic3Transformer1DModel": dict(
-        matches={'rope': 2},
+        matches={'rope': 2, 'swiglu': 1},
         swaps={},
         left={'adaln': 2}),
     "MotifVideoTransformer3DModel": dict(
@@ -713,15 +713,15 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         swaps={'gelu_tanh': 4, 'rms_norm': 6},
         left={}),
     "NucleusMoEImageTransformer2DModel": dict(
-        matches={'adaln': 2, 'mul_add': 2, 'rope': 3},
+        matches={'adaln': 2, 'mul_add': 2, 'rope': 3, 'swiglu': 1},
         swaps={'rms_norm': 10},
         left={}),
     "OvisImageTransformer2DModel": dict(
-        matches={'adaln': 5, 'mul_add': 5, 'rope': 4},
+        matches={'adaln': 5, 'mul_add': 5, 'rope': 4, 'swiglu': 3},
         swaps={'rms_norm': 7},
         left={}),
     "QwenImage21Transformer2DModel": dict(
-        matches={'adaln': 2, 'mul_add': 2, 'rope': 2},
+        matches={'adaln': 2, 'mul_add': 2, 'rope': 2, 'swiglu': 1},
         swaps={'gelu_tanh': 1, 'rms_norm': 4},
         left={}),
     "QwenImageTransformer2DModel": dict(
@@ -729,11 +729,11 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         swaps={'gelu_tanh': 4, 'rms_norm': 9},
         left={}),
     "RFD4ProteinaAutoencoder": dict(
-        matches={'mul_add': 4},
+        matches={'mul_add': 4, 'swiglu': 1},
         swaps={},
         left={'adaln': 7}),
     "RFD4ProteinaTransformer": dict(
-        matches={'mul_add': 8},
+        matches={'mul_add': 8, 'swiglu': 1},
         swaps={'rms_norm': 25},
         left={'adaln': 6}),
     "SanaWMLTX2RefinerTransformer3DModel": dict(
@@ -741,7 +741,7 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         swaps={'gelu_tanh': 6, 'rms_norm': 40},
         left={}),
     "SanaWMTransformer3DModel": dict(
-        matches={'adaln': 4, 'rope': 10},
+        matches={'adaln': 4, 'rope': 10, 'swiglu': 4},
         swaps={'gelu_tanh': 1, 'rms_norm': 13},
         left={}),
     "SkyReelsV2Transformer3DModel": dict(
@@ -749,7 +749,7 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         swaps={'gelu_tanh': 3, 'rms_norm': 8},
         left={'adaln': 2}),
     "StableAudio3DiTModel": dict(
-        matches={'mul_add': 4, 'rms_norm': 7, 'rope': 2},
+        matches={'mul_add': 4, 'rms_norm': 7, 'rope': 2, 'swiglu': 1},
         swaps={},
         left={}),
     "UNet2DConditionModel": dict(
@@ -773,7 +773,7 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
         swaps={'gelu_tanh': 7, 'rms_norm': 24, 'rope': 12},
         left={'adaln': 4}),
     "ZImageTransformer2DModel": dict(
-        matches={'mul_add': 4, 'rope': 6},
+        matches={'mul_add': 4, 'rope': 6, 'swiglu': 3},
         swaps={'rms_norm': 19},
         left={}),
 }

@@ -29,7 +29,6 @@ import torch
 import ascend_kernels  # noqa: F401  (the replacements call torch.ops.ascend_kernels.*: register them)
 
 from .. import _compat
-from .normalize import eliminate_common_subexpressions, normalize
 
 __all__ = ["FusionPattern", "FusionPass", "EPS_PLACEHOLDER", "trace_functional", "no_decompositions"]
 
@@ -85,14 +84,9 @@ def trace_functional(fn: Callable, args: Sequence[Any], *, get_decomp_fn: Callab
     """Trace `fn` to a functional aten graph, like ``aot_autograd`` presents a dynamo graph.
 
     Used as ``trace_fn`` of ``register_replacement`` for search and replacement functions. Its
-    default table matters: torch releases before 2.13 call it without ``get_decomp_fn``. Repeated
-    pure calls are merged, as in the graphs (`normalize.eliminate_common_subexpressions`).
+    default table matters: torch releases before 2.13 call it without ``get_decomp_fn``.
     """
-    gm = _compat.functional_trace(fn, args, get_decomp_fn())
-    if eliminate_common_subexpressions(gm.graph):
-        gm.graph.eliminate_dead_code()
-        gm.recompile()
-    return gm
+    return _compat.functional_trace(fn, args, get_decomp_fn())
 
 
 def _meta_val(x: Any) -> Any:
@@ -229,11 +223,12 @@ class FusionPattern:
     def probe_graph(self) -> torch.fx.Graph:
         """This form written out as the backend sees it: a functional aten graph traced from
         `search` on the example inputs (a realistic eps for float scalars), with fake tensor
-        metadata, no-ops removed and repeated calls merged, like the graphs the passes run on. Used by `FusionPass.verify`."""
+        metadata and no-ops removed, like the graphs the passes run on. Used by `FusionPass.verify`."""
         names = list(inspect.signature(self.search).parameters)
         args = [1e-6 if n in self.scalars else a for n, a in zip(names, example_inputs_of(self))]
         gm = _compat.probe_trace(self.search, args)
-        normalize(gm.graph)
+        _compat.remove_noop_ops(gm.graph)
+        gm.graph.eliminate_dead_code()
         return gm.graph
 
 

@@ -45,8 +45,8 @@ def count_ops(graph: torch.fx.Graph) -> int:
 
 
 class FusionPassManager(_compat.custom_graph_pass_base()):
-    """Runs no-op elimination, common-subexpression elimination, then the passes of `fusions`,
-    in `PASS_ORDER`.
+    """Runs no-op elimination, the passes of `fusions` in `PASS_ORDER`, then merges repeated pure
+    calls and, where that changed the graph, runs the passes again.
 
     Args:
         fusions: fusion names (see `diffusers_ascend.config.FUSIONS`).
@@ -66,22 +66,38 @@ class FusionPassManager(_compat.custom_graph_pass_base()):
         self.last_counts: dict[str, int] = {}
 
     def __call__(self, graph: torch.fx.Graph, after_step: Callable[[str, torch.fx.Graph], None] | None = None) -> dict[str, int]:
-        """Rewrite `graph` in place; `after_step(name, graph)` is called after each step (graph logs)."""
+        """Rewrite `graph` in place; `after_step(name, graph)` is called after each step (graph logs).
+
+        The passes run on the graph as traced (after no-op elimination), then, where merging
+        repeated pure calls changed it, once more: code that writes a cast twice (a hand-written
+        RMSNorm) matches only once its duplicates are one node, while merging first would make
+        nodes shared between two sites (the same ``freqs[..., 0::2]`` sliced for q and k) that
+        no single match may consume. So merging only adds matches.
+        """
         eliminate_noops(graph)
         if after_step is not None:
             after_step("noop_elimination", graph)
-        # Repeated pure calls (a cast written twice) merged, as in the traced patterns.
-        if eliminate_common_subexpressions(graph):
+        counts = self._apply(graph, after_step)
+        merged = eliminate_common_subexpressions(graph)
+        if merged:
             graph.eliminate_dead_code()
         if after_step is not None:
             after_step("cse", graph)
+        if merged:
+            for name, n in self._apply(graph, None).items():
+                counts[name] += n
+            if after_step is not None:
+                after_step("after_cse", graph)
+        graph.lint()
+        self.last_counts = counts
+        return counts
+
+    def _apply(self, graph: torch.fx.Graph, after_step) -> dict[str, int]:
         counts = {}
         for name, fusion_pass in self.passes.items():
             counts[name] = fusion_pass(graph)
             if after_step is not None:
                 after_step(name, graph)
-        graph.lint()
-        self.last_counts = counts
         return counts
 
     def verify(self) -> None:

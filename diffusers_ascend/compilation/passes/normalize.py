@@ -1,10 +1,10 @@
-"""Graph normalisation shared by the graphs the passes run on and the patterns they match.
+"""Graph normalisation: no-op elimination and the merging of repeated pure calls.
 
 A pattern is traced from a search function and the matcher compares it node by node with the
-graph, so both must be normalised the same way: a no-op or a repeated pure call present on one
-side only hides the match. The backend normalises every graph before its passes
-(`FusionPassManager`) and `base.trace_functional` / `FusionPattern.probe_graph` normalise every
-traced pattern.
+graph: a no-op or a repeated pure call present on one side only hides the match. No-ops are
+removed from both sides (Inductor's pattern tracing removes them from the patterns). Repeated
+calls are merged in the graph only, after a first round of the passes (`FusionPassManager`):
+merging also makes nodes shared between two sites, which no single match may consume.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 
 from .. import _compat
 
-__all__ = ["eliminate_common_subexpressions", "eliminate_noops", "normalize"]
+__all__ = ["eliminate_common_subexpressions", "eliminate_noops"]
 
 
 def eliminate_noops(graph: torch.fx.Graph) -> None:
@@ -65,9 +65,8 @@ def eliminate_common_subexpressions(graph: torch.fx.Graph) -> int:
 
     Code that writes ``x.to(torch.float32)`` twice (a hand-written RMSNorm: once for the variance,
     once for the product) traces to two casts; a pattern written with one cast would not match
-    either. After this pass the graph has one, as the patterns (traced with the same
-    normalisation) do. Nodes the graph returns are left alone: merging two returned tensors
-    would make separate outputs alias each other.
+    either. After this pass the graph has one, as the pattern does. Nodes the graph returns are
+    left alone: merging two returned tensors would make separate outputs alias each other.
 
     Returns:
         the number of nodes removed.
@@ -90,10 +89,3 @@ def eliminate_common_subexpressions(graph: torch.fx.Graph) -> int:
             removed += 1
     return removed
 
-
-def normalize(graph: torch.fx.Graph) -> None:
-    """The normalisation patterns and graphs share: no-op elimination, then merging of
-    duplicated pure nodes, so that neither a no-op nor a repeated cast or view hides a pattern."""
-    eliminate_noops(graph)
-    eliminate_common_subexpressions(graph)
-    graph.eliminate_dead_code()
