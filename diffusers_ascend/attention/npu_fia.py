@@ -52,8 +52,9 @@ def _record(reason: str) -> None:
 def fallbacks() -> dict[str, int]:
     """``{reason: calls}`` of the ``npu_fia`` calls of this process that ran ``_native_npu`` instead.
 
-    Counted where the call runs in Python: eager calls, and each trace of a compiled graph (a
-    compiled graph bakes its decision in, so its replays are not counted again).
+    Counted per call, compiled or not (a compiled graph bakes the decision in; dynamo replays the
+    count after each call). Calls replayed inside a captured device graph are not counted, but a
+    graph holding a fallback is never captured (it calls ``npu_fusion_attention``).
 
     >>> from diffusers_ascend.attention.npu_fia import fallbacks
     >>> isinstance(fallbacks(), dict)
