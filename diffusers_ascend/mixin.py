@@ -250,7 +250,7 @@ def _foreign_compiles(model: torch.nn.Module, name: str, state: _State) -> None:
     or a diffusers hook that runs the block with dynamo disabled (MagCache)."""
     found = []
     if state.config.compile == "blocks" and model._compiled_call_impl is not None:
-        found.append((name or type(model).__name__, "the whole model was compiled (Module.compile()) after enabling: "
+        found.append((name or type(model).__name__, "the whole model was compiled by another torch.compile (Module.compile()): "
                       "its backend traces every block, ours never runs; for one compiled graph per model use "
                       "enable_ascend_compile(compile='model')"))
     replaced = [m for m in state.compiled if getattr(m._compiled_call_impl, "_ascend_state", None) is not state]
@@ -406,6 +406,8 @@ def _install_packages(models, blocks, caches) -> None:
         recorded = state.signatures.setdefault(entry["class"], [])
         if instance is not None and state.record_signatures and all(block.signature != s for s, _ in recorded):
             recorded.append((block.signature, weakref.ref(instance)))
+        if any(g.get("package") == entry["file"] and g["name"] == f"{entry['class']}:aoti" for g in state.backend.report.graphs):
+            continue  # a backend reused from an earlier enable (`_Backends`) lists it already
         state.backend.report.add_graph(f"{entry['class']}:aoti", entry["matches"], entry["ops_before"], entry["ops_after"],
                                        executor="aoti", package=entry["file"], training=False, dynamic=False)
 
