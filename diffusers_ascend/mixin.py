@@ -42,6 +42,7 @@ class _State:
         self.record_signatures = False
         self.signatures: dict[str, list[tuple[Any, Any]]] = {}  # class name -> [(CallSignature, weakref to a block)]
         self.aot_blocks: dict[str, list[Any]] = {}  # class name -> [AotBlock]
+        self.wrappers: dict[int, tuple[torch.nn.Module, Any]] = {}  # id(module) -> (module, dynamo wrapper), see `_Backends`
         self.packages_passed_on = 0  # calls of a packaged class that no package took
 
     def __getstate__(self):
@@ -55,6 +56,7 @@ class _State:
         state["compiled"] = []
         state["signatures"] = {}
         state["aot_blocks"] = {}
+        state["wrappers"] = {}
         return state
 
 
@@ -69,17 +71,19 @@ class _Backends:
     blocks eager without a word (and memory grows with every backend). Enabling again with an
     equal config reuses the backend, so dynamo's entries hit and its report still lists the
     graphs that run. Each entry also keeps the call signatures recorded for `save_ascend_cache`:
-    a call that hits dynamo's cache compiles nothing and records nothing again.
+    a call that hits dynamo's cache compiles nothing and records nothing again; and the dynamo
+    wrapper of each compiled module.
 
     Not pickled or deep-copied (a copy is another module: it compiles its own graphs).
     """
 
     def __init__(self) -> None:
-        self.entries: dict[tuple[Any, str], tuple[Any, dict]] = {}
+        self.entries: dict[tuple[Any, str], tuple[Any, dict, dict]] = {}
 
     def get(self, cfg, verify: bool):
-        """``(backend, signatures)`` for `cfg` on the current platform: the one made before unless
-        dynamo was reset since (its graphs are gone: a fresh backend reports the recompiles)."""
+        """``(backend, signatures, wrappers)`` for `cfg` on the current platform: the ones made
+        before unless dynamo was reset since (its graphs are gone: a fresh backend reports the
+        recompiles). ``wrappers``: the dynamo wrapper of each compiled module (`_compile_in_place`)."""
         from .compilation import AscendBackend
         from .platform import current_platform
 
@@ -89,7 +93,7 @@ class _Backends:
             if verify:
                 found[0].ensure_verified()
             return found
-        found = self.entries[key] = (AscendBackend(cfg, verify=verify), {})
+        found = self.entries[key] = (AscendBackend(cfg, verify=verify), {}, {})
         return found
 
     def __getstate__(self):
@@ -185,7 +189,13 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg, la
     from .compilation.backend import describe_failure, graph_label, root_cause
 
     def make():
-        return torch.compile(module._call_impl, backend=state.backend, dynamic=cfg.dynamic, fullgraph=cfg.fullgraph)
+        # One dynamo wrapper per module and backend, kept across enable/disable (`_Backends`):
+        # dynamo keeps every wrapper it is handed (``cached_backends``) until torch._dynamo.reset().
+        made = state.wrappers.get(id(module))
+        if made is None or made[0] is not module:
+            made = state.wrappers[id(module)] = (module, torch.compile(
+                module._call_impl, backend=state.backend, dynamic=cfg.dynamic, fullgraph=cfg.fullgraph))
+        return made[1]
 
     wrapper = [None if lazy else make()]
     label = type(module).__name__
@@ -250,7 +260,7 @@ def _foreign_compiles(model: torch.nn.Module, name: str, state: _State) -> None:
     or a diffusers hook that runs the block with dynamo disabled (MagCache)."""
     found = []
     if state.config.compile == "blocks" and model._compiled_call_impl is not None:
-        found.append((name or type(model).__name__, "the whole model was compiled (Module.compile()) after enabling: "
+        found.append((name or type(model).__name__, "the whole model was compiled by another torch.compile (Module.compile()): "
                       "its backend traces every block, ours never runs; for one compiled graph per model use "
                       "enable_ascend_compile(compile='model')"))
     replaced = [m for m in state.compiled if getattr(m._compiled_call_impl, "_ascend_state", None) is not state]
@@ -362,14 +372,14 @@ def _enable_model(model, cfg, name: str = "", verify: bool = True, lazy_compile:
     from .layers import apply_swaps
 
     adapter = adapter_for(model)
-    backend, signatures = None, {}
+    backend, signatures, wrappers = None, {}, {}
     if cfg.compile != "none":
         backends = model.__dict__.get("_ascend_backends")
         if backends is None:
             backends = model.__dict__["_ascend_backends"] = _Backends()
-        backend, signatures = backends.get(cfg, verify)
+        backend, signatures, wrappers = backends.get(cfg, verify)
     state = _State(cfg, backend)
-    state.signatures = signatures
+    state.signatures, state.wrappers = signatures, wrappers
     state.record_signatures = (cfg.compile == "blocks" and backend.executor == "inductor"
                                and backend.graph_capture is None and not cfg.freezing)
     model._ascend_state = state
@@ -438,6 +448,8 @@ def _install_packages(models, blocks, caches) -> None:
         recorded = state.signatures.setdefault(entry["class"], [])
         if instance is not None and state.record_signatures and all(block.signature != s for s, _ in recorded):
             recorded.append((block.signature, weakref.ref(instance)))
+        if any(g.get("package") == entry["file"] and g["name"] == f"{entry['class']}:aoti" for g in state.backend.report.graphs):
+            continue  # a backend reused from an earlier enable (`_Backends`) lists it already
         state.backend.report.add_graph(f"{entry['class']}:aoti", entry["matches"], entry["ops_before"], entry["ops_after"],
                                        executor="aoti", package=entry["file"], training=False, dynamic=False)
 
