@@ -717,7 +717,7 @@ def conj_views_reach_graphs() -> bool:
 
     Functionalization materializes the view (``clone(_conj(t))``) on every release; Inductor's
     `remove_noop_ops`, which the backend runs before the passes, drops that clone as a no-op on
-    2.6, 2.7.1 and 2.8 and keeps it on 2.11 to 2.15 (seen through SanaWM's inverse rotary
+    2.6, 2.7.1, 2.8 and 2.10 and keeps it on 2.11 to 2.15 (seen through SanaWM's inverse rotary
     rotation). The rope pass matches the bare form with a pattern of its own. Detected by tracing
     ``view_as_complex(x) * f.conj()`` as `probe_trace` does, then removing no-ops.
     """
