@@ -440,12 +440,14 @@ def _isa_probes(root: str) -> list[str]:
     (the ``.cpp`` beside it is torch's probe code), not by its time alone: a kernel library that
     another process wrote into the shared cache meanwhile is not this process's to ship (its own
     are `_compat.compiled_cpp_libraries`). Linux: the start time is the ctime of ``/proc/<pid>``."""
-    try:
-        from torch._inductor.cpu_vec_isa import VecISA
+    from .compilation import _compat
 
-        probe = VecISA._avx_code
+    probe = _compat.vec_isa_probe_source()
+    try:
         start = os.stat(f"/proc/{os.getpid()}").st_ctime
-    except (ImportError, AttributeError, OSError):
+    except OSError:
+        return []
+    if probe is None:
         return []
     out = []
     for sub in sorted(os.listdir(root)) if os.path.isdir(root) else []:

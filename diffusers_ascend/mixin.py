@@ -66,7 +66,7 @@ class _Backends:
 
     Dynamo keeps every compiled graph of a block class in the cache of the class's ``forward``
     code object, guarded by the backend's identity, and keeps each backend alive (its
-    ``cached_backends``) until ``torch._dynamo.reset()``. A new backend per enable would add
+    ``cached_backends``) until dynamo's reset (``torch.compiler.reset()``). A new backend per enable would add
     entries every enable/disable cycle until the recompile limit, after which dynamo runs the
     blocks eager without a word (and memory grows with every backend). Enabling again with an
     equal config reuses the backend, so dynamo's entries hit and its report still lists the
@@ -190,7 +190,7 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg, la
 
     def make():
         # One dynamo wrapper per module and backend, kept across enable/disable (`_Backends`):
-        # dynamo keeps every wrapper it is handed (``cached_backends``) until torch._dynamo.reset().
+        # dynamo keeps every wrapper it is handed (``cached_backends``) until torch.compiler.reset().
         made = state.wrappers.get(id(module))
         if made is None or made[0] is not module:
             made = state.wrappers[id(module)] = (module, torch.compile(
@@ -263,7 +263,9 @@ def _foreign_compiles(model: torch.nn.Module, name: str, state: _State) -> None:
         found.append((name or type(model).__name__, "the whole model was compiled by another torch.compile (Module.compile()): "
                       "its backend traces every block, ours never runs; for one compiled graph per model use "
                       "enable_ascend_compile(compile='model')"))
-    replaced = [m for m in state.compiled if getattr(m._compiled_call_impl, "_ascend_state", None) is not state]
+    # A block that fell back to eager has no compiled call at all: that is not another compile.
+    replaced = [m for m in state.compiled
+                if m._compiled_call_impl is not None and getattr(m._compiled_call_impl, "_ascend_state", None) is not state]
     hooked = [(m, h) for m in state.compiled if m not in replaced for h in _compile_disabling_hooks(m)]
     if hooked:
         found.append((f"{name + '.' if name else ''}<{type(hooked[0][0]).__name__}>",

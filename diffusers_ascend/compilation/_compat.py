@@ -510,6 +510,26 @@ def inductor_freezing_scope():
     return inductor_config.patch(freezing=True)
 
 
+def aoti_metadata_scope(metadata: dict):
+    """Context giving AOTInductor ``metadata`` (``torch._inductor.config.aot_inductor.metadata``)
+    for one compile: AOTInductor writes its device keys into the configured dict in place, and
+    ``config.patch`` restores the previous value on exit and on error."""
+    import torch._inductor.config as inductor_config
+
+    return inductor_config.patch({"aot_inductor.metadata": metadata})
+
+
+def vec_isa_probe_source() -> str | None:
+    """The C++ source Inductor compiles to probe the CPU's vector ISA
+    (``torch._inductor.cpu_vec_isa.VecISA._avx_code``), or None where this torch has no such probe."""
+    try:
+        from torch._inductor.cpu_vec_isa import VecISA
+
+        return VecISA._avx_code
+    except (ImportError, AttributeError):
+        return None
+
+
 def fresh_inductor_cache():
     """Context with an empty temporary Inductor / AOT cache: ``torch._inductor.utils.fresh_cache``
     (2.8+) or ``fresh_inductor_cache`` (2.6-2.7, an alias until it was dropped)."""

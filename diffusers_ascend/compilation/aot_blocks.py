@@ -263,12 +263,10 @@ def build_package(block: torch.nn.Module, signature: CallSignature, manager, pat
     gm.recompile()
     state_json = {"names": names, "keys": [_json_key(_tensor_key(t)) for t in state]}
     outputs = _compat.treespec_dumps(out["spec"])
-    from torch._inductor import config as inductor_config
-
     # A dict of our own for the package's metadata: AOTInductor writes its device keys into the
     # configured dict in place, which would otherwise stay in torch's config after the save.
     metadata = {BINDING_KEY: package_binding(signature.to_json(), state_json, outputs)}
-    with torch.no_grad(), warnings.catch_warnings(), inductor_config.patch({"aot_inductor.metadata": metadata}):
+    with torch.no_grad(), warnings.catch_warnings(), _compat.aoti_metadata_scope(metadata):
         # torch 2.13's own graph deepcopy inside the AOT compile trips typing_extensions'
         # deprecation of `LeafSpec`: a warning about torch's code, not the user's.
         warnings.filterwarnings("ignore", message=r".*LeafSpec.* is deprecated", category=FutureWarning)

@@ -196,8 +196,8 @@ class AscendBackend:
         self._verified = True
 
     def reset(self) -> None:
-        """Called by ``torch._dynamo.reset()`` (on every backend dynamo holds): the graphs compiled
-        with this backend are gone. Its device graphs are dropped; `report` keeps what was
+        """Called by dynamo's reset (``torch.compiler.reset()``) on every backend it holds: the
+        graphs compiled with this backend are gone. Its device graphs are dropped; `report` keeps what was
         compiled, and `enable_ascend_compile` makes a new backend rather than reuse this one."""
         self.was_reset = True
         if self.graph_capture is not None:
