@@ -128,7 +128,7 @@ _PACKAGE_THREADS = textwrap.dedent(
     xs = [torch.randn(4, 64) for _ in range(2)]
     signature = CallSignature.of((xs[0],), {}, training=False)
     fields = build_package(block, signature, FusionPassManager(["rms_norm"]), sys.argv[1])
-    package = AotBlock.load(sys.argv[1], signature, fields["state"], fields["outputs"])
+    package = AotBlock.load(sys.argv[1], signature.to_json(), fields["state"], fields["outputs"])
     with torch.no_grad():
         expected = [block(x) for x in xs]
     # A deadlock holds the GIL: no Python in this process runs again, a join timeout included.
