@@ -576,7 +576,7 @@ TINY: dict[str, Tiny] = {
 NOT_COVERED: dict[str, str] = {}
 
 # Tiny configs an older torch cannot run at all, eager included: model -> (first torch that can, why).
-# (The engine sessions of noxfile.py run the zoo on every release of the matrix.)
+# (CI runs the zoo on torch 2.13 (full suite) and in the engine session of 2.10; the by-hand sessions run it too: noxfile.py.)
 MIN_TORCH: dict[str, tuple[tuple[int, int], str]] = {
     "WanAnimate2Transformer3DModel": ((2, 11), "before torch 2.11 flex_attention needs a power-of-two head dim; "
                                                "the tiny config's cached K/V fix it at 12 (real models use 128)"),
