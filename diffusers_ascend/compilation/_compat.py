@@ -540,7 +540,7 @@ def fresh_inductor_cache():
     return fresh()
 
 
-# -- warm start: torch's portable compile caches (diffusers_ascend.cache) -------------------------
+# -- warm start: torch's portable compile caches (diffusers_ascend.warm_start) --------------------
 def cache_artifacts_api() -> tuple[Callable, Callable] | None:
     """``(torch.compiler.save_cache_artifacts, torch.compiler.load_cache_artifacts)``: Inductor's
     portable "mega-cache" (FX graph cache + AOTAutograd cache + autotuning/PGO entries), public
@@ -570,7 +570,7 @@ def aoti_load(path: str):
 
     2.11+'s ``aoti_load_package`` first compares the package's CPU ISA with this host's, and
     finds this host's by building and loading probe libraries in subprocesses (about a second,
-    once per process), only to log a warning when they differ. `diffusers_ascend.cache` has
+    once per process), only to log a warning when they differ. `diffusers_ascend.warm_start` has
     already refused packages built on a host whose CPU features differ (its ``device`` key), so
     where the loader takes the 2.8+ arguments ``(path, model_name, run_single_threaded,
     num_runners, device_index)`` it is built directly, as ``load_package`` builds it for older
