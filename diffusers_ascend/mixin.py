@@ -381,7 +381,7 @@ def _enable_model(model, cfg, name: str = "", verify: bool = True, lazy_compile:
     _set_attention(model, cfg, state)
     # Every block compiled in place shares the code object `Module._call_impl`, hence one dynamo
     # cache and one recompile budget for all block classes: a Flux model spends 6 of the default 8
-    # entries after one resolution change (FINDINGS section 3), and past the limit dynamo silently
+    # entries after one resolution change, and past the limit dynamo silently
     # runs eager. So under compile="blocks" each block class gets the default budget, plus one
     # entry per block where dynamo may compile every block instance on its own (torch < 2.8: the
     # processors are shared below, but a block may reach another per-instance object).

@@ -21,12 +21,10 @@ class FusionReport:
         graphs: one dict per compiled graph: ``name``, ``compile_id``, ``matches``, ``ops_before``,
             ``ops_after``, ``executor``, ``training``, ``dynamic``; ``fell_back: True`` for a
             graph whose module runs eager instead (see `discard_graphs`).
-        graphs_compiled: number of graphs compiled (a recompilation counts again; so does a graph
-            that fell back).
+        graphs_compiled: number of graphs compiled (recompilations and fallen-back graphs included).
         fallbacks: ``{"module": ..., "reason": ...}`` for each part that runs unfused, with
             ``"lost": {fusion: matches}`` when graphs compiled for it were discarded.
-        swaps: module-level layer swaps recorded by the integration (a fused RMSNorm module swapped
-            in shows up here, not as a pattern match).
+        swaps: module-level layer swaps (a swapped-in fused RMSNorm shows here, not as a match).
 
     >>> r = FusionReport(matches={"rms_norm": 2})
     >>> r.add_fallback("blocks.0", "compile failed")
