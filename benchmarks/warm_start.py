@@ -36,7 +36,7 @@ def _child(model: str, size: str, mode: str, art: str) -> None:
 
     import diffusers_ascend
     from diffusers_ascend.benchmarks._common import flux_model_inputs, wan_model_inputs
-    from diffusers_ascend.cache import package_counters
+    from diffusers_ascend.mixin import package_counters
     from diffusers_ascend.compilation._compat import compile_cache_counters
     from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, WAN_TRANSFORMER_CONFIG, tiny_flux_transformer, tiny_wan_transformer
 

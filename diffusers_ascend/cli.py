@@ -444,20 +444,21 @@ def _cmd_cache(args) -> int:
 
 
 def _cache_files(args) -> int:
-    from . import cache
+    from . import warm_start
 
     if args.action == "info":
-        info = cache.cache_info(args.source, revision=args.revision, token=args.token)
+        info = warm_start.cache_info(args.source, revision=args.revision, token=args.token)
         text = "\n".join(f"{k}: {v}" for k, v in info.items())
         _print(info, args.json, text)
         return 0
     if args.action == "push":
-        url = cache.push_ascend_cache(args.dir, args.repo_id, private=args.private, token=args.token)
+        url = warm_start.push_ascend_cache(args.dir, args.repo_id, private=args.private, token=args.token)
         _print({"repo_id": args.repo_id, "url": str(url)}, args.json, f"pushed {args.dir} to {args.repo_id}: {url}")
         return 0
     if args.action == "pull":
-        manifest = cache.pull_ascend_cache(args.repo_id, args.dir, trust_remote_artifacts=args.trust_remote_artifacts,
-                                           revision=args.revision, token=args.token)
+        manifest = warm_start.pull_ascend_cache(args.repo_id, args.dir,
+                                                trust_remote_artifacts=args.trust_remote_artifacts,
+                                                revision=args.revision, token=args.token)
         _print({"path": args.dir, "manifest": manifest}, args.json, f"saved {args.repo_id}'s compile artifacts to {args.dir}")
         return 0
     raise AssertionError(args.action)
@@ -468,9 +469,8 @@ def _cache_run(args) -> int:
 
     import torch
 
-    from . import cache
     from .compilation._compat import compile_cache_counters
-    from .mixin import enable_ascend_compile, save_ascend_cache
+    from .mixin import enable_ascend_compile, package_counters, save_ascend_cache
 
     pipe, inputs = _cache_pipeline(args)
     pipe.set_progress_bar_config(disable=True)
@@ -481,7 +481,7 @@ def _cache_run(args) -> int:
     with _quiet_libraries(), torch.no_grad():
         pipe(**inputs())
     info = {"first_call_s": round(time.perf_counter() - start, 3), **compile_cache_counters(),
-            **{f"package_{k}": v for k, v in cache.package_counters(pipe).items()}}
+            **{f"package_{k}": v for k, v in package_counters(pipe).items()}}
     if args.action == "save":
         info["manifest"] = save_ascend_cache(pipe, args.dir)
         text = (f"compiled in {info['first_call_s']} s; saved the artifacts ({len(info['manifest']['blocks'])} block "

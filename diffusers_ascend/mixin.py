@@ -37,7 +37,7 @@ class _State:
         self.swapped: list[tuple[object, type]] = []  # (object, original class), see layers.apply_swaps
         self.swaps: dict[str, int] = {}
         self.shared: list[tuple[Any, Any, Any]] = []  # see processors.share_processors
-        # Warm start (compilation/aot_blocks.py): per block class, the signature of each inference
+        # Warm start (`warm_start.EnabledModel`): per block class, the signature of each inference
         # call that compiled a graph (`save_ascend_cache` packages them), and the packages loaded.
         self.record_signatures = False
         self.signatures: dict[str, list[tuple[Any, Any]]] = {}  # class name -> [(CallSignature, weakref to a block)]
@@ -185,8 +185,9 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg, la
     `lazy`: make the dynamo wrapper at the first call that needs it (block packages were loaded,
     which may take every call: the wrapper's imports, ~0.2 s, are then never paid)."""
     from .compilation._compat import TorchCompatError
-    from .compilation.aot_blocks import MISS
     from .compilation.backend import describe_failure, graph_label, root_cause
+    from .warm_start import MISS
+    from .warm_start import plain_call as _plain_call
 
     def make():
         # One dynamo wrapper per module and backend, kept across enable/disable (`_Backends`):
@@ -294,29 +295,10 @@ def _compile_disabling_hooks(module: torch.nn.Module) -> list:
     return [h for h in hooks.values() if getattr(getattr(type(h), "new_forward", None), "_torchdynamo_disable", False)]
 
 
-def _plain_call(module: torch.nn.Module) -> bool:
-    """Whether calling `module` is exactly calling its class's ``forward``: no module hooks and no
-    instance ``forward`` (a diffusers hook registry or offloading wrapper): a package runs only then."""
-    from torch.nn.modules import module as nn_module
-
-    return not (module._forward_pre_hooks or module._forward_hooks or "forward" in module.__dict__
-                or nn_module._global_forward_pre_hooks or nn_module._global_forward_hooks)
-
-
 def _record_signature(state: _State, label: str, module: torch.nn.Module, args, kwargs) -> None:
-    """Keeps the signature of an inference call of block class `label` that compiled a graph (a
-    first call, or a recompilation for other shapes or strides), for the packages
-    `save_ascend_cache` builds. Calls that need gradients or hold other leaf types are skipped."""
-    from .compilation.aot_blocks import CallSignature
+    from .warm_start import record_signature
 
-    if not _plain_call(module):
-        return
-    if torch.is_grad_enabled() and any(p.requires_grad for p in module.parameters()):
-        return
-    sig = CallSignature.of(args, kwargs, training=module.training)
-    recorded = state.signatures.setdefault(label, [])
-    if sig is not None and all(sig != s for s, _ in recorded):
-        recorded.append((sig, weakref.ref(module)))
+    record_signature(state.signatures, label, module, args, kwargs)
 
 
 def _runs_ring(model) -> bool:
@@ -429,31 +411,17 @@ def _enable_model(model, cfg, name: str = "", verify: bool = True, lazy_compile:
     model.register_to_config(**{ASCEND_CONFIG_KEY: cfg.to_dict()})
 
 
-def _install_packages(models, blocks, caches) -> None:
-    """Puts each loaded block package (`load_ascend_cache`'s ``"blocks"``) in front of the compiled
-    path of its model's block class, and lists it in the model's report; the backends hand the
-    loaded torch caches over (if not yet done) before their first compile."""
-    by_name = dict(models)
-    for _, model in models:
-        state = getattr(model, "_ascend_state", None)
-        if state is not None and state.backend is not None:
-            state.backend.deferred_caches = caches
-    for entry in blocks:
-        model = by_name.get(entry["model"])
-        state = getattr(model, "_ascend_state", None)
-        if state is None or state.backend is None:
-            continue
-        block = entry["block"]
-        state.aot_blocks.setdefault(entry["class"], []).append(block)
-        # Saving again from this process packages this signature again (from a block of the class).
-        instance = next((m for m in state.compiled if type(m).__name__ == entry["class"]), None)
-        recorded = state.signatures.setdefault(entry["class"], [])
-        if instance is not None and state.record_signatures and all(block.signature != s for s, _ in recorded):
-            recorded.append((block.signature, weakref.ref(instance)))
-        if any(g.get("package") == entry["file"] and g["name"] == f"{entry['class']}:aoti" for g in state.backend.report.graphs):
-            continue  # a backend reused from an earlier enable (`_Backends`) lists it already
-        state.backend.report.add_graph(f"{entry['class']}:aoti", entry["matches"], entry["ops_before"], entry["ops_after"],
-                                       executor="aoti", package=entry["file"], training=False, dynamic=False)
+def _enabled(pipe_or_model) -> list:
+    """The enabled models of `pipe_or_model` as the enable path hands them to warm start."""
+    from .warm_start import EnabledModel
+
+    out = []
+    for name, model in _models(pipe_or_model):
+        s = getattr(model, "_ascend_state", None)
+        if s is not None:
+            out.append(EnabledModel(name, model, s.config, s.backend, s.compiled, s.record_signatures,
+                                    s.signatures, s.aot_blocks, s.packages_passed_on))
+    return out
 
 
 def _disable_model(model) -> None:
@@ -527,12 +495,10 @@ def enable_ascend_compile(pipe_or_model, config=None, *, cache=None, trust_remot
                     "`_repeated_blocks`: use compile='model' or compile='none'."
                 )
     loaded = None
-    from .cache import trusted_opt_in
+    from .warm_start import install_packages, load_ascend_cache, trusted_opt_in
 
     trusted_opt_in(trust_remote_artifacts)  # only the bool True opts in, with or without `cache`
     if cache is not None:  # validated (and refused, for a remote source without opt-in) before anything changes
-        from .cache import load_ascend_cache
-
         loaded = load_ascend_cache(cache, cfg, trust_remote_artifacts=trust_remote_artifacts)
     # Artifacts that match this process were built by these passes on this torch, which verified
     # them there: pattern registration (seconds) waits for the first graph that is not in them.
@@ -546,7 +512,7 @@ def enable_ascend_compile(pipe_or_model, config=None, *, cache=None, trust_remot
         for name, model in models:
             _enable_model(model, cfg, name, verify=verify, lazy_compile=bool(loaded and loaded["blocks"]))
         if loaded:
-            _install_packages(models, loaded["blocks"], loaded["caches"])
+            install_packages(_enabled(pipe_or_model), loaded["blocks"], loaded["caches"])
         if _is_pipeline(pipe_or_model):
             pipe_or_model._ascend_config_obj = cfg
             pipe_or_model.register_to_config(**{ASCEND_CONFIG_KEY: cfg.to_dict()})
@@ -570,10 +536,18 @@ def save_ascend_cache(pipe_or_model, save_directory):
 
     Args:
         pipe_or_model: enabled with ``executor="inductor"``, and called at least once.
-        save_directory: a local directory (created if missing).
+        save_directory: a local directory (created if missing), replaced whole by the new cache;
+            plain files in it that are not the cache's (a model's ``save_pretrained`` output) are
+            carried over, a subdirectory is refused.
 
     Returns:
-        The manifest written (see `diffusers_ascend.cache`).
+        The manifest written (see `diffusers_ascend.warm_start`).
+
+    Raises:
+        ValueError: `pipe_or_model` is not enabled, has compiled nothing yet, uses the eager
+            executor, torch has no portable compile cache (2.6), or `save_directory` is a file or
+            holds a subdirectory (checked before anything is compiled). Nothing is written then.
+        OSError: writing failed (the previous cache at `save_directory` is left as it was).
 
     >>> import diffusers_ascend, tempfile
     >>> from diffusers_ascend.tiny import tiny_flux_transformer
@@ -583,9 +557,29 @@ def save_ascend_cache(pipe_or_model, save_directory):
     ...
     ValueError: FluxTransformer2DModel is not enabled: call enable_ascend_compile(..., executor='inductor') first.
     """
-    from .cache import save_ascend_cache as save
+    from .warm_start import save_cache
 
-    return save(pipe_or_model, save_directory)
+    return save_cache(_enabled(pipe_or_model), save_directory, owner=type(pipe_or_model).__name__)
+
+
+def package_counters(pipe_or_model) -> dict[str, int]:
+    """Block packages loaded into an enabled pipeline or model (a warm start), the calls they ran,
+    and the calls of a packaged block class that no package took (another signature, gradients,
+    hooks), which went to the compiled path.
+
+    Args:
+        pipe_or_model: a `DiffusionPipeline` or a diffusers `ModelMixin`.
+
+    Returns:
+        ``{"packages": int, "calls": int, "passed_on": int}`` (zeros when none was loaded).
+
+    >>> from diffusers_ascend.tiny import tiny_flux_transformer
+    >>> package_counters(tiny_flux_transformer())
+    {'packages': 0, 'calls': 0, 'passed_on': 0}
+    """
+    from .warm_start import count_packages
+
+    return count_packages(_enabled(pipe_or_model))
 
 
 def _current_config(pipe_or_model):

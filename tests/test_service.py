@@ -111,7 +111,7 @@ _PACKAGE_THREADS = textwrap.dedent(
     """
     import faulthandler, json, sys, threading, time
     import torch
-    from diffusers_ascend.compilation.aot_blocks import AotBlock, CallSignature, build_package
+    from diffusers_ascend.warm_start.packages import AotBlock, CallSignature, build_package
     from diffusers_ascend.compilation.passes.manager import FusionPassManager
 
     class Block(torch.nn.Module):  # calls our custom op (rms_norm) from inside the package
@@ -233,7 +233,7 @@ _SERVICE = textwrap.dedent(
     import torch
     import diffusers_ascend
     from diffusers import FluxPipeline
-    from diffusers_ascend.cache import package_counters
+    from diffusers_ascend.mixin import package_counters
     from diffusers_ascend.tiny import flux_pipeline_inputs, tiny_flux_pipeline
 
     mode, art = sys.argv[1:3]

@@ -496,7 +496,7 @@ def fresh_inductor_cache():
     return fresh()
 
 
-# -- warm start: torch's portable compile caches (diffusers_ascend.cache) -------------------------
+# -- warm start: torch's portable compile caches (diffusers_ascend.warm_start) --------------------
 def cache_artifacts_api() -> tuple[Callable, Callable] | None:
     """``(save_cache_artifacts, load_cache_artifacts)``: Inductor's portable "mega-cache", public
     since 2.7; None on 2.6."""
