@@ -186,15 +186,16 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg, la
     which may take every call: the wrapper's imports, ~0.2 s, are then never paid)."""
     from .compilation._compat import TorchCompatError
     from .compilation.aot_blocks import MISS
-    from .compilation.backend import describe_failure, graph_label, root_cause
+    from .compilation.backend import compiled_graphs, graph_label, root_cause
 
     def make():
         # One dynamo wrapper per module and backend, kept across enable/disable (`_Backends`):
         # dynamo keeps every wrapper it is handed (``cached_backends``) until torch.compiler.reset().
-        made = state.wrappers.get(id(module))
-        if made is None or made[0] is not module:
-            made = state.wrappers[id(module)] = (module, torch.compile(
-                module._call_impl, backend=state.backend, dynamic=cfg.dynamic, fullgraph=cfg.fullgraph))
+        with _BOOKKEEPING:
+            made = state.wrappers.get(id(module))
+            if made is None or made[0] is not module:
+                made = state.wrappers[id(module)] = (module, torch.compile(
+                    module._call_impl, backend=state.backend, dynamic=cfg.dynamic, fullgraph=cfg.fullgraph))
         return made[1]
 
     wrapper = [None if lazy else make()]
@@ -216,7 +217,8 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg, la
                         return out
             state.packages_passed_on += 1
         token = graph_label.set(label)
-        first_graph = len(state.backend.report.graphs)  # graphs compiled from here on belong to this call
+        compiled = []
+        sink = compiled_graphs.set(compiled)  # the report entries of the graphs this call compiles
         try:
             if wrapper[0] is None:
                 wrapper[0] = make()
@@ -231,25 +233,48 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg, la
             # Eager first: if the module fails there too, the error is the model's own (bad
             # inputs, ...) and propagates as without compilation; the block stays compiled.
             out = module._call_impl(*args, **kwargs)
-            reason = describe_failure(e)
-            warnings.warn(f"diffusers_ascend: {name or type(module).__name__} failed to compile, running eager ({reason})")
-            # The graphs compiled for this call never run: stop counting their matches.
-            lost = state.backend.report.discard_graphs(first_graph)
-            entry = {"module": name or type(module).__name__, "reason": reason}
-            if lost:
-                entry["lost"] = lost
-            state.fallbacks.append(entry)
-            module._compiled_call_impl = None
+            _fall_back(module, name, state, call, e, compiled)
             return out
         finally:
+            compiled_graphs.reset(sink)
             graph_label.reset(token)
-        if state.record_signatures and len(state.backend.report.graphs) > first_graph:
+        if state.record_signatures and compiled:
             _record_signature(state, label, module, args, kwargs)  # this call compiled a graph
         return out
 
     call._ascend_state = state  # marks it ours (see `_foreign_compiles`)
     module._compiled_call_impl = call
     state.compiled.append(module)
+
+
+# Guards what calls from several threads share: a module's dynamo wrapper made at its first call,
+# and a block's fallback (its report entry, the graphs it discards). Never held while compiling.
+_BOOKKEEPING = threading.Lock()
+
+
+def _fall_back(module: torch.nn.Module, name: str, state: _State, call, error: Exception, graphs: list) -> None:
+    """`module` runs eager from now on: one warning and one report entry, whichever of the threads
+    whose calls failed at the same time comes first; `graphs` (those the failing call compiled)
+    never run, so their matches stop counting."""
+    from .compilation.backend import describe_failure
+
+    reason = describe_failure(error)
+    where = name or type(module).__name__
+    with _BOOKKEEPING:
+        lost = state.backend.report.discard_graphs(graphs)
+        first = module._compiled_call_impl is call
+        if first:
+            module._compiled_call_impl = None
+            entry = {"module": where, "reason": reason}
+            state.fallbacks.append(entry)
+        else:  # another thread's call of this module failed first and recorded it
+            entry = next((fb for fb in reversed(state.fallbacks) if fb["module"] == where), {})
+        if lost:
+            merged = entry.setdefault("lost", {})
+            for fusion, n in lost.items():
+                merged[fusion] = merged.get(fusion, 0) + n
+    if first:
+        warnings.warn(f"diffusers_ascend: {where} failed to compile, running eager ({reason})")
 
 
 def _foreign_compiles(model: torch.nn.Module, name: str, state: _State) -> None:
