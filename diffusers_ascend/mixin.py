@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import sys
 import threading
 import warnings
 import weakref
@@ -110,16 +111,37 @@ def _is_pipeline(obj) -> bool:
 
 
 def _models(obj) -> list[tuple[str, torch.nn.Module]]:
-    """The models of `obj` that have an adapter: the model itself, or a pipeline's transformers."""
+    """The models of `obj` that have an adapter: the model itself, or a pipeline's transformers;
+    each without torch.compile's wrapper (see `_outer_compiled`)."""
     from .adapters import adapter_for
 
     if not _is_pipeline(obj):
-        return [("", obj)]
+        return [("", _unwrapped(obj))]
     out = []
     for name, comp in obj.components.items():
+        comp = _unwrapped(comp)
         if isinstance(comp, torch.nn.Module) and adapter_for(comp) is not None:
             out.append((name, comp))
     return out
+
+
+def _unwrapped(obj):
+    """`obj` without the ``OptimizedModule``s that ``torch.compile(module)`` wraps it in."""
+    if "torch._dynamo" not in sys.modules:  # nothing was compiled: no wrapper exists
+        return obj
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    while isinstance(obj, OptimizedModule):
+        obj = obj._orig_mod
+    return obj
+
+
+def _outer_compiled(obj) -> set[str]:
+    """The names (as in `_models`) of the models that `obj` holds inside a ``torch.compile(module)``
+    wrapper: ``pipe.transformer = torch.compile(pipe.transformer)``, or `obj` itself (``""``)."""
+    if _is_pipeline(obj):
+        return {name for name, comp in obj.components.items() if _unwrapped(comp) is not comp}
+    return {""} if _unwrapped(obj) is not obj else set()
 
 
 def _set_config_key(obj, value) -> None:
@@ -277,13 +299,20 @@ def _fall_back(module: torch.nn.Module, name: str, state: _State, call, error: E
         warnings.warn(f"diffusers_ascend: {where} failed to compile, running eager ({reason})")
 
 
-def _foreign_compiles(model: torch.nn.Module, name: str, state: _State) -> None:
+def _foreign_compiles(model: torch.nn.Module, name: str, state: _State, outer: bool = False) -> None:
     """Records (once, with a warning) what keeps our compiled blocks from running: a
     ``torch.compile`` the user applied after enabling (``Module.compile()`` /
     ``compile_repeated_blocks()`` on a block replaces its compiled call; on the whole model, under
     ``compile="blocks"``, dynamo traces the blocks into the model's graph with the user's backend),
-    or a diffusers hook that runs the block with dynamo disabled (MagCache)."""
+    the same traced from outside (`outer`: the model runs inside a ``torch.compile(model)``
+    wrapper, before or after enabling), or a diffusers hook that runs the block with dynamo
+    disabled (MagCache)."""
     found = []
+    if outer and state.config.compile != "none":
+        found.append((name or type(model).__name__, "it runs inside a torch.compile(model) wrapper (OptimizedModule), "
+                      "whose dynamo traces our compiled blocks into its own graph: our backend compiles nothing (no "
+                      "graph fusions; layer swaps and attention still apply). Call the unwrapped model (e.g. "
+                      "pipe.transformer = pipe.transformer._orig_mod), with compile='model' for one graph per model"))
     if state.config.compile == "blocks" and model._compiled_call_impl is not None:
         found.append((name or type(model).__name__, "the whole model was compiled by another torch.compile (Module.compile()): "
                       "its backend traces every block, ours never runs; for one compiled graph per model use "
@@ -567,9 +596,12 @@ def enable_ascend_compile(pipe_or_model, config=None, *, cache=None, trust_remot
         probe.ensure_verified()
     previous = _current_config(pipe_or_model)
     disable_ascend_compile(pipe_or_model)
+    outer = _outer_compiled(pipe_or_model)
     try:
         for name, model in models:
             _enable_model(model, cfg, name, verify=verify, lazy_compile=bool(loaded and loaded["blocks"]))
+            if name in outer:
+                _foreign_compiles(model, name, model._ascend_state, outer=True)
         if loaded:
             _install_packages(models, loaded["blocks"], loaded["caches"])
         if _is_pipeline(pipe_or_model):
@@ -654,12 +686,13 @@ def ascend_report(pipe_or_model):
     from .compilation import FusionReport
 
     reports = []
+    outer = _outer_compiled(pipe_or_model)
     for name, model in _models(pipe_or_model):
         state = getattr(model, "_ascend_state", None)
         if state is None:
             continue
         rep = FusionReport.merge([state.backend.report]) if state.backend is not None else FusionReport()
-        _foreign_compiles(model, name, state)
+        _foreign_compiles(model, name, state, outer=name in outer)
         for fb in state.fallbacks:
             rep.add_fallback(fb["module"], fb["reason"], fb.get("lost"))
         rep.record_swaps(state.swaps)

@@ -275,3 +275,32 @@ def test_mag_cache_keeps_blocks_from_our_compile_and_says_so(order):
         report = pipe.ascend_report()
     assert len(report.graphs) == 0
     assert [fb["module"] for fb in report.to_dict()["fallbacks"]] == ["transformer.<FluxTransformerBlock>"]
+
+
+@pytest.mark.parametrize("order", ["before", "after"])
+def test_an_outer_torch_compile_of_the_model_is_reported(order):
+    """``pipe.transformer = torch.compile(pipe.transformer)``: that dynamo traces through our
+    compiled blocks with its own backend, so ours compiles no graph; the report used to say
+    nothing (after) or miss the model (before)."""
+    pipe = tiny_flux_pipeline()
+    ref = _run(pipe)
+    needle = r"runs inside a torch.compile\(model\) wrapper"
+    if order == "before":
+        pipe.transformer = torch.compile(pipe.transformer, backend="eager")
+        with pytest.warns(UserWarning, match=needle):
+            pipe.enable_ascend_compile(**FAST)
+    else:
+        pipe.enable_ascend_compile(**FAST)
+        pipe.transformer = torch.compile(pipe.transformer, backend="eager")
+    with pytest.warns(UserWarning, match=needle) if order == "after" else contextlib.nullcontext():
+        out = _run(pipe)
+        report = pipe.ascend_report()
+    assert_close(out, ref, dtype=torch.float32)
+    assert report.graphs_compiled == 0  # our backend never ran
+    assert [fb["module"] for fb in report.to_dict()["fallbacks"]] == ["transformer"]
+    assert report.swaps == {"rope": 2, "rms_norm": 6, "gelu_tanh": 3}  # they run inside the outer graph
+    pipe.transformer = pipe.transformer._orig_mod  # unwrapped: our backend compiles the blocks
+    assert_close(_run(pipe), ref, dtype=torch.float32)
+    assert pipe.ascend_report().graphs_compiled == 2
+    pipe.disable_ascend_compile()
+    assert not hasattr(pipe.transformer, "_ascend_state")
