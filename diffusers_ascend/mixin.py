@@ -306,7 +306,9 @@ def _foreign_compiles(model: torch.nn.Module, name: str, state: _State, outer: b
     ``compile="blocks"``, dynamo traces the blocks into the model's graph with the user's backend),
     the same traced from outside (`outer`: the model runs inside a ``torch.compile(model)``
     wrapper, before or after enabling), or a diffusers hook that runs the block with dynamo
-    disabled (MagCache)."""
+    disabled (MagCache), or a method of a swapped class patched after enabling (`layers._patched`)."""
+    from .layers import _patched
+
     found = []
     if outer and state.config.compile != "none":
         found.append((name or type(model).__name__, "it runs inside a torch.compile(model) wrapper (OptimizedModule), "
@@ -326,6 +328,16 @@ def _foreign_compiles(model: torch.nn.Module, name: str, state: _State, outer: b
                       f"{len({id(m) for m, _ in hooked})} compiled block(s) run eager: diffusers' "
                       f"{type(hooked[0][1]).__name__} wraps their forward in torch.compiler.disable, so dynamo never "
                       "compiles them (no graph, no fusion); remove the hook (e.g. disable_cache()) to get them back"))
+    patched: dict[tuple[type, type], list] = {}
+    for obj, cls in state.swapped:
+        patched.setdefault((cls, type(obj)), []).append(obj)
+    for (cls, fused), objs in patched.items():
+        patch = _patched(cls, fused)
+        if patch is not None:
+            found.append((f"{name + '.' if name else ''}<{cls.__name__}>",
+                          f"{len(objs)} {cls.__name__} object(s) run our {fused.__name__}, which replaces {patch}, patched "
+                          "in after enabling (e.g. cache-dit's async Ulysses): that code never runs on them; enable "
+                          "again to keep it (the swap is then left out)"))
     if replaced:
         found.append((f"{name + '.' if name else ''}<{type(replaced[0]).__name__}>",
                       f"{len(replaced)} compiled block(s) were compiled again after enabling (Module.compile() or "
@@ -371,6 +383,28 @@ def _record_signature(state: _State, label: str, module: torch.nn.Module, args, 
     recorded = state.signatures.setdefault(label, [])
     if sig is not None and all(sig != s for s, _ in recorded):
         recorded.append((sig, weakref.ref(module)))
+
+
+def _foreign_processors(model, adapter, fusions, swapped, skipped) -> list[tuple[str, str, str, str]]:
+    """The attention processors left unswapped that a processor swap of `adapter` was written for
+    (the module's default processor class is the swap's source), as `apply_swaps`' ``skipped``
+    entries: another class there (the user's, cache-dit's) is kept, and its code runs unfused."""
+    if adapter is None:
+        return []
+    swaps = [s for s in adapter.swaps if s.fusion in fusions and not issubclass(s.target(), torch.nn.Module)]
+    done = {id(obj) for obj, _ in swapped}
+    reported = {n for _, n, _, _ in skipped}
+    out = []
+    for n, module in model.named_modules():
+        proc = module.__dict__.get("processor")
+        default = getattr(module, "_default_processor_cls", None)
+        swap = next((s for s in swaps if getattr(default, "__name__", None) == s.source), None)
+        if swap is None or proc is None or id(proc) in done or f"{n}.processor" in reported:
+            continue
+        cls = type(proc)
+        out.append((swap.fusion, f"{n}.processor", cls.__name__,
+                    f"{cls.__module__}.{cls.__qualname__} is not diffusers' {swap.source}, which the swap replaces"))
+    return out
 
 
 def _runs_ring(model) -> bool:
@@ -439,14 +473,19 @@ def _enable_model(model, cfg, name: str = "", verify: bool = True, lazy_compile:
     state.record_signatures = (cfg.compile == "blocks" and backend.executor == "inductor"
                                and backend.graph_capture is None and not cfg.freezing)
     model._ascend_state = state
-    unswapped: list[tuple[str, str, str]] = []
+    unswapped: list[tuple[str, str, str, str | None]] = []
     state.swapped, state.swaps = apply_swaps(model, cfg.resolved_fusions(), skipped=unswapped)
-    for fusion in dict.fromkeys(f for f, _, _ in unswapped):
-        mods = [(n, c) for f, n, c in unswapped if f == fusion]
-        reason = (f"{len(mods)} {mods[0][1]} module(s) not fused by {fusion!r} (first: {mods[0][0] or '<root>'}): their "
-                  "`forward` is an instance attribute (a hook applied before enabling, e.g. leaf-level group "
-                  "offloading) that calls the original class's forward. Apply the hook after enable_ascend_compile, "
-                  "or use block-level offloading.")
+    unswapped += _foreign_processors(model, adapter, cfg.resolved_fusions(), state.swapped, unswapped)
+    for fusion, patch in dict.fromkeys((f, p) for f, _, _, p in unswapped):
+        mods = [(n, c) for f, n, c, p in unswapped if f == fusion and p == patch]
+        if patch is None:
+            reason = (f"{len(mods)} {mods[0][1]} module(s) not fused by {fusion!r} (first: {mods[0][0] or '<root>'}): their "
+                      "`forward` is an instance attribute (a hook applied before enabling, e.g. leaf-level group "
+                      "offloading) that calls the original class's forward. Apply the hook after enable_ascend_compile, "
+                      "or use block-level offloading.")
+        else:
+            reason = (f"{len(mods)} {mods[0][1]} object(s) kept, not fused by the {fusion!r} swap (first: "
+                      f"{mods[0][0] or '<root>'}): {patch}; the fused class would replace that code")
         warnings.warn(f"diffusers_ascend: {name or type(model).__name__}: {reason}")
         state.fallbacks.append({"module": f"{name + '.' if name else ''}<{fusion} swaps>", "reason": reason,
                                 "lost": {fusion: len(mods)}})
