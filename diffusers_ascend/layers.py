@@ -219,12 +219,10 @@ def apply_swaps(model: torch.nn.Module, fusions: Iterable[str],
         model: a diffusers model or block (every submodule and attention processor is considered).
         fusions: the resolved fusion names (``AscendConfig.resolved_fusions()``).
         skipped: if a list, gets ``(fusion, name, class name, patch)`` for each object left
-            unswapped because a swap would be counted and never run: its ``forward`` is an
-            instance attribute (``patch`` None: a diffusers hook, e.g. leaf-level group
-            offloading, applied before, that calls the original class's ``forward``), or a method
-            the fused class overrides was patched into the class from elsewhere (``patch`` says
-            which: cache-dit's async Ulysses patches ``FluxAttnProcessor.__call__``), which the
-            fused class would silently bypass.
+            unswapped because its swap would be counted and never run: an instance ``forward``
+            (``patch`` None; a hook such as leaf-level group offloading calls the original
+            class's forward), or a method the fused class overrides was patched in from another
+            file (``patch`` says which, e.g. cache-dit's async Ulysses ``__call__``).
 
     Returns:
         ``(undo, counts)``: the list of ``(object, original class)`` that `restore_swaps` takes, and
