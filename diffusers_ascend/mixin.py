@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import sys
 import threading
 import warnings
 import weakref
@@ -110,16 +111,37 @@ def _is_pipeline(obj) -> bool:
 
 
 def _models(obj) -> list[tuple[str, torch.nn.Module]]:
-    """The models of `obj` that have an adapter: the model itself, or a pipeline's transformers."""
+    """The models of `obj` that have an adapter: the model itself, or a pipeline's transformers;
+    each without torch.compile's wrapper (see `_outer_compiled`)."""
     from .adapters import adapter_for
 
     if not _is_pipeline(obj):
-        return [("", obj)]
+        return [("", _unwrapped(obj))]
     out = []
     for name, comp in obj.components.items():
+        comp = _unwrapped(comp)
         if isinstance(comp, torch.nn.Module) and adapter_for(comp) is not None:
             out.append((name, comp))
     return out
+
+
+def _unwrapped(obj):
+    """`obj` without the ``OptimizedModule``s that ``torch.compile(module)`` wraps it in."""
+    if "torch._dynamo" not in sys.modules:  # nothing was compiled: no wrapper exists
+        return obj
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    while isinstance(obj, OptimizedModule):
+        obj = obj._orig_mod
+    return obj
+
+
+def _outer_compiled(obj) -> set[str]:
+    """The names (as in `_models`) of the models that `obj` holds inside a ``torch.compile(module)``
+    wrapper: ``pipe.transformer = torch.compile(pipe.transformer)``, or `obj` itself (``""``)."""
+    if _is_pipeline(obj):
+        return {name for name, comp in obj.components.items() if _unwrapped(comp) is not comp}
+    return {""} if _unwrapped(obj) is not obj else set()
 
 
 def _set_config_key(obj, value) -> None:
@@ -185,17 +207,18 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg, la
     `lazy`: make the dynamo wrapper at the first call that needs it (block packages were loaded,
     which may take every call: the wrapper's imports, ~0.2 s, are then never paid)."""
     from .compilation._compat import TorchCompatError
-    from .compilation.backend import describe_failure, graph_label, root_cause
+    from .compilation.backend import compiled_graphs, graph_label, root_cause
     from .warm_start import MISS
     from .warm_start import plain_call as _plain_call
 
     def make():
         # One dynamo wrapper per module and backend, kept across enable/disable (`_Backends`):
         # dynamo keeps every wrapper it is handed (``cached_backends``) until torch.compiler.reset().
-        made = state.wrappers.get(id(module))
-        if made is None or made[0] is not module:
-            made = state.wrappers[id(module)] = (module, torch.compile(
-                module._call_impl, backend=state.backend, dynamic=cfg.dynamic, fullgraph=cfg.fullgraph))
+        with _BOOKKEEPING:
+            made = state.wrappers.get(id(module))
+            if made is None or made[0] is not module:
+                made = state.wrappers[id(module)] = (module, torch.compile(
+                    module._call_impl, backend=state.backend, dynamic=cfg.dynamic, fullgraph=cfg.fullgraph))
         return made[1]
 
     wrapper = [None if lazy else make()]
@@ -217,7 +240,8 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg, la
                         return out
             state.packages_passed_on += 1
         token = graph_label.set(label)
-        first_graph = len(state.backend.report.graphs)  # graphs compiled from here on belong to this call
+        compiled = []
+        sink = compiled_graphs.set(compiled)  # the report entries of the graphs this call compiles
         try:
             if wrapper[0] is None:
                 wrapper[0] = make()
@@ -232,19 +256,12 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg, la
             # Eager first: if the module fails there too, the error is the model's own (bad
             # inputs, ...) and propagates as without compilation; the block stays compiled.
             out = module._call_impl(*args, **kwargs)
-            reason = describe_failure(e)
-            warnings.warn(f"diffusers_ascend: {name or type(module).__name__} failed to compile, running eager ({reason})")
-            # The graphs compiled for this call never run: stop counting their matches.
-            lost = state.backend.report.discard_graphs(first_graph)
-            entry = {"module": name or type(module).__name__, "reason": reason}
-            if lost:
-                entry["lost"] = lost
-            state.fallbacks.append(entry)
-            module._compiled_call_impl = None
+            _fall_back(module, name, state, call, e, compiled)
             return out
         finally:
+            compiled_graphs.reset(sink)
             graph_label.reset(token)
-        if state.record_signatures and len(state.backend.report.graphs) > first_graph:
+        if state.record_signatures and compiled:
             _record_signature(state, label, module, args, kwargs)  # this call compiled a graph
         return out
 
@@ -253,13 +270,52 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg, la
     state.compiled.append(module)
 
 
-def _foreign_compiles(model: torch.nn.Module, name: str, state: _State) -> None:
+# Guards what calls from several threads share: a module's dynamo wrapper made at its first call,
+# and a block's fallback (its report entry, the graphs it discards). Never held while compiling.
+_BOOKKEEPING = threading.Lock()
+
+
+def _fall_back(module: torch.nn.Module, name: str, state: _State, call, error: Exception, graphs: list) -> None:
+    """`module` runs eager from now on: one warning and one report entry, whichever of the threads
+    whose calls failed at the same time comes first; `graphs` (those the failing call compiled)
+    never run, so their matches stop counting."""
+    from .compilation.backend import describe_failure
+
+    reason = describe_failure(error)
+    where = name or type(module).__name__
+    with _BOOKKEEPING:
+        lost = state.backend.report.discard_graphs(graphs)
+        first = module._compiled_call_impl is call
+        if first:
+            module._compiled_call_impl = None
+            entry = {"module": where, "reason": reason}
+            state.fallbacks.append(entry)
+        else:  # another thread's call of this module failed first and recorded it
+            entry = next((fb for fb in reversed(state.fallbacks) if fb["module"] == where), {})
+        if lost:
+            merged = entry.setdefault("lost", {})
+            for fusion, n in lost.items():
+                merged[fusion] = merged.get(fusion, 0) + n
+    if first:
+        warnings.warn(f"diffusers_ascend: {where} failed to compile, running eager ({reason})")
+
+
+def _foreign_compiles(model: torch.nn.Module, name: str, state: _State, outer: bool = False) -> None:
     """Records (once, with a warning) what keeps our compiled blocks from running: a
     ``torch.compile`` the user applied after enabling (``Module.compile()`` /
     ``compile_repeated_blocks()`` on a block replaces its compiled call; on the whole model, under
     ``compile="blocks"``, dynamo traces the blocks into the model's graph with the user's backend),
-    or a diffusers hook that runs the block with dynamo disabled (MagCache)."""
+    the same traced from outside (`outer`: the model runs inside a ``torch.compile(model)``
+    wrapper, before or after enabling), or a diffusers hook that runs the block with dynamo
+    disabled (MagCache), or a method of a swapped class patched after enabling (`layers._patched`)."""
+    from .layers import _patched
+
     found = []
+    if outer and state.config.compile != "none":
+        found.append((name or type(model).__name__, "it runs inside a torch.compile(model) wrapper (OptimizedModule), "
+                      "whose dynamo traces our compiled blocks into its own graph: our backend compiles nothing (no "
+                      "graph fusions; layer swaps and attention still apply). Call the unwrapped model (e.g. "
+                      "pipe.transformer = pipe.transformer._orig_mod), with compile='model' for one graph per model"))
     if state.config.compile == "blocks" and model._compiled_call_impl is not None:
         found.append((name or type(model).__name__, "the whole model was compiled by another torch.compile (Module.compile()): "
                       "its backend traces every block, ours never runs; for one compiled graph per model use "
@@ -273,6 +329,16 @@ def _foreign_compiles(model: torch.nn.Module, name: str, state: _State) -> None:
                       f"{len({id(m) for m, _ in hooked})} compiled block(s) run eager: diffusers' "
                       f"{type(hooked[0][1]).__name__} wraps their forward in torch.compiler.disable, so dynamo never "
                       "compiles them (no graph, no fusion); remove the hook (e.g. disable_cache()) to get them back"))
+    patched: dict[tuple[type, type], list] = {}
+    for obj, cls in state.swapped:
+        patched.setdefault((cls, type(obj)), []).append(obj)
+    for (cls, fused), objs in patched.items():
+        patch = _patched(cls, fused)
+        if patch is not None:
+            found.append((f"{name + '.' if name else ''}<{cls.__name__}>",
+                          f"{len(objs)} {cls.__name__} object(s) run our {fused.__name__}, which replaces {patch}, patched "
+                          "in after enabling (e.g. cache-dit's async Ulysses): that code never runs on them; enable "
+                          "again to keep it (the swap is then left out)"))
     if replaced:
         found.append((f"{name + '.' if name else ''}<{type(replaced[0]).__name__}>",
                       f"{len(replaced)} compiled block(s) were compiled again after enabling (Module.compile() or "
@@ -299,6 +365,28 @@ def _record_signature(state: _State, label: str, module: torch.nn.Module, args, 
     from .warm_start import record_signature
 
     record_signature(state.signatures, label, module, args, kwargs)
+
+
+def _foreign_processors(model, adapter, fusions, swapped, skipped) -> list[tuple[str, str, str, str]]:
+    """The attention processors left unswapped that a processor swap of `adapter` was written for
+    (the module's default processor class is the swap's source), as `apply_swaps`' ``skipped``
+    entries: another class there (the user's, cache-dit's) is kept, and its code runs unfused."""
+    if adapter is None:
+        return []
+    swaps = [s for s in adapter.swaps if s.fusion in fusions and not issubclass(s.target(), torch.nn.Module)]
+    done = {id(obj) for obj, _ in swapped}
+    reported = {n for _, n, _, _ in skipped}
+    out = []
+    for n, module in model.named_modules():
+        proc = module.__dict__.get("processor")
+        default = getattr(module, "_default_processor_cls", None)
+        swap = next((s for s in swaps if getattr(default, "__name__", None) == s.source), None)
+        if swap is None or proc is None or id(proc) in done or f"{n}.processor" in reported:
+            continue
+        cls = type(proc)
+        out.append((swap.fusion, f"{n}.processor", cls.__name__,
+                    f"{cls.__module__}.{cls.__qualname__} is not diffusers' {swap.source}, which the swap replaces"))
+    return out
 
 
 def _runs_ring(model) -> bool:
@@ -367,14 +455,19 @@ def _enable_model(model, cfg, name: str = "", verify: bool = True, lazy_compile:
     state.record_signatures = (cfg.compile == "blocks" and backend.executor == "inductor"
                                and backend.graph_capture is None and not cfg.freezing)
     model._ascend_state = state
-    unswapped: list[tuple[str, str, str]] = []
+    unswapped: list[tuple[str, str, str, str | None]] = []
     state.swapped, state.swaps = apply_swaps(model, cfg.resolved_fusions(), skipped=unswapped)
-    for fusion in dict.fromkeys(f for f, _, _ in unswapped):
-        mods = [(n, c) for f, n, c in unswapped if f == fusion]
-        reason = (f"{len(mods)} {mods[0][1]} module(s) not fused by {fusion!r} (first: {mods[0][0] or '<root>'}): their "
-                  "`forward` is an instance attribute (a hook applied before enabling, e.g. leaf-level group "
-                  "offloading) that calls the original class's forward. Apply the hook after enable_ascend_compile, "
-                  "or use block-level offloading.")
+    unswapped += _foreign_processors(model, adapter, cfg.resolved_fusions(), state.swapped, unswapped)
+    for fusion, patch in dict.fromkeys((f, p) for f, _, _, p in unswapped):
+        mods = [(n, c) for f, n, c, p in unswapped if f == fusion and p == patch]
+        if patch is None:
+            reason = (f"{len(mods)} {mods[0][1]} module(s) not fused by {fusion!r} (first: {mods[0][0] or '<root>'}): their "
+                      "`forward` is an instance attribute (a hook applied before enabling, e.g. leaf-level group "
+                      "offloading) that calls the original class's forward. Apply the hook after enable_ascend_compile, "
+                      "or use block-level offloading.")
+        else:
+            reason = (f"{len(mods)} {mods[0][1]} object(s) kept, not fused by the {fusion!r} swap (first: "
+                      f"{mods[0][0] or '<root>'}): {patch}; the fused class would replace that code")
         warnings.warn(f"diffusers_ascend: {name or type(model).__name__}: {reason}")
         state.fallbacks.append({"module": f"{name + '.' if name else ''}<{fusion} swaps>", "reason": reason,
                                 "lost": {fusion: len(mods)}})
@@ -508,9 +601,12 @@ def enable_ascend_compile(pipe_or_model, config=None, *, cache=None, trust_remot
         probe.ensure_verified()
     previous = _current_config(pipe_or_model)
     disable_ascend_compile(pipe_or_model)
+    outer = _outer_compiled(pipe_or_model)
     try:
         for name, model in models:
             _enable_model(model, cfg, name, verify=verify, lazy_compile=bool(loaded and loaded["blocks"]))
+            if name in outer:
+                _foreign_compiles(model, name, model._ascend_state, outer=True)
         if loaded:
             install_packages(_enabled(pipe_or_model), loaded["blocks"], loaded["caches"])
         if _is_pipeline(pipe_or_model):
@@ -623,12 +719,13 @@ def ascend_report(pipe_or_model):
     from .compilation import FusionReport
 
     reports = []
+    outer = _outer_compiled(pipe_or_model)
     for name, model in _models(pipe_or_model):
         state = getattr(model, "_ascend_state", None)
         if state is None:
             continue
         rep = FusionReport.merge([state.backend.report]) if state.backend is not None else FusionReport()
-        _foreign_compiles(model, name, state)
+        _foreign_compiles(model, name, state, outer=name in outer)
         for fb in state.fallbacks:
             rep.add_fallback(fb["module"], fb["reason"], fb.get("lost"))
         rep.record_swaps(state.swaps)

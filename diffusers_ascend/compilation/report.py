@@ -57,9 +57,10 @@ class FusionReport:
             entry["lost"] = {k: int(v) for k, v in lost.items() if v}
         self.fallbacks.append(entry)
 
-    def discard_graphs(self, start: int) -> dict[str, int]:
-        """Stop counting ``graphs[start:]``: their module fell back to eager, so their matches and
-        ops never run. The graphs stay listed with ``fell_back: True``.
+    def discard_graphs(self, start: int | list[dict[str, Any]]) -> dict[str, int]:
+        """Stop counting ``graphs[start:]`` (or the entries of `graphs` in the list `start`): their
+        module fell back to eager, so their matches and ops never run. The graphs stay listed with
+        ``fell_back: True``.
 
         Returns:
             the matches per fusion removed from `matches` (nonzero entries only).
@@ -70,7 +71,7 @@ class FusionReport:
         ({'rope': 2}, {'rope': 0}, True)
         """
         lost: dict[str, int] = {}
-        for g in self.graphs[start:]:
+        for g in self.graphs[start:] if isinstance(start, int) else start:
             if g.get("fell_back"):
                 continue
             g["fell_back"] = True
