@@ -59,7 +59,7 @@ def ascend_tiling(*device_types: str) -> Iterator[None]:
     """Plan as Ascend plans on ``device_types`` too while the block runs: `AFFINE_TILE_DEVICES`
     widened to them and Ascend's `ROW_TILE_LIMIT` applied to them, both restored on exit (also on
     error). For the checks that run Ascend's plans elsewhere: the interpreter tests on CPU, the
-    ``cuda`` tests and ``benchmarks/kernels.py`` on a GPU, ``benchmarks/host_path.py``. Not
+    ``cuda`` tests and ``bench kernels`` on a GPU, ``bench host_path``. Not
     thread-safe: it sets module state for the process.
 
     >>> from ascend_kernels.triton import _common
@@ -94,7 +94,7 @@ ROW_TILE_LIMIT: dict[str, int] = {"npu": 4096}
 _MAX_GRID = 65535
 # CUDA: programs per SM of a persistent launch (None: one program per row block, up to 65535).
 # Swept on an H100 (tiles of 2048-16384 elements x {None, 2, 4, 8, 16} programs per SM, the eight
-# cases of benchmarks/kernels.py, 2026-11-23): 16 per SM with 4096-element tiles is within 3% of
+# cases of bench kernels, 2026-11-23): 16 per SM with 4096-element tiles is within 3% of
 # the best of each case, and lifts Wan 14B adaLN from 55% to 75% of copy bandwidth (the
 # modulation row is read once per program, not once per row); 2 per SM starves Flux sizes.
 CUDA_PROGRAMS_PER_SM: int | None = 16

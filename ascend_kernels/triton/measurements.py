@@ -3,8 +3,8 @@
 On CUDA a fused op replaces code that Inductor would otherwise generate and fuse itself, so the
 ``triton`` provider runs there (and ``fusions="auto"`` picks the fusion) only for an op recorded
 here as faster than ``torch.compile`` of its composite at EVERY recorded model size. The rows come
-from ``python benchmarks/kernels.py`` on the device named in them (it prints them ready to paste);
-a block-level check (``benchmarks/blocks.py``: a full-width Flux block with the fusion under the
+from ``diffusers-ascend bench kernels`` on the device named in them (it prints them ready to paste);
+a block-level check (``diffusers-ascend bench blocks``: a full-width Flux block with the fusion under the
 inductor executor no slower than Inductor alone) must hold too before a row lands, because an
 opaque op also stops Inductor from fusing the neighbouring pointwise ops into its code.
 
@@ -37,7 +37,7 @@ class Measurement:
         op: the op name (``"rms_norm"``, ``"rope"``, ``"adaln_modulate"``, ``"mul_add"``).
         device_type: ``"cuda"`` (or ``"npu"``).
         device: the device's name, e.g. ``"NVIDIA H100 80GB HBM3"``.
-        size: the benchmark case, e.g. ``"flux_qk"`` (see ``benchmarks/kernels.py``).
+        size: the benchmark case, e.g. ``"flux_qk"`` (see ``diffusers-ascend bench kernels``).
         dtype: ``"bf16"``.
         kernel_ms: median device time of the Triton kernel (CUDA-graph replay, no host launch cost).
         compiled_ms: the same for ``torch.compile`` (Inductor, default mode) of the composite.
@@ -61,7 +61,7 @@ class Measurement:
         return self.compiled_ms / self.kernel_ms
 
 
-# Append rows printed by benchmarks/kernels.py (never edit numbers by hand).
+# Append rows printed by `diffusers-ascend bench kernels` (never edit numbers by hand).
 MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement('rms_norm', 'cuda', 'NVIDIA H100 80GB HBM3', 'flux_qk_norm', 'bf16', kernel_ms=0.0254, compiled_ms=0.0234, versions='torch 2.11.0+cu130, triton 3.6.0', date='2026-11-23'),
     Measurement('rms_norm', 'cuda', 'NVIDIA H100 80GB HBM3', 'wan_qk_norm', 'bf16', kernel_ms=0.6318, compiled_ms=0.5091, versions='torch 2.11.0+cu130, triton 3.6.0', date='2026-11-23'),

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ._common import check_size, cold_compile, flux_model_inputs, machine_info, register_ops, timed, warm_up_compiler
+from ._common import check_size, cold_compile, machine_info, register_ops, time_ms, timed, warm_up_compiler
 
 # "tiny" only runs the eager executor: a cold Inductor compile of even the tiny model takes over a
 # minute on a 2-core CPU, too long for a test.
@@ -47,13 +47,13 @@ def compile_time(size: str = "small", executors: Sequence[str] | None = None) ->
     [('blocks', 3), ('model', 1)]
     """
     from diffusers_ascend import ascend_report, enable_ascend_compile
-    from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, tiny_flux_transformer
+    from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, flux_model_inputs, tiny_flux_transformer
 
     preset = _PRESETS[check_size(size)]
     executors = tuple(executors or preset["executors"])
     layers = dict(num_layers=preset["num_layers"], num_single_layers=preset["num_single_layers"])
     config = {**FLUX_TRANSFORMER_CONFIG, **layers}
-    inputs = flux_model_inputs(config, preset["height"], preset["width"])
+    inputs = flux_model_inputs(preset["height"], preset["width"], config=config)
     register_ops()
     warm_up_compiler(inductor="inductor" in executors)
 
@@ -64,7 +64,7 @@ def compile_time(size: str = "small", executors: Sequence[str] | None = None) ->
             with cold_compile(), torch.no_grad():
                 enable_ascend_compile(model, fusions="all", executor=executor, compile=compile)
                 _, first = timed(lambda: model(**inputs))
-                steady = statistics.median(timed(lambda: model(**inputs))[1] for _ in range(5))
+                steady = statistics.median(time_ms(lambda: model(**inputs), runs=5, warmup=0)) / 1e3
                 report = ascend_report(model)
             rows.append(dict(
                 executor=executor, compile=compile, blocks=layers["num_layers"] + layers["num_single_layers"],

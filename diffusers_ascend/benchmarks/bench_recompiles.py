@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ._common import check_size, flux_model_inputs, machine_info, register_ops, timed, wan_model_inputs
+from ._common import check_size, machine_info, register_ops, timed
 
 # Latent sizes fed in a row: (height, width) of the packed Flux latent, (frames, height, width) of
 # the Wan latent (patch 1x2x2). Four distinct sequence lengths each: Wan still recompiles at the
@@ -32,10 +32,10 @@ def _model_and_inputs(name: str):
     if name == "flux":
         layers = dict(num_layers=2, num_single_layers=2)  # >= 2 single blocks: shows the stride recompile
         config = {**tiny.FLUX_TRANSFORMER_CONFIG, **layers}
-        return (tiny.tiny_flux_transformer(**layers), lambda shape: flux_model_inputs(config, *shape),
+        return (tiny.tiny_flux_transformer(**layers), lambda shape: tiny.flux_model_inputs(*shape, config=config),
                 lambda s: s[0] * s[1] + 8)
     config = {**tiny.WAN_TRANSFORMER_CONFIG, "num_layers": 2}
-    return (tiny.tiny_wan_transformer(num_layers=2), lambda shape: wan_model_inputs(config, *shape),
+    return (tiny.tiny_wan_transformer(num_layers=2), lambda shape: tiny.wan_model_inputs(*shape, config=config),
             lambda s: s[0] * (s[1] // 2) * (s[2] // 2))
 
 
