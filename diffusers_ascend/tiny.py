@@ -191,14 +191,8 @@ def wan_block_inputs(
 
 def flux_model_inputs(height: int = 4, width: int = 4, txt_len: int = 8, config: dict[str, Any] | None = None,
                       seed: int = 0, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
-    """Keyword inputs of a `FluxTransformer2DModel` for a packed `height x width` latent.
-
-    Args:
-        height, width: the packed latent's grid (``height * width`` image tokens).
-        txt_len: text tokens.
-        config: the model's config (default `FLUX_TRANSFORMER_CONFIG`); its widths size the inputs.
-        seed: seeds the inputs.
-        dtype: dtype of the hidden states and embeddings.
+    """Keyword inputs of a `FluxTransformer2DModel` with `config` (default `FLUX_TRANSFORMER_CONFIG`)
+    for a packed `height x width` latent and `txt_len` text tokens.
 
     >>> out = tiny_flux_transformer()(**flux_model_inputs(4, 4))[0]
     >>> tuple(out.shape)

@@ -110,6 +110,7 @@ def _measure(block, inputs: dict[str, Any], ref, fusions, providers: dict[str, s
 
 
 def run(tiny: bool = False, variants: Sequence[str] | None = None) -> dict[str, Any]:
+    """Every variant (or those named; eager always) on both blocks; see the module docstring."""
     import torch
     from diffusers.models.transformers.transformer_flux import FluxSingleTransformerBlock, FluxTransformerBlock
 

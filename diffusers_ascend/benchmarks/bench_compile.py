@@ -9,8 +9,7 @@ import torch
 
 from ._common import check_size, cold_compile, machine_info, register_ops, time_ms, timed, warm_up_compiler
 
-# "tiny" only runs the eager executor: a cold Inductor compile of even the tiny model takes over a
-# minute on a 2-core CPU, too long for a test.
+# "tiny" runs the eager executor only: a cold Inductor compile is too slow for a test.
 _PRESETS = {
     "tiny": dict(num_layers=1, num_single_layers=2, height=4, width=4, executors=("eager",)),
     "small": dict(num_layers=4, num_single_layers=4, height=16, width=16, executors=("eager", "inductor")),
@@ -28,9 +27,8 @@ def compile_time(size: str = "small", executors: Sequence[str] | None = None) ->
     """Cold compile time of ``compile="blocks"`` (each repeated block compiled in place, one shared
     backend) vs ``compile="model"`` (the whole transformer as one graph) on a Flux-shaped model.
 
-    Each measurement starts from `torch.compiler.reset()` and an empty temporary Inductor cache;
-    once-per-process costs (imports, pattern registration) are paid before the first one. The
-    compile time is the first call minus a steady-state call.
+    Each measurement starts cold (`cold_compile`) after a `warm_up_compiler`; the compile time is
+    the first call minus a steady-state call.
 
     Args:
         size: ``"tiny"`` (1 double + 2 single blocks, eager executor only) or ``"small"`` (4 + 4
@@ -39,8 +37,7 @@ def compile_time(size: str = "small", executors: Sequence[str] | None = None) ->
 
     Returns:
         ``{"benchmark", "size", "rows", "columns", "machine", "model"}``; one row per (executor,
-        compile) with ``first_call_s``, ``steady_call_s``, ``compile_s``, ``graphs_compiled`` and
-        ``vs_model`` (compile time relative to ``compile="model"`` with the same executor).
+        compile); ``vs_model`` is its compile time over ``compile="model"``'s.
 
     >>> result = compile_time(size="tiny")
     >>> [(r["compile"], r["graphs_compiled"]) for r in result["rows"]]

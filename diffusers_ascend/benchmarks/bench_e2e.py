@@ -24,7 +24,6 @@ and ``mindiesd`` (MindIE SD's backend as cache-dit uses it: the whole transforme
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import os

@@ -45,9 +45,7 @@ def recompiles(size: str = "small", models: Sequence[str] | None = None) -> dict
     ``dynamic=None``) and records the graphs compiled after each.
 
     ``recompiles`` counts the graphs compiled after the first resolution, i.e. because the shape
-    changed. Under dynamo's automatic dynamic shapes the second resolution recompiles into a
-    dynamic graph and later ones reuse it (Wan recompiles once more: a stride guard on its rotary
-    embedding).
+    changed (dynamo's automatic dynamic shapes: the second recompiles dynamic, later ones reuse it).
 
     Args:
         size: ``"tiny"`` (Wan only, small latents: its graphs compile fastest) or ``"small"`` (Flux
@@ -55,9 +53,8 @@ def recompiles(size: str = "small", models: Sequence[str] | None = None) -> dict
         models: override the models (``"flux"``, ``"wan"``).
 
     Returns:
-        ``{"benchmark", "size", "rows", "columns", "machine"}``; one row per (model, resolution) with
-        ``tokens``, ``new_graphs``, ``graphs_compiled`` (cumulative), ``recompiles`` (cumulative),
-        ``dynamic`` (whether the graphs compiled at that step are dynamic) and ``call_s``.
+        ``{"benchmark", "size", "rows", "columns", "machine"}``; one row per (model, resolution);
+        ``graphs_compiled`` and ``recompiles`` are cumulative.
 
     >>> rows = recompiles(size="tiny")["rows"]
     >>> rows[-1]["new_graphs"]
