@@ -111,7 +111,7 @@ def write_json(result: dict[str, Any], out_dir: str | None, name: str) -> str | 
 def error_line(e: BaseException) -> str:
     """``"Type: first line of the message"`` (at most 300 characters), for a failed row of a table.
 
-    >>> error_line(RuntimeError("no kernel image\nsecond line"))
+    >>> error_line(RuntimeError("no kernel image\\nsecond line"))
     'RuntimeError: no kernel image'
     """
     return f"{type(e).__name__}: {e}".splitlines()[0][:300]
