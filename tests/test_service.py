@@ -19,7 +19,7 @@ import torch
 
 import diffusers_ascend
 from ascend_kernels.testing import assert_close
-from diffusers_ascend.benchmarks._common import flux_model_inputs
+from diffusers_ascend.tiny import flux_model_inputs
 from diffusers_ascend.compilation import _compat
 from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, tiny_flux_transformer
 
@@ -33,7 +33,7 @@ def _inputs(size: int = 4, seed: int = 0):
     gen_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
-        return flux_model_inputs({**FLUX_TRANSFORMER_CONFIG, **LAYERS}, size, size)
+        return flux_model_inputs(size, size, config={**FLUX_TRANSFORMER_CONFIG, **LAYERS})
     finally:
         torch.random.set_rng_state(gen_state)
 

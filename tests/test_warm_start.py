@@ -36,7 +36,7 @@ _SCRIPT = textwrap.dedent(
     import json, os, sys
     import torch
     import diffusers_ascend
-    from diffusers_ascend.benchmarks._common import flux_model_inputs
+    from diffusers_ascend.tiny import flux_model_inputs
     from diffusers_ascend.compilation._compat import compile_cache_counters, inductor_cache_dir
     from diffusers_ascend.mixin import package_counters
     from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, tiny_flux_transformer
@@ -57,7 +57,7 @@ _SCRIPT = textwrap.dedent(
     before = libs()
     state = model._ascend_state
     with torch.no_grad():
-        result = model(**flux_model_inputs(config, 8, 8))[0]
+        result = model(**flux_model_inputs(8, 8, config=config))[0]
     report = diffusers_ascend.ascend_report(model)
     info = dict(compile_cache_counters(), libs_before=before, libs_after=libs(), packages=package_counters(model),
                 graphs=[(g["name"], g["executor"], g["matches"]) for g in report.graphs],
@@ -66,7 +66,7 @@ _SCRIPT = textwrap.dedent(
         info["manifest"] = diffusers_ascend.save_ascend_cache(model, art)
     else:  # another size: no package or cache entry has it, so it compiles (the deferred verify runs here)
         torch.manual_seed(1)
-        other = flux_model_inputs(config, 4, 4)
+        other = flux_model_inputs(4, 4, config=config)
         with torch.no_grad():
             compiled = model(**other)[0]
         info["other_size_packages"] = package_counters(model)
@@ -194,9 +194,9 @@ def loads(monkeypatch):
 
 
 def _small_inputs():
-    from diffusers_ascend.benchmarks._common import flux_model_inputs
+    from diffusers_ascend.tiny import flux_model_inputs
 
-    return flux_model_inputs({**FLUX_TRANSFORMER_CONFIG, **LAYERS}, 4, 4)
+    return flux_model_inputs(4, 4, config={**FLUX_TRANSFORMER_CONFIG, **LAYERS})
 
 
 def test_stale_artifacts_warn_and_compile_normally(tmp_path, loads):

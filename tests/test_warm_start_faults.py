@@ -73,12 +73,12 @@ def offline_hub(tmp_path, monkeypatch):
 def compiled():
     """A tiny Flux compiled with executor='inductor' (compile='model': no package to build, so a
     save costs only its writes) and called once: what `save_ascend_cache` needs."""
-    from diffusers_ascend.benchmarks._common import flux_model_inputs
+    from diffusers_ascend.tiny import flux_model_inputs
 
     model = tiny_flux_transformer(**MODEL_LAYERS)
     diffusers_ascend.enable_ascend_compile(model, fusions=["rms_norm"], executor="inductor", compile="model")
     with torch.no_grad():
-        model(**flux_model_inputs({**FLUX_TRANSFORMER_CONFIG, **MODEL_LAYERS}, 4, 4))
+        model(**flux_model_inputs(4, 4, config={**FLUX_TRANSFORMER_CONFIG, **MODEL_LAYERS}))
     return model
 
 

@@ -31,7 +31,7 @@ AFFINE_TILE_DEVICES: tuple[str, ...] = ("npu",)
 
 @contextlib.contextmanager
 def ascend_tiling(*device_types: str) -> Iterator[None]:
-    """Plan as on Ascend for ``device_types`` too, restored on exit (tests, benchmarks). Not thread-safe.
+    """Plan as on Ascend for ``device_types`` too, restored on exit (tests, `diffusers-ascend bench`). Not thread-safe.
 
     >>> from ascend_kernels.triton import _common
     >>> with _common.ascend_tiling("cpu"):

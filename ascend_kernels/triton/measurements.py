@@ -2,7 +2,7 @@
 
 On CUDA the ``triton`` provider runs (and ``fusions="auto"`` picks the fusion) only for an op
 recorded here as faster than Inductor at every recorded size, since an opaque op also stops
-Inductor fusing its neighbours. Rows come from ``benchmarks/kernels.py``; none qualifies yet
+Inductor fusing its neighbours. Rows come from ``diffusers-ascend bench kernels``; none qualifies yet
 (numbers and discussion in docs/triton.md).
 
 >>> from ascend_kernels.triton.measurements import beats_compiler
@@ -19,7 +19,7 @@ __all__ = ["MEASUREMENTS", "Measurement", "beats_compiler"]
 
 @dataclasses.dataclass(frozen=True)
 class Measurement:
-    """One row of ``benchmarks/kernels.py``: a Triton kernel's and ``torch.compile``'s median device
+    """One row of ``diffusers-ascend bench kernels``: a Triton kernel's and ``torch.compile``'s median device
     time (ms) for the op's composite on the same inputs."""
 
     op: str
@@ -38,7 +38,7 @@ class Measurement:
         return self.compiled_ms / self.kernel_ms
 
 
-# Append rows printed by benchmarks/kernels.py (never edit numbers by hand).
+# Append rows printed by `diffusers-ascend bench kernels` (never edit numbers by hand).
 MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement('rms_norm', 'cuda', 'NVIDIA H100 80GB HBM3', 'flux_qk_norm', 'bf16', kernel_ms=0.0254, compiled_ms=0.0234, versions='torch 2.11.0+cu130, triton 3.6.0', date='2026-11-23'),
     Measurement('rms_norm', 'cuda', 'NVIDIA H100 80GB HBM3', 'wan_qk_norm', 'bf16', kernel_ms=0.6318, compiled_ms=0.5091, versions='torch 2.11.0+cu130, triton 3.6.0', date='2026-11-23'),

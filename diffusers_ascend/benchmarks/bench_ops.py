@@ -8,7 +8,7 @@ import torch
 
 from ._common import check_size, machine_info, register_ops
 
-FUSIONS = ("rms_norm", "rope", "gelu_tanh", "adaln", "mul_add")
+FUSIONS = ("rms_norm", "rope", "gelu_tanh", "adaln", "mul_add")  # TODO(fusions.py)
 BLOCKS = ("flux_double", "flux_single", "wan")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 

@@ -101,26 +101,6 @@ class SnapshotBackend(AscendBackend):
             assert self.after[graph][op] == 0, f"{op} still in the rewritten graph"
 
 
-def flux_model_inputs(h, w, txt=8):
-    """Keyword inputs of `FluxTransformer2DModel` (tiny config) for an h x w latent."""
-    g = torch.Generator().manual_seed(0)
-    img_ids = torch.zeros(h, w, 3)
-    img_ids[..., 1] = torch.arange(h)[:, None]
-    img_ids[..., 2] = torch.arange(w)[None, :]
-    return dict(
-        hidden_states=torch.randn(1, h * w, 4, generator=g), encoder_hidden_states=torch.randn(1, txt, 32, generator=g),
-        pooled_projections=torch.randn(1, 32, generator=g), timestep=torch.tensor([0.5]),
-        img_ids=img_ids.reshape(-1, 3), txt_ids=torch.zeros(txt, 3), return_dict=False,
-    )
-
-
-def wan_model_inputs(frames, h, w):
-    """Keyword inputs of `WanTransformer3DModel` (tiny config) for a frames x h x w latent."""
-    g = torch.Generator().manual_seed(0)
-    return dict(hidden_states=torch.randn(1, 16, frames, h, w, generator=g), timestep=torch.tensor([500]),
-                encoder_hidden_states=torch.randn(1, 8, 32, generator=g), return_dict=False)
-
-
 def compile_module(module, backend, fullgraph=True, **kw):
     torch._dynamo.reset()
     return torch.compile(module, backend=backend, fullgraph=fullgraph, **kw)
