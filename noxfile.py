@@ -12,10 +12,17 @@ torch wheels are CUDA builds; they import and run on a CPU-only machine.
 
 from __future__ import annotations
 
+import os
+
 import nox
 
 nox.options.reuse_venv = "yes"
-nox.options.default_venv_backend = "venv"
+# uv fetches a CUDA torch (~3 GB) in parallel streams and links it from its cache, several times
+# faster than pip on a fresh machine (figures in docs/support-matrix.md); venv where uv is missing.
+nox.options.default_venv_backend = "uv|venv"
+# A local wheel directory pip is told about (the README's CPU torch) is one uv must see too.
+if os.environ.get("PIP_FIND_LINKS") and not os.environ.get("UV_FIND_LINKS"):
+    os.environ["UV_FIND_LINKS"] = os.environ["PIP_FIND_LINKS"]
 
 # torch releases CI verifies besides the README's pin (2.13, full suite): the floor of
 # pyproject.toml, the releases Ascend hosts hold (2.10, the one vLLM-Ascend and MindIE SD 3.1

@@ -155,6 +155,7 @@ _PACKAGE_THREADS = textwrap.dedent(
 )
 
 
+@pytest.mark.own_process
 @pytest.mark.skipif(not PACKAGES_PASS_THEIR_CHECK, reason="this torch's AOTInductor packages fail their check")
 def test_threads_calling_one_package_do_not_deadlock(tmp_path):
     """Two threads on one package: the second waited for the package's runner inside C++ holding
@@ -214,6 +215,7 @@ _RNG = textwrap.dedent(
 )
 
 
+@pytest.mark.own_process
 def test_enable_and_calls_never_draw_from_the_global_rng():
     """Pattern registration at enable drew its example inputs from torch's global RNG: a seeded
     pipeline run without a generator gave another image once enabled, and a cold process (which
@@ -311,6 +313,7 @@ def _service(tmp_path, *args, timeout=400, kill_after_result=False):
     return result, proc.returncode
 
 
+@pytest.mark.own_process
 @pytest.mark.slow
 @pytest.mark.skipif(not PACKAGES_PASS_THEIR_CHECK, reason="this torch's AOTInductor packages fail their check")
 def test_a_warm_started_service_under_threads_killed_and_restarted_gives_eager_outputs(tmp_path):

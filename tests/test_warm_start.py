@@ -99,6 +99,7 @@ def _run(tmp_path, mode, name):
 PACKAGES_PASS_THEIR_CHECK = _compat.torch_version() >= (2, 13)
 
 
+@pytest.mark.own_process
 @pytest.mark.skipif(torch.compiler.__dict__.get("save_cache_artifacts") is None, reason="torch 2.6: no portable compile cache")
 def test_saved_artifacts_make_a_fresh_process_skip_compilation(tmp_path, capsys):
     cold, cold_out = _run(tmp_path, "save", "cold")

@@ -21,6 +21,9 @@ import traceback
 import pytest
 import torch
 
+# Spawned processes set up their own simulated host: the CUDA-host rerun would repeat this unchanged.
+pytestmark = pytest.mark.own_process
+
 BF16 = torch.bfloat16
 # (name, ContextParallelConfig kwargs, order, attention passed to enable_ascend_compile)
 CASES = [

@@ -181,6 +181,7 @@ IMPORT_ORDERS = {
 }
 
 
+@pytest.mark.own_process
 @pytest.mark.parametrize("order", sorted(IMPORT_ORDERS))
 def test_import_patches_in_either_order_and_stays_light(order):
     code = (
