@@ -17,12 +17,13 @@ import dataclasses
 import difflib
 import hashlib
 import json
-import logging
 import os
 import types
 import warnings
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
+
+from .fusions import FUSIONS, FUSION_TO_OP, default_fusions
 
 __all__ = [
     "AscendConfig",
@@ -39,26 +40,11 @@ __all__ = [
     "read_json_object",
 ]
 
-logger = logging.getLogger(__name__)
-
 CONFIG_NAME = "ascend_config.json"
 # Bump when the meaning of a saved field changes; readers of an older library load newer files
 # best-effort (known keys, with a warning), see `AscendConfig.from_dict`.
 CONFIG_VERSION = 1
 
-FUSIONS = ("rms_norm", "rope", "gelu_tanh", "fast_gelu", "adaln", "mul_add", "swiglu")
-FUSION_TO_OP = {
-    "rms_norm": "rms_norm",
-    "rope": "rope",
-    "gelu_tanh": "gelu_tanh",
-    "fast_gelu": "fast_gelu",
-    "adaln": "adaln_modulate",
-    "mul_add": "mul_add",
-    "swiglu": "swiglu",
-}
-# fast_gelu computes x*sigmoid(1.702x), not tanh-GELU: it changes numerics, so only an explicit
-# list ever enables it.
-_NUMERICS_CHANGING = ("fast_gelu",)
 _FUSION_KEYWORDS = ("auto", "all", "none")
 _COMPILE = ("blocks", "model", "none")
 _EXECUTORS = ("auto", "eager", "inductor")
@@ -306,15 +292,14 @@ class AscendConfig:
             return self.fusions
         if self.fusions == "none":
             return ()
-        default = tuple(f for f in FUSIONS if f not in _NUMERICS_CHANGING)
+        default = default_fusions()
         if self.fusions == "all":
             return default
         platform = _platform(platform)
         return tuple(f for f in default if _has_fast_kernel(FUSION_TO_OP[f], platform))
 
     def resolved_executor(self, platform: str | None = None) -> str:
-        """``"eager"`` or ``"inductor"``; ``"auto"`` is ``"eager"`` on NPU (default Inductor made an
-        NPU diffusion job 6x slower, sglang #20780) and ``"inductor"`` elsewhere.
+        """``"eager"`` or ``"inductor"``; ``"auto"`` is `diffusers_ascend.platform.default_executor`.
 
         >>> from diffusers_ascend.config import AscendConfig
         >>> AscendConfig().resolved_executor("npu"), AscendConfig().resolved_executor("cpu")
@@ -322,7 +307,9 @@ class AscendConfig:
         """
         if self.executor != "auto":
             return self.executor
-        return "eager" if _platform(platform) == "npu" else "inductor"
+        from .platform import default_executor
+
+        return default_executor(_platform(platform))
 
     def resolved_attention(self, platform: str | None = None, *, ring: bool = False) -> str | None:
         """The attention backend set on the model's processors, or None (the model's own is kept).
