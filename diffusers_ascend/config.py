@@ -282,7 +282,7 @@ class AscendConfig:
 
         >>> from diffusers_ascend.config import AscendConfig
         >>> AscendConfig(fusions="all").resolved_fusions("cpu")
-        ('rms_norm', 'rope', 'gelu_tanh', 'adaln', 'mul_add', 'swiglu')
+        ('rms_norm', 'rope', 'gelu_tanh', 'adaln', 'swiglu', 'mul_add')
         >>> AscendConfig().resolved_fusions("cpu")
         ()
         """

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from diffusers_ascend.compilation import AscendBackend
+from diffusers_ascend.fusions import default_fusions
 
-ALL = ("rms_norm", "rope", "gelu_tanh", "adaln", "mul_add", "swiglu")  # fusions="all"
+ALL = default_fusions()  # fusions="all"
 
 # FINDINGS section 1: replacements per block with these fusions (fp32 and bf16 alike). Flux's and
 # Wan's feed-forwards are tanh-GELU: no SwiGLU site.
