@@ -49,7 +49,8 @@ def test_every_consumer_reads_the_table_order():
     assert order[-1] == "mul_add"  # the greedy residual gate last
     assert order.index("swiglu") < order.index("mul_add")
     assert order.index("fast_gelu") < order.index("gelu_tanh")
-    assert config.AscendConfig(fusions=list(reversed(order))).fusions == order
+    kept = fusions.default_fusions()
+    assert config.AscendConfig(fusions=list(reversed(kept))).fusions == kept == tuple(f for f in order if f in kept)
     assert config.AscendConfig(fusions="all").resolved_fusions("cpu") == fusions.default_fusions()
     assert "fast_gelu" not in fusions.default_fusions()
 
