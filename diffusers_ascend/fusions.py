@@ -1,9 +1,6 @@
-"""The fusion table: one row per fusion, read by everything that lists fusions.
-
-A new fusion is three things: its op file (``ascend_kernels/ops/``), its pass file
-(``diffusers_ascend/compilation/passes/``) and one `Fusion` row below. Config validation
-(`diffusers_ascend.config.FUSIONS`), the pass registry and order (`compilation.passes`), the
-benchmarks and the tests all read `TABLE`. Importing this module imports nothing heavy.
+"""The fusion table, one row per fusion: config validation, the passes and their order, the
+benchmarks and the tests read it. A new fusion is its op file, its pass file and one row
+(docs/how-fusion-works.md).
 
 >>> from diffusers_ascend.fusions import FUSIONS, TABLE
 >>> TABLE["adaln"].op
