@@ -1,8 +1,8 @@
 """Shared machinery of the fusion passes: pattern variants, lazy registration, match counting.
 
 A fusion is one file in this package: ``XxxPattern`` classes (one instance per variant: dtype,
-with/without weight, operand order) and one ``XxxFusionPass`` listing them, plus one entry in
-``FUSION_PASSES`` (``passes/__init__.py``).
+with/without weight, operand order) and one ``XxxFusionPass`` listing them, plus one row in
+`diffusers_ascend.fusions.TABLE`.
 
 Patterns are traced the way the graphs they run on were made: ``aot_autograd`` without
 decompositions, functionalized by ``FunctionalTensorMode``. Tracing a search function with plain
@@ -242,7 +242,7 @@ class FusionPass:
     about a second). A `FusionPass` instance only holds counts, so two backends never share them.
 
     Attributes:
-        fusion: the name in `diffusers_ascend.config.FUSIONS`.
+        fusion: its name in `diffusers_ascend.fusions.TABLE`.
         matched_count: replacements made by this instance over all graphs it ran on.
     """
 
