@@ -1,10 +1,7 @@
 """Numerical tolerances of the ``ascend_kernels`` ops and a verbose ``assert_close``.
 
-`TOLERANCES` is the one table of per-dtype tolerances every test of these ops (and of the
-fusions built on them) compares with: an op's result may differ from its reference composite by
-``atol + rtol * |expected|`` elementwise (different but equally valid rounding orders: a fused
-kernel, fp32 intermediates vs the composite's casts).
-"""
+`TOLERANCES` is the one per-dtype table every op and fusion test compares with: fused kernels
+and fp32 intermediates round differently from the composite, equally validly."""
 
 from __future__ import annotations
 
@@ -49,9 +46,8 @@ def assert_close(
 ) -> None:
     """Asserts ``|actual - expected| <= atol + rtol * |expected|`` elementwise, explaining failures.
 
-    On mismatch the error names the tolerance used, how many elements mismatch, the max absolute
-    and relative differences, the index of the worst element with both values, and the first
-    few mismatches (Liger-Kernel style). NaNs must appear at the same positions.
+    On mismatch the error names the tolerance, the mismatch count, the max differences, the worst
+    element and the first few mismatches. NaNs must appear at the same positions.
 
     Args:
         actual: tensor under test.

@@ -4,8 +4,8 @@
 #
 #   bash benchmarks/cuda_checks.sh tests     # pytest -m cuda: kernels vs native, compiled, captured,
 #                                            # and the Inductor-launched triton_op path
-#   bash benchmarks/cuda_checks.sh kernels   # benchmarks/kernels.py: device/host time, % of copy BW
-#   bash benchmarks/cuda_checks.sh blocks    # benchmarks/blocks.py: full-width Flux blocks
+#   bash benchmarks/cuda_checks.sh kernels   # diffusers-ascend bench kernels: device/host time, % of copy BW
+#   bash benchmarks/cuda_checks.sh blocks    # diffusers-ascend bench blocks: full-width Flux blocks
 #
 # Needs torch with CUDA, triton and diffusers importable (PYTHONPATH=$PWD from the repository root).
 # Refuses without a GPU rather than writing numbers of another device.
@@ -23,14 +23,14 @@ EOF
 tag="$(python -c 'import torch; print(torch.cuda.get_device_name(0).split()[1].lower())')"  # e.g. h100
 case "${1:-}" in
   tests)
-    # 4 workers: the time is Triton's JIT compiles on the host (about 260 tests; 90 took 2 minutes
-    # on one process), and the tests time nothing, so they may share the GPU.
+    # 4 workers: the time is Triton's JIT compiles on the host, and the tests time nothing, so
+    # they may share the GPU.
     python -m pytest -q -n 4 -m cuda tests/triton tests/compilation 2>&1 | tee "$OUT/cuda-tests-$tag.txt"
     ;;
   kernels|blocks)
     # A path or variant that fails is reported in the JSON and the script exits 1: keep both.
     rc=0
-    python "benchmarks/$1.py" --out "$OUT" || rc=$?
+    python -m diffusers_ascend.cli bench "$1" --out "$OUT" || rc=$?
     [ -f "$OUT/$1.json" ] && mv "$OUT/$1.json" "$OUT/$1-$tag.json"
     exit "$rc"
     ;;

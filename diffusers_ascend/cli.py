@@ -1,4 +1,4 @@
-"""The ``diffusers-ascend`` command: ``env``, ``demo``, ``bench`` (``bench e2e``), ``config`` and ``cache``.
+"""The ``diffusers-ascend`` command: ``env``, ``demo``, ``bench`` (``bench e2e``, ``bench kernels``...), ``config`` and ``cache``.
 
 Exit codes: 0 success, 1 the command ran and failed (invalid config, failed check), 2 usage
 errors (argparse: unknown commands, bad choices, numbers that are not positive integers, unknown
@@ -333,17 +333,27 @@ def _cmd_demo(args) -> int:
 
 
 # -- bench ---------------------------------------------------------------------------------------
+# `bench <name>` subcommands that live in `benchmarks/bench_<name>.py` and write JSON only (no plot).
+_BENCH_MODULES = ("blocks", "kernels", "graph_capture", "host_path", "warm_start")
+
+
 def _cmd_bench(args) -> int:
+    import importlib
     import importlib.util
+
+    command = getattr(args, "bench_command", None)
+    if command in _BENCH_MODULES:
+        return importlib.import_module(f"{__package__}.benchmarks.bench_{command}").cli(args)
 
     from .benchmarks import run_benchmarks
 
     if importlib.util.find_spec("matplotlib") is None:  # checked before minutes of benchmarking
         raise ImportError("diffusers-ascend bench writes a PNG plot and needs matplotlib: pip install 'diffusers-ascend[bench]'")
 
-    if getattr(args, "bench_command", None) == "e2e":
+    if command == "e2e":
         return _cmd_bench_e2e(args)
-    results = run_benchmarks(names=args.only or None, size=args.size, out_dir=args.out)
+    options = {"compile_time": {"executors": args.executors}} if args.executors else None
+    results = run_benchmarks(names=args.only or None, size=args.size, out_dir=args.out, options=options)
     if args.json:
         print(json.dumps(results, indent=2, default=str))
     else:
@@ -444,20 +454,21 @@ def _cmd_cache(args) -> int:
 
 
 def _cache_files(args) -> int:
-    from . import cache
+    from . import warm_start
 
     if args.action == "info":
-        info = cache.cache_info(args.source, revision=args.revision, token=args.token)
+        info = warm_start.cache_info(args.source, revision=args.revision, token=args.token)
         text = "\n".join(f"{k}: {v}" for k, v in info.items())
         _print(info, args.json, text)
         return 0
     if args.action == "push":
-        url = cache.push_ascend_cache(args.dir, args.repo_id, private=args.private, token=args.token)
+        url = warm_start.push_ascend_cache(args.dir, args.repo_id, private=args.private, token=args.token)
         _print({"repo_id": args.repo_id, "url": str(url)}, args.json, f"pushed {args.dir} to {args.repo_id}: {url}")
         return 0
     if args.action == "pull":
-        manifest = cache.pull_ascend_cache(args.repo_id, args.dir, trust_remote_artifacts=args.trust_remote_artifacts,
-                                           revision=args.revision, token=args.token)
+        manifest = warm_start.pull_ascend_cache(args.repo_id, args.dir,
+                                                trust_remote_artifacts=args.trust_remote_artifacts,
+                                                revision=args.revision, token=args.token)
         _print({"path": args.dir, "manifest": manifest}, args.json, f"saved {args.repo_id}'s compile artifacts to {args.dir}")
         return 0
     raise AssertionError(args.action)
@@ -468,9 +479,8 @@ def _cache_run(args) -> int:
 
     import torch
 
-    from . import cache
     from .compilation._compat import compile_cache_counters
-    from .mixin import enable_ascend_compile, save_ascend_cache
+    from .mixin import enable_ascend_compile, package_counters, save_ascend_cache
 
     pipe, inputs = _cache_pipeline(args)
     pipe.set_progress_bar_config(disable=True)
@@ -481,7 +491,7 @@ def _cache_run(args) -> int:
     with _quiet_libraries(), torch.no_grad():
         pipe(**inputs())
     info = {"first_call_s": round(time.perf_counter() - start, 3), **compile_cache_counters(),
-            **{f"package_{k}": v for k, v in cache.package_counters(pipe).items()}}
+            **{f"package_{k}": v for k, v in package_counters(pipe).items()}}
     if args.action == "save":
         info["manifest"] = save_ascend_cache(pipe, args.dir)
         text = (f"compiled in {info['first_call_s']} s; saved the artifacts ({len(info['manifest']['blocks'])} block "
@@ -555,6 +565,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--only", nargs="+", metavar="NAME", help="benchmarks to run (default: all)")
     bench.add_argument("--size", default="small", help="problem size: tiny (seconds) or small (default)")
     bench.add_argument("--out", default="bench-results", help="output folder (default bench-results)")
+    bench.add_argument("--executors", nargs="+", choices=("eager", "inductor"),
+                       help="compile_time: the executors measured (default: the size's preset)")
     _add_bench_e2e_parser(bench)
 
     config = add("config", "show, validate, push or pull an ascend_config.json", _cmd_config, json_flag=False)
@@ -582,7 +594,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_bench_e2e_parser(bench) -> None:
     # Choices spelled out (and checked against the module by the tests) so --help does not import torch.
     models, variants = ("flux", "wan", "wan-14b", "qwen-image"), ("eager", "ascend", "ascend+graph", "regional", "mindiesd")
-    sub = bench.add_subparsers(dest="bench_command", metavar="{e2e}")
+    sub = bench.add_subparsers(dest="bench_command", metavar="{e2e,%s}" % ",".join(_BENCH_MODULES))
     e2e = sub.add_parser(
         "e2e", help="a real-size model (shipped config, random weights) through the stock pipeline's denoising loop, per variant",
         description="Runs the real transformer config of a model with random weights through the stock diffusers "
@@ -602,6 +614,40 @@ def _add_bench_e2e_parser(bench) -> None:
     e2e.add_argument("--seed", type=int, default=0, help="seeds the weights, embeddings and latents (default 0)")
     e2e.add_argument("--out", default="bench-results", help="output folder (default bench-results)")
     e2e.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    _add_bench_device_parsers(sub)
+
+
+def _add_bench_device_parsers(sub) -> None:
+    # Choices spelled out (and checked against the modules by the tests) so --help does not import torch.
+    def add(name, help_):
+        p = sub.add_parser(name, help=help_, description=help_)
+        p.add_argument("--out", help=f"folder for {name}.json (default: print only)")
+        return p
+
+    blocks = add("blocks", "full-width Flux blocks on a CUDA GPU: eager, Inductor, our fusions with the Triton kernels")
+    blocks.add_argument("--tiny", action="store_true", help="tiny widths on CPU, fp32: checks the plumbing, measures nothing useful")
+    blocks.add_argument("--variant", action="append", help="run only these variants (repeatable; eager always runs)")
+    kernels = add("kernels", "Triton kernels vs eager and Inductor's code at Flux and Wan 14B sizes (CUDA GPU)")
+    kernels.add_argument("--case", action="append", help="run only these cases (repeatable)")
+    graph = add("graph_capture", "CUDA graph capture over the eager and Inductor executors, full-width Flux (CUDA GPU)")
+    graph.add_argument("--layers", type=_positive_int, default=2, help="double-stream blocks (Flux.1 has 19)")
+    graph.add_argument("--single-layers", type=_positive_int, default=4, help="single-stream blocks (Flux.1 has 38)")
+    graph.add_argument("--iters", type=_positive_int, default=20, help="timed calls (median reported)")
+    graph.add_argument("--warmup", type=int, default=5, help="untimed calls first")
+    graph.add_argument("--sizes", nargs="+", default=["launch_bound", "flux_1024"], choices=("launch_bound", "flux_1024"))
+    graph.add_argument("--configs", nargs="+", metavar="CONFIG", default=list(_GRAPH_CONFIGS), choices=_GRAPH_CONFIGS,
+                       help=f"of {', '.join(_GRAPH_CONFIGS)} (default: all)")
+    host = add("host_path", "host time per call of a fused op's Python path, layer by layer (CPU; needs triton)")
+    host.add_argument("--calls", type=_positive_int, default=2000, help="calls per timed run")
+    host.add_argument("--repeat", type=_positive_int, default=5, help="timed runs (the median is reported)")
+    warm = add("warm_start", "time to the first output of a fresh process, without and with saved compile artifacts")
+    warm.add_argument("--size", default="small", choices=("small", "tiny"))
+    warm.add_argument("--models", nargs="+", default=["flux", "wan"], choices=("flux", "wan"))
+    warm.add_argument("--repeat", type=_positive_int, default=1, help="runs per model, each from a new cold process")
+
+
+_GRAPH_CONFIGS = ("eager", "eager_capture", "inductor_default", "inductor", "inductor_capture", "inductor_capture_unsafe",
+                  "inductor_model", "eager_capture_model", "inductor_capture_model")
 
 
 def _add_cache_parser(add) -> None:

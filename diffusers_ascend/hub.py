@@ -1,9 +1,8 @@
-"""Hub plumbing for ascend configs: resolve a local path or a Hub repo id to a file, upload a file.
+"""Hub plumbing for ascend configs: resolve a local path or a Hub repo id to a file, upload files.
 
-All Hub I/O goes through ``huggingface_hub`` (downloads land in its cache, honour
-``HF_HUB_OFFLINE``/``HF_HUB_CACHE`` and tokens). Every Hub failure is turned into one
-`AscendConfigNotFoundError` (an ``OSError``, like ``transformers``/``diffusers`` raise for a
-missing config) whose message names the local path and the repo/file/revision that were tried.
+All Hub I/O goes through ``huggingface_hub`` (its cache, offline mode and tokens); every Hub
+failure becomes one `AscendConfigNotFoundError` (an ``OSError``, as diffusers raises) naming what
+was tried.
 """
 
 from __future__ import annotations

@@ -23,6 +23,9 @@ module does not import diffusers models.
 
 from __future__ import annotations
 
+import inspect
+import os
+import sys
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -214,12 +217,13 @@ def apply_swaps(model: torch.nn.Module, fusions: Iterable[str],
     Args:
         model: a diffusers model or block (every submodule and attention processor is considered).
         fusions: the resolved fusion names (``AscendConfig.resolved_fusions()``).
+        skipped: if a list, gets ``(fusion, name, class name, patch)`` for each object left
+            unswapped because its swap would be counted and never run: an instance ``forward``
+            (``patch`` None; a hook such as leaf-level group offloading calls the original
+            class's forward), or a method the fused class overrides was patched in from another
+            file (``patch`` says which, e.g. cache-dit's async Ulysses ``__call__``).
         extra: family-specific swaps, given by the caller that knows the adapters
             (`diffusers_ascend.adapters.registry.adapter_swaps`).
-        skipped: if a list, gets ``(fusion, module name, class name)`` for each module left
-            unswapped because its ``forward`` is an instance attribute (a diffusers hook, e.g.
-            leaf-level group offloading, applied before): that function keeps calling the
-            original class's ``forward``, so a class swap would be counted and never run.
 
     Returns:
         ``(undo, counts)``: the list of ``(object, original class)`` that `restore_swaps` takes, and
@@ -240,6 +244,7 @@ def apply_swaps(model: torch.nn.Module, fusions: Iterable[str],
     counts: dict[str, int] = {}
     seen: set[int] = set()
     names = {id(m): n for n, m in model.named_modules()}
+    names.update((id(m.processor), f"{n}.processor") for n, m in model.named_modules() if "processor" in m.__dict__)
     try:
         for obj in _targets(model):
             if id(obj) in seen:  # processors can be shared between attention modules
@@ -248,12 +253,14 @@ def apply_swaps(model: torch.nn.Module, fusions: Iterable[str],
             for swap in swaps:
                 if swap.fusion not in enabled or type(obj).__name__ != swap.source or not swap.applies(obj):
                     continue
-                if isinstance(obj, torch.nn.Module) and "forward" in obj.__dict__:
-                    if skipped is not None:
-                        skipped.append((swap.fusion, names.get(id(obj), ""), type(obj).__name__))
-                    break
                 factory = swap.fast_target if fast and swap.fast_target is not None else swap.target
                 target = _cached(factory)
+                hooked = isinstance(obj, torch.nn.Module) and "forward" in obj.__dict__
+                patch = None if hooked else _patched(type(obj), target)
+                if hooked or patch is not None:
+                    if skipped is not None:
+                        skipped.append((swap.fusion, names.get(id(obj), ""), type(obj).__name__, patch))
+                    break
                 original = type(obj)
                 obj.__class__ = target
                 undo.append((obj, original))
@@ -265,6 +272,24 @@ def apply_swaps(model: torch.nn.Module, fusions: Iterable[str],
         restore_swaps(undo)
         raise
     return undo, counts
+
+
+def _patched(cls: type, target: type) -> str | None:
+    """The first method `target` overrides whose code on `cls` is not in the file of the class
+    that defines it there (a patch from another package), as ``"Class.method from FILE"``; else None."""
+    for attr, value in vars(target).items():
+        if not inspect.isfunction(value):
+            continue
+        owner = next((c for c in cls.__mro__ if attr in vars(c)), None)
+        fn = vars(owner).get(attr) if owner is not None else None
+        code = getattr(fn, "__code__", None)
+        home = getattr(sys.modules.get(owner.__module__), "__file__", None) if owner is not None else None
+        if fn is None or home is None:
+            continue
+        if code is None or os.path.realpath(code.co_filename) != os.path.realpath(home):
+            where = code.co_filename if code is not None else type(fn).__name__
+            return f"{owner.__name__}.{attr} from {where}"
+    return None
 
 
 def restore_swaps(undo: list[tuple[object, type]]) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import sys
 import threading
 import warnings
 import weakref
@@ -37,7 +38,7 @@ class _State:
         self.swapped: list[tuple[object, type]] = []  # (object, original class), see layers.apply_swaps
         self.swaps: dict[str, int] = {}
         self.shared: list[tuple[Any, Any, Any]] = []  # see processors.share_processors
-        # Warm start (compilation/aot_blocks.py): per block class, the signature of each inference
+        # Warm start (`warm_start.EnabledModel`): per block class, the signature of each inference
         # call that compiled a graph (`save_ascend_cache` packages them), and the packages loaded.
         self.record_signatures = False
         self.signatures: dict[str, list[tuple[Any, Any]]] = {}  # class name -> [(CallSignature, weakref to a block)]
@@ -110,16 +111,37 @@ def _is_pipeline(obj) -> bool:
 
 
 def _models(obj) -> list[tuple[str, torch.nn.Module]]:
-    """The models of `obj` that have an adapter: the model itself, or a pipeline's transformers."""
+    """The models of `obj` that have an adapter: the model itself, or a pipeline's transformers;
+    each without torch.compile's wrapper (see `_outer_compiled`)."""
     from .adapters import adapter_for
 
     if not _is_pipeline(obj):
-        return [("", obj)]
+        return [("", _unwrapped(obj))]
     out = []
     for name, comp in obj.components.items():
+        comp = _unwrapped(comp)
         if isinstance(comp, torch.nn.Module) and adapter_for(comp) is not None:
             out.append((name, comp))
     return out
+
+
+def _unwrapped(obj):
+    """`obj` without the ``OptimizedModule``s that ``torch.compile(module)`` wraps it in."""
+    if "torch._dynamo" not in sys.modules:  # nothing was compiled: no wrapper exists
+        return obj
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    while isinstance(obj, OptimizedModule):
+        obj = obj._orig_mod
+    return obj
+
+
+def _outer_compiled(obj) -> set[str]:
+    """The names (as in `_models`) of the models that `obj` holds inside a ``torch.compile(module)``
+    wrapper: ``pipe.transformer = torch.compile(pipe.transformer)``, or `obj` itself (``""``)."""
+    if _is_pipeline(obj):
+        return {name for name, comp in obj.components.items() if _unwrapped(comp) is not comp}
+    return {""} if _unwrapped(obj) is not obj else set()
 
 
 def _set_config_key(obj, value) -> None:
@@ -185,16 +207,18 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg, la
     `lazy`: make the dynamo wrapper at the first call that needs it (block packages were loaded,
     which may take every call: the wrapper's imports, ~0.2 s, are then never paid)."""
     from .compilation._compat import TorchCompatError
-    from .compilation.aot_blocks import MISS
-    from .compilation.backend import describe_failure, graph_label, root_cause
+    from .compilation.backend import compiled_graphs, graph_label, root_cause
+    from .warm_start import MISS
+    from .warm_start import plain_call as _plain_call
 
     def make():
         # One dynamo wrapper per module and backend, kept across enable/disable (`_Backends`):
         # dynamo keeps every wrapper it is handed (``cached_backends``) until torch.compiler.reset().
-        made = state.wrappers.get(id(module))
-        if made is None or made[0] is not module:
-            made = state.wrappers[id(module)] = (module, torch.compile(
-                module._call_impl, backend=state.backend, dynamic=cfg.dynamic, fullgraph=cfg.fullgraph))
+        with _BOOKKEEPING:
+            made = state.wrappers.get(id(module))
+            if made is None or made[0] is not module:
+                made = state.wrappers[id(module)] = (module, torch.compile(
+                    module._call_impl, backend=state.backend, dynamic=cfg.dynamic, fullgraph=cfg.fullgraph))
         return made[1]
 
     wrapper = [None if lazy else make()]
@@ -216,7 +240,8 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg, la
                         return out
             state.packages_passed_on += 1
         token = graph_label.set(label)
-        first_graph = len(state.backend.report.graphs)  # graphs compiled from here on belong to this call
+        compiled = []
+        sink = compiled_graphs.set(compiled)  # the report entries of the graphs this call compiles
         try:
             if wrapper[0] is None:
                 wrapper[0] = make()
@@ -231,19 +256,12 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg, la
             # Eager first: if the module fails there too, the error is the model's own (bad
             # inputs, ...) and propagates as without compilation; the block stays compiled.
             out = module._call_impl(*args, **kwargs)
-            reason = describe_failure(e)
-            warnings.warn(f"diffusers_ascend: {name or type(module).__name__} failed to compile, running eager ({reason})")
-            # The graphs compiled for this call never run: stop counting their matches.
-            lost = state.backend.report.discard_graphs(first_graph)
-            entry = {"module": name or type(module).__name__, "reason": reason}
-            if lost:
-                entry["lost"] = lost
-            state.fallbacks.append(entry)
-            module._compiled_call_impl = None
+            _fall_back(module, name, state, call, e, compiled)
             return out
         finally:
+            compiled_graphs.reset(sink)
             graph_label.reset(token)
-        if state.record_signatures and len(state.backend.report.graphs) > first_graph:
+        if state.record_signatures and compiled:
             _record_signature(state, label, module, args, kwargs)  # this call compiled a graph
         return out
 
@@ -252,13 +270,52 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg, la
     state.compiled.append(module)
 
 
-def _foreign_compiles(model: torch.nn.Module, name: str, state: _State) -> None:
+# Guards what calls from several threads share: a module's dynamo wrapper made at its first call,
+# and a block's fallback (its report entry, the graphs it discards). Never held while compiling.
+_BOOKKEEPING = threading.Lock()
+
+
+def _fall_back(module: torch.nn.Module, name: str, state: _State, call, error: Exception, graphs: list) -> None:
+    """`module` runs eager from now on: one warning and one report entry, whichever of the threads
+    whose calls failed at the same time comes first; `graphs` (those the failing call compiled)
+    never run, so their matches stop counting."""
+    from .compilation.backend import describe_failure
+
+    reason = describe_failure(error)
+    where = name or type(module).__name__
+    with _BOOKKEEPING:
+        lost = state.backend.report.discard_graphs(graphs)
+        first = module._compiled_call_impl is call
+        if first:
+            module._compiled_call_impl = None
+            entry = {"module": where, "reason": reason}
+            state.fallbacks.append(entry)
+        else:  # another thread's call of this module failed first and recorded it
+            entry = next((fb for fb in reversed(state.fallbacks) if fb["module"] == where), {})
+        if lost:
+            merged = entry.setdefault("lost", {})
+            for fusion, n in lost.items():
+                merged[fusion] = merged.get(fusion, 0) + n
+    if first:
+        warnings.warn(f"diffusers_ascend: {where} failed to compile, running eager ({reason})")
+
+
+def _foreign_compiles(model: torch.nn.Module, name: str, state: _State, outer: bool = False) -> None:
     """Records (once, with a warning) what keeps our compiled blocks from running: a
     ``torch.compile`` the user applied after enabling (``Module.compile()`` /
     ``compile_repeated_blocks()`` on a block replaces its compiled call; on the whole model, under
     ``compile="blocks"``, dynamo traces the blocks into the model's graph with the user's backend),
-    or a diffusers hook that runs the block with dynamo disabled (MagCache)."""
+    the same traced from outside (`outer`: the model runs inside a ``torch.compile(model)``
+    wrapper, before or after enabling), or a diffusers hook that runs the block with dynamo
+    disabled (MagCache), or a method of a swapped class patched after enabling (`layers._patched`)."""
+    from .layers import _patched
+
     found = []
+    if outer and state.config.compile != "none":
+        found.append((name or type(model).__name__, "it runs inside a torch.compile(model) wrapper (OptimizedModule), "
+                      "whose dynamo traces our compiled blocks into its own graph: our backend compiles nothing (no "
+                      "graph fusions; layer swaps and attention still apply). Call the unwrapped model (e.g. "
+                      "pipe.transformer = pipe.transformer._orig_mod), with compile='model' for one graph per model"))
     if state.config.compile == "blocks" and model._compiled_call_impl is not None:
         found.append((name or type(model).__name__, "the whole model was compiled by another torch.compile (Module.compile()): "
                       "its backend traces every block, ours never runs; for one compiled graph per model use "
@@ -272,6 +329,16 @@ def _foreign_compiles(model: torch.nn.Module, name: str, state: _State) -> None:
                       f"{len({id(m) for m, _ in hooked})} compiled block(s) run eager: diffusers' "
                       f"{type(hooked[0][1]).__name__} wraps their forward in torch.compiler.disable, so dynamo never "
                       "compiles them (no graph, no fusion); remove the hook (e.g. disable_cache()) to get them back"))
+    patched: dict[tuple[type, type], list] = {}
+    for obj, cls in state.swapped:
+        patched.setdefault((cls, type(obj)), []).append(obj)
+    for (cls, fused), objs in patched.items():
+        patch = _patched(cls, fused)
+        if patch is not None:
+            found.append((f"{name + '.' if name else ''}<{cls.__name__}>",
+                          f"{len(objs)} {cls.__name__} object(s) run our {fused.__name__}, which replaces {patch}, patched "
+                          "in after enabling (e.g. cache-dit's async Ulysses): that code never runs on them; enable "
+                          "again to keep it (the swap is then left out)"))
     if replaced:
         found.append((f"{name + '.' if name else ''}<{type(replaced[0]).__name__}>",
                       f"{len(replaced)} compiled block(s) were compiled again after enabling (Module.compile() or "
@@ -294,29 +361,32 @@ def _compile_disabling_hooks(module: torch.nn.Module) -> list:
     return [h for h in hooks.values() if getattr(getattr(type(h), "new_forward", None), "_torchdynamo_disable", False)]
 
 
-def _plain_call(module: torch.nn.Module) -> bool:
-    """Whether calling `module` is exactly calling its class's ``forward``: no module hooks and no
-    instance ``forward`` (a diffusers hook registry or offloading wrapper): a package runs only then."""
-    from torch.nn.modules import module as nn_module
-
-    return not (module._forward_pre_hooks or module._forward_hooks or "forward" in module.__dict__
-                or nn_module._global_forward_pre_hooks or nn_module._global_forward_hooks)
-
-
 def _record_signature(state: _State, label: str, module: torch.nn.Module, args, kwargs) -> None:
-    """Keeps the signature of an inference call of block class `label` that compiled a graph (a
-    first call, or a recompilation for other shapes or strides), for the packages
-    `save_ascend_cache` builds. Calls that need gradients or hold other leaf types are skipped."""
-    from .compilation.aot_blocks import CallSignature
+    from .warm_start import record_signature
 
-    if not _plain_call(module):
-        return
-    if torch.is_grad_enabled() and any(p.requires_grad for p in module.parameters()):
-        return
-    sig = CallSignature.of(args, kwargs, training=module.training)
-    recorded = state.signatures.setdefault(label, [])
-    if sig is not None and all(sig != s for s, _ in recorded):
-        recorded.append((sig, weakref.ref(module)))
+    record_signature(state.signatures, label, module, args, kwargs)
+
+
+def _foreign_processors(model, adapter, fusions, swapped, skipped) -> list[tuple[str, str, str, str]]:
+    """The attention processors left unswapped that a processor swap of `adapter` was written for
+    (the module's default processor class is the swap's source), as `apply_swaps`' ``skipped``
+    entries: another class there (the user's, cache-dit's) is kept, and its code runs unfused."""
+    if adapter is None:
+        return []
+    swaps = [s for s in adapter.swaps if s.fusion in fusions and not issubclass(s.target(), torch.nn.Module)]
+    done = {id(obj) for obj, _ in swapped}
+    reported = {n for _, n, _, _ in skipped}
+    out = []
+    for n, module in model.named_modules():
+        proc = module.__dict__.get("processor")
+        default = getattr(module, "_default_processor_cls", None)
+        swap = next((s for s in swaps if getattr(default, "__name__", None) == s.source), None)
+        if swap is None or proc is None or id(proc) in done or f"{n}.processor" in reported:
+            continue
+        cls = type(proc)
+        out.append((swap.fusion, f"{n}.processor", cls.__name__,
+                    f"{cls.__module__}.{cls.__qualname__} is not diffusers' {swap.source}, which the swap replaces"))
+    return out
 
 
 def _runs_ring(model) -> bool:
@@ -386,22 +456,27 @@ def _enable_model(model, cfg, name: str = "", verify: bool = True, lazy_compile:
     state.record_signatures = (cfg.compile == "blocks" and backend.executor == "inductor"
                                and backend.graph_capture is None and not cfg.freezing)
     model._ascend_state = state
-    unswapped: list[tuple[str, str, str]] = []
+    unswapped: list[tuple[str, str, str, str | None]] = []
     state.swapped, state.swaps = apply_swaps(model, cfg.resolved_fusions(), skipped=unswapped,
-                                                extra=adapter_swaps())
-    for fusion in dict.fromkeys(f for f, _, _ in unswapped):
-        mods = [(n, c) for f, n, c in unswapped if f == fusion]
-        reason = (f"{len(mods)} {mods[0][1]} module(s) not fused by {fusion!r} (first: {mods[0][0] or '<root>'}): their "
-                  "`forward` is an instance attribute (a hook applied before enabling, e.g. leaf-level group "
-                  "offloading) that calls the original class's forward. Apply the hook after enable_ascend_compile, "
-                  "or use block-level offloading.")
+                                             extra=adapter_swaps())
+    unswapped += _foreign_processors(model, adapter, cfg.resolved_fusions(), state.swapped, unswapped)
+    for fusion, patch in dict.fromkeys((f, p) for f, _, _, p in unswapped):
+        mods = [(n, c) for f, n, c, p in unswapped if f == fusion and p == patch]
+        if patch is None:
+            reason = (f"{len(mods)} {mods[0][1]} module(s) not fused by {fusion!r} (first: {mods[0][0] or '<root>'}): their "
+                      "`forward` is an instance attribute (a hook applied before enabling, e.g. leaf-level group "
+                      "offloading) that calls the original class's forward. Apply the hook after enable_ascend_compile, "
+                      "or use block-level offloading.")
+        else:
+            reason = (f"{len(mods)} {mods[0][1]} object(s) kept, not fused by the {fusion!r} swap (first: "
+                      f"{mods[0][0] or '<root>'}): {patch}; the fused class would replace that code")
         warnings.warn(f"diffusers_ascend: {name or type(model).__name__}: {reason}")
         state.fallbacks.append({"module": f"{name + '.' if name else ''}<{fusion} swaps>", "reason": reason,
                                 "lost": {fusion: len(mods)}})
     _set_attention(model, cfg, state)
     # Every block compiled in place shares the code object `Module._call_impl`, hence one dynamo
     # cache and one recompile budget for all block classes: a Flux model spends 6 of the default 8
-    # entries after one resolution change (FINDINGS section 3), and past the limit dynamo silently
+    # entries after one resolution change, and past the limit dynamo silently
     # runs eager. So under compile="blocks" each block class gets the default budget, plus one
     # entry per block where dynamo may compile every block instance on its own (torch < 2.8: the
     # processors are shared below, but a block may reach another per-instance object).
@@ -431,31 +506,17 @@ def _enable_model(model, cfg, name: str = "", verify: bool = True, lazy_compile:
     model.register_to_config(**{ASCEND_CONFIG_KEY: cfg.to_dict()})
 
 
-def _install_packages(models, blocks, caches) -> None:
-    """Puts each loaded block package (`load_ascend_cache`'s ``"blocks"``) in front of the compiled
-    path of its model's block class, and lists it in the model's report; the backends hand the
-    loaded torch caches over (if not yet done) before their first compile."""
-    by_name = dict(models)
-    for _, model in models:
-        state = getattr(model, "_ascend_state", None)
-        if state is not None and state.backend is not None:
-            state.backend.deferred_caches = caches
-    for entry in blocks:
-        model = by_name.get(entry["model"])
-        state = getattr(model, "_ascend_state", None)
-        if state is None or state.backend is None:
-            continue
-        block = entry["block"]
-        state.aot_blocks.setdefault(entry["class"], []).append(block)
-        # Saving again from this process packages this signature again (from a block of the class).
-        instance = next((m for m in state.compiled if type(m).__name__ == entry["class"]), None)
-        recorded = state.signatures.setdefault(entry["class"], [])
-        if instance is not None and state.record_signatures and all(block.signature != s for s, _ in recorded):
-            recorded.append((block.signature, weakref.ref(instance)))
-        if any(g.get("package") == entry["file"] and g["name"] == f"{entry['class']}:aoti" for g in state.backend.report.graphs):
-            continue  # a backend reused from an earlier enable (`_Backends`) lists it already
-        state.backend.report.add_graph(f"{entry['class']}:aoti", entry["matches"], entry["ops_before"], entry["ops_after"],
-                                       executor="aoti", package=entry["file"], training=False, dynamic=False)
+def _enabled(pipe_or_model) -> list:
+    """The enabled models of `pipe_or_model` as the enable path hands them to warm start."""
+    from .warm_start import EnabledModel
+
+    out = []
+    for name, model in _models(pipe_or_model):
+        s = getattr(model, "_ascend_state", None)
+        if s is not None:
+            out.append(EnabledModel(name, model, s.config, s.backend, s.compiled, s.record_signatures,
+                                    s.signatures, s.aot_blocks, s.packages_passed_on))
+    return out
 
 
 def _disable_model(model) -> None:
@@ -529,12 +590,10 @@ def enable_ascend_compile(pipe_or_model, config=None, *, cache=None, trust_remot
                     "`_repeated_blocks`: use compile='model' or compile='none'."
                 )
     loaded = None
-    from .cache import trusted_opt_in
+    from .warm_start import install_packages, load_ascend_cache, trusted_opt_in
 
     trusted_opt_in(trust_remote_artifacts)  # only the bool True opts in, with or without `cache`
     if cache is not None:  # validated (and refused, for a remote source without opt-in) before anything changes
-        from .cache import load_ascend_cache
-
         loaded = load_ascend_cache(cache, cfg, trust_remote_artifacts=trust_remote_artifacts)
     # Artifacts that match this process were built by these passes on this torch, which verified
     # them there: pattern registration (seconds) waits for the first graph that is not in them.
@@ -544,11 +603,14 @@ def enable_ascend_compile(pipe_or_model, config=None, *, cache=None, trust_remot
         probe.ensure_verified()
     previous = _current_config(pipe_or_model)
     disable_ascend_compile(pipe_or_model)
+    outer = _outer_compiled(pipe_or_model)
     try:
         for name, model in models:
             _enable_model(model, cfg, name, verify=verify, lazy_compile=bool(loaded and loaded["blocks"]))
+            if name in outer:
+                _foreign_compiles(model, name, model._ascend_state, outer=True)
         if loaded:
-            _install_packages(models, loaded["blocks"], loaded["caches"])
+            install_packages(_enabled(pipe_or_model), loaded["blocks"], loaded["caches"])
         if _is_pipeline(pipe_or_model):
             pipe_or_model._ascend_config_obj = cfg
             pipe_or_model.register_to_config(**{ASCEND_CONFIG_KEY: cfg.to_dict()})
@@ -572,10 +634,18 @@ def save_ascend_cache(pipe_or_model, save_directory):
 
     Args:
         pipe_or_model: enabled with ``executor="inductor"``, and called at least once.
-        save_directory: a local directory (created if missing).
+        save_directory: a local directory (created if missing), replaced whole by the new cache;
+            plain files in it that are not the cache's (a model's ``save_pretrained`` output) are
+            carried over, a subdirectory is refused.
 
     Returns:
-        The manifest written (see `diffusers_ascend.cache`).
+        The manifest written (see `diffusers_ascend.warm_start`).
+
+    Raises:
+        ValueError: `pipe_or_model` is not enabled, has compiled nothing yet, uses the eager
+            executor, torch has no portable compile cache (2.6), or `save_directory` is a file or
+            holds a subdirectory (checked before anything is compiled). Nothing is written then.
+        OSError: writing failed (the previous cache at `save_directory` is left as it was).
 
     >>> import diffusers_ascend, tempfile
     >>> from diffusers_ascend.tiny import tiny_flux_transformer
@@ -585,9 +655,29 @@ def save_ascend_cache(pipe_or_model, save_directory):
     ...
     ValueError: FluxTransformer2DModel is not enabled: call enable_ascend_compile(..., executor='inductor') first.
     """
-    from .cache import save_ascend_cache as save
+    from .warm_start import save_cache
 
-    return save(pipe_or_model, save_directory)
+    return save_cache(_enabled(pipe_or_model), save_directory, owner=type(pipe_or_model).__name__)
+
+
+def package_counters(pipe_or_model) -> dict[str, int]:
+    """Block packages loaded into an enabled pipeline or model (a warm start), the calls they ran,
+    and the calls of a packaged block class that no package took (another signature, gradients,
+    hooks), which went to the compiled path.
+
+    Args:
+        pipe_or_model: a `DiffusionPipeline` or a diffusers `ModelMixin`.
+
+    Returns:
+        ``{"packages": int, "calls": int, "passed_on": int}`` (zeros when none was loaded).
+
+    >>> from diffusers_ascend.tiny import tiny_flux_transformer
+    >>> package_counters(tiny_flux_transformer())
+    {'packages': 0, 'calls': 0, 'passed_on': 0}
+    """
+    from .warm_start import count_packages
+
+    return count_packages(_enabled(pipe_or_model))
 
 
 def _current_config(pipe_or_model):
@@ -631,12 +721,13 @@ def ascend_report(pipe_or_model):
     from .compilation import FusionReport
 
     reports = []
+    outer = _outer_compiled(pipe_or_model)
     for name, model in _models(pipe_or_model):
         state = getattr(model, "_ascend_state", None)
         if state is None:
             continue
         rep = FusionReport.merge([state.backend.report]) if state.backend is not None else FusionReport()
-        _foreign_compiles(model, name, state)
+        _foreign_compiles(model, name, state, outer=name in outer)
         for fb in state.fallbacks:
             rep.add_fallback(fb["module"], fb["reason"], fb.get("lost"))
         rep.record_swaps(state.swaps)

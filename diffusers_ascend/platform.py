@@ -242,3 +242,45 @@ def graph_api(platform: str | None = None) -> GraphAPI | None:
             current_stream=npu.current_stream,
         )
     return None
+
+
+def device_capability(platform: str | None = None) -> str:
+    """What compiled code is specific to beyond the architecture, for warm-start cache keys.
+
+    Inductor builds CPU code (C++ kernels, AOTInductor packages and their host side) with
+    ``-march=native``, so ATen's CPU capability and a hash of the CPU's feature flags must both
+    match; on an accelerator, its generation too.
+
+    >>> from diffusers_ascend.platform import device_capability
+    >>> device_capability("cpu").startswith("cpu:")
+    True
+    """
+    import torch
+
+    platform = _check(platform or current_platform())
+    parts = [f"cpu:{torch.backends.cpu.get_cpu_capability()}:{_cpu_features()}"]
+    if platform == "cuda" and torch.cuda.is_available():
+        parts.append("cuda:sm_%d%d" % torch.cuda.get_device_capability())
+    elif platform == "npu":
+        npu = getattr(torch, "npu", None)
+        parts.append(f"npu:{npu.get_device_name() if npu is not None and hasattr(npu, 'get_device_name') else 'unknown'}")
+    return ";".join(parts)
+
+
+def _cpu_features() -> str:
+    """A short hash of the CPU's feature flags (``/proc/cpuinfo``: ``flags`` on x86, ``Features``
+    on Arm), else of the processor name."""
+    import hashlib
+    import platform as host
+
+    text = host.processor() or host.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    text = " ".join(sorted(value.split()))
+                    break
+    except OSError:
+        pass
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

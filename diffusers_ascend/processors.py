@@ -1,23 +1,10 @@
 """One attention-processor object per block position, so torch < 2.8 compiles one graph per block class.
 
-Dynamo on torch 2.6 and 2.7 guards on the identity of the plain objects a compiled block reaches,
-and a diffusers block reaches its attention processor (``___check_obj_id(L['self']._modules
-['attn1'].processor, ...)``): every block instance fails the previous instance's guard and compiles
-its own graph, so a Flux.1 model compiles 57 graphs where 2.8+ compile 3
-(`diffusers_ascend.compilation._compat.compiled_blocks_share_graphs`). diffusers builds one
-processor per attention module, but the processors of one block class are interchangeable: the
-same class, and state that is plain values (``_attention_backend``, flags), equal from block to
-block. `share_processors` gives the attention module at each position (``attn1`` of every
-``WanTransformerBlock``) the processor of the first block at that position; the others are kept
-and `unshare_processors` puts them back.
-
-Only processors that are provably interchangeable are shared: same class, no ``nn.Module``
-processors (IP-Adapter and other processors with weights), and instance state only in attributes
-the class itself declares (configuration such as diffusers' ``_attention_backend`` and
-``_parallel_config``), holding ``None``, bools, numbers, strings, enums or tuples of them, equal by
-value. An attribute only the instance has may be per-block data that ``__call__`` fills in (an
-attention store starts as ``None``), so such a processor keeps its own object. A processor changed
-after sharing (``set_attn_processor``) is left as the user set it.
+Dynamo on torch 2.6/2.7 guards on the identity of the processor a compiled block reaches, so every
+block instance compiled its own graph (`_compat.compiled_blocks_share_graphs`). Processors of one
+block class are interchangeable when they have the same class, are not ``nn.Module``s, and hold only
+class-declared plain values (``_attention_backend``, flags) equal by value; an instance-only
+attribute may be per-block data, so such a processor keeps its own object.
 
 >>> from diffusers_ascend.tiny import tiny_wan_transformer
 >>> model = tiny_wan_transformer(num_layers=3)
@@ -59,8 +46,8 @@ def _state(processor: Any) -> dict[str, Any] | None:
 
 
 def share_processors(blocks: Iterable[torch.nn.Module]) -> list[tuple[torch.nn.Module, Any, Any]]:
-    """Points each attention module of ``blocks`` at the processor of the same position in the first
-    block of its class, where the two are interchangeable.
+    """Points each attention module of ``blocks`` at the interchangeable processor of the same
+    position in the first block of its class.
 
     Args:
         blocks: the blocks compiled one by one (``compile="blocks"``), of one or more classes.

@@ -26,6 +26,8 @@ __all__ = [
     "flux_block_inputs",
     "flux_single_block_inputs",
     "wan_block_inputs",
+    "flux_model_inputs",
+    "wan_model_inputs",
     "tiny_flux_pipeline",
     "tiny_wan_pipeline",
     "flux_pipeline_inputs",
@@ -141,15 +143,15 @@ def _flux_rotary(txt_len: int, height: int, width: int, axes_dim=(4, 4, 8)):
 
 def flux_block_inputs(
     batch: int = 1, txt_len: int = 8, height: int = 4, width: int = 4, dim: int = 32,
-    dtype: torch.dtype = torch.float32, seed: int = 0,
+    dtype: torch.dtype = torch.float32, seed: int = 0, axes_dim: tuple[int, ...] = (4, 4, 8),
 ) -> dict[str, Any]:
     """Keyword inputs for `FluxTransformerBlock.forward`: image tokens `height*width`, text tokens `txt_len`.
 
-    The rotary embedding comes from diffusers' `FluxPosEmbed` over real text/image ids, so the rope
-    pattern sees exactly what it sees inside `FluxTransformer2DModel`.
+    The rotary embedding comes from diffusers' `FluxPosEmbed` over real text/image ids (`axes_dim`
+    sums to the head dim), so the rope pattern sees exactly what it sees inside `FluxTransformer2DModel`.
     """
     gen = _seeded(seed)
-    rotary = _flux_rotary(txt_len, height, width)
+    rotary = _flux_rotary(txt_len, height, width, axes_dim)
     return dict(
         hidden_states=torch.randn(batch, height * width, dim, generator=gen).to(dtype),
         encoder_hidden_states=torch.randn(batch, txt_len, dim, generator=gen).to(dtype),
@@ -184,6 +186,48 @@ def wan_block_inputs(
         encoder_hidden_states=torch.randn(batch, txt_len, dim, generator=gen).to(dtype),
         temb=torch.randn(batch, 6, dim, generator=gen).to(torch.float32),
         rotary_emb=(cos, sin),
+    )
+
+
+def flux_model_inputs(height: int = 4, width: int = 4, txt_len: int = 8, config: dict[str, Any] | None = None,
+                      seed: int = 0, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+    """Keyword inputs of a `FluxTransformer2DModel` with `config` (default `FLUX_TRANSFORMER_CONFIG`)
+    for a packed `height x width` latent and `txt_len` text tokens.
+
+    >>> out = tiny_flux_transformer()(**flux_model_inputs(4, 4))[0]
+    >>> tuple(out.shape)
+    (1, 16, 4)
+    """
+    config = config or FLUX_TRANSFORMER_CONFIG
+    gen = torch.Generator().manual_seed(seed)
+    img_ids = torch.zeros(height, width, 3)
+    img_ids[..., 1] = torch.arange(height)[:, None]
+    img_ids[..., 2] = torch.arange(width)[None, :]
+    return dict(
+        hidden_states=torch.randn(1, height * width, config["in_channels"], generator=gen).to(dtype),
+        encoder_hidden_states=torch.randn(1, txt_len, config["joint_attention_dim"], generator=gen).to(dtype),
+        pooled_projections=torch.randn(1, config["pooled_projection_dim"], generator=gen).to(dtype),
+        timestep=torch.tensor([0.5]), img_ids=img_ids.reshape(-1, 3), txt_ids=torch.zeros(txt_len, 3),
+        return_dict=False,
+    )
+
+
+def wan_model_inputs(frames: int = 2, height: int = 4, width: int = 4, txt_len: int = 8,
+                     config: dict[str, Any] | None = None, seed: int = 0) -> dict[str, Any]:
+    """Keyword inputs of a `WanTransformer3DModel` (default `WAN_TRANSFORMER_CONFIG`) for a
+    `frames x height x width` latent.
+
+    >>> out = tiny_wan_transformer()(**wan_model_inputs(2, 4, 4))[0]
+    >>> tuple(out.shape)
+    (1, 16, 2, 4, 4)
+    """
+    config = config or WAN_TRANSFORMER_CONFIG
+    gen = torch.Generator().manual_seed(seed)
+    return dict(
+        hidden_states=torch.randn(1, config["in_channels"], frames, height, width, generator=gen),
+        timestep=torch.tensor([500]),
+        encoder_hidden_states=torch.randn(1, txt_len, config["text_dim"], generator=gen),
+        return_dict=False,
     )
 
 

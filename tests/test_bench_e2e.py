@@ -208,13 +208,11 @@ def test_compiled_variants_run_and_match_eager(tmp_path):
     assert rows["ascend"]["fusions"] == {}  # fusions="auto" picks none on CPU
 
 
-def test_script_forwards_to_the_cli():
-    import os
+def test_command_runs_as_a_module():
     import subprocess
     import sys
 
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run([sys.executable, os.path.join(repo, "benchmarks", "e2e.py"), "--help"],
+    out = subprocess.run([sys.executable, "-m", "diffusers_ascend.cli", "bench", "e2e", "--help"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "--model {flux,wan,wan-14b,qwen-image}" in out.stdout and "--variants" in out.stdout

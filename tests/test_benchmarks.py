@@ -8,17 +8,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 
 import pytest
 
+from diffusers_ascend import cli
 from diffusers_ascend.benchmarks import BENCHMARKS, LATENCY_VARIANTS, SIZES, latency, recompiles, run_benchmarks
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-# FINDINGS section 1 / tests/compilation: replacements per block with the five fusions (fp32 and bf16).
+# tests/compilation: replacements per block with the five fusions (fp32 and bf16).
 EXPECTED_MATCHES = {
     "flux_double": {"rms_norm": 4, "rope": 2, "gelu_tanh": 2, "adaln": 4, "mul_add": 4},
     "flux_single": {"rms_norm": 2, "rope": 2, "gelu_tanh": 1, "adaln": 1, "mul_add": 1},
@@ -134,9 +130,31 @@ def test_unknown_names_and_sizes_raise():
     assert SIZES == ("tiny", "small") and "ascend_auto" in LATENCY_VARIANTS
 
 
-def test_scripts_parse_arguments():
-    for script in ("run_all.py", "ops_per_block.py", "compile_time.py", "recompiles.py", "latency.py", "warm_start.py"):
-        out = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", script), "--help"],
-                             capture_output=True, text=True, timeout=120)
-        assert out.returncode == 0, out.stderr
-        assert "--size" in out.stdout and "--out" in out.stdout
+@pytest.mark.parametrize("argv, flags", [
+    (["bench"], ("--only", "--size", "--out")), (["bench", "warm_start"], ("--size", "--out", "--repeat")),
+    (["bench", "blocks"], ("--tiny", "--variant", "--out")), (["bench", "kernels"], ("--case", "--out")),
+    (["bench", "graph_capture"], ("--iters", "--configs", "--out")), (["bench", "host_path"], ("--calls", "--out")),
+])
+def test_commands_parse_arguments(argv, flags, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main([*argv, "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert all(flag in out for flag in flags)
+
+
+def test_device_commands_are_the_modules():
+    """Each ``bench <name>`` is `bench_<name>.cli`, and the choices spelled out in cli.py (so that
+    --help does not import torch) are the modules' own."""
+    import importlib
+
+    for name in cli._BENCH_MODULES:
+        assert callable(importlib.import_module(f"diffusers_ascend.benchmarks.bench_{name}").cli)
+    from diffusers_ascend.benchmarks import bench_graph_capture, bench_warm_start
+
+    args = cli.build_parser().parse_args(["bench", "graph_capture"])
+    assert tuple(args.configs) == tuple(bench_graph_capture.CONFIGS) and tuple(args.sizes) == tuple(bench_graph_capture.SIZES)
+    warm = {a.dest: a for a in cli.build_parser()._subparsers._group_actions[0].choices["bench"]
+            ._subparsers._group_actions[0].choices["warm_start"]._actions}
+    assert set(warm["size"].choices) == set(bench_warm_start.SIZES)
+    assert set(warm["models"].choices) == set(bench_warm_start.SIZES["small"])

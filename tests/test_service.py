@@ -19,7 +19,7 @@ import torch
 
 import diffusers_ascend
 from ascend_kernels.testing import assert_close
-from diffusers_ascend.benchmarks._common import flux_model_inputs
+from diffusers_ascend.tiny import flux_model_inputs
 from diffusers_ascend.compilation import _compat
 from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, tiny_flux_transformer
 
@@ -33,7 +33,7 @@ def _inputs(size: int = 4, seed: int = 0):
     gen_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
-        return flux_model_inputs({**FLUX_TRANSFORMER_CONFIG, **LAYERS}, size, size)
+        return flux_model_inputs(size, size, config={**FLUX_TRANSFORMER_CONFIG, **LAYERS})
     finally:
         torch.random.set_rng_state(gen_state)
 
@@ -111,7 +111,7 @@ _PACKAGE_THREADS = textwrap.dedent(
     """
     import faulthandler, json, sys, threading, time
     import torch
-    from diffusers_ascend.compilation.aot_blocks import AotBlock, CallSignature, build_package
+    from diffusers_ascend.warm_start.packages import AotBlock, CallSignature, build_package
     from diffusers_ascend.compilation.passes.manager import FusionPassManager
 
     class Block(torch.nn.Module):  # calls our custom op (rms_norm) from inside the package
@@ -233,7 +233,7 @@ _SERVICE = textwrap.dedent(
     import torch
     import diffusers_ascend
     from diffusers import FluxPipeline
-    from diffusers_ascend.cache import package_counters
+    from diffusers_ascend.mixin import package_counters
     from diffusers_ascend.tiny import flux_pipeline_inputs, tiny_flux_pipeline
 
     mode, art = sys.argv[1:3]

@@ -21,10 +21,11 @@ import pytest
 import torch
 
 import diffusers_ascend
-from diffusers_ascend import cache
+from diffusers_ascend import warm_start
 from diffusers_ascend.cli import main
 from diffusers_ascend.compilation import _compat
 from diffusers_ascend.config import AscendConfig
+from diffusers_ascend.mixin import package_counters
 from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, tiny_flux_transformer
 
 LAYERS = dict(num_layers=1, num_single_layers=1)
@@ -35,9 +36,9 @@ _SCRIPT = textwrap.dedent(
     import json, os, sys
     import torch
     import diffusers_ascend
-    from diffusers_ascend.benchmarks._common import flux_model_inputs
-    from diffusers_ascend.cache import package_counters
+    from diffusers_ascend.tiny import flux_model_inputs
     from diffusers_ascend.compilation._compat import compile_cache_counters, inductor_cache_dir
+    from diffusers_ascend.mixin import package_counters
     from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, tiny_flux_transformer
 
     mode, art, out = sys.argv[1:4]
@@ -56,7 +57,7 @@ _SCRIPT = textwrap.dedent(
     before = libs()
     state = model._ascend_state
     with torch.no_grad():
-        result = model(**flux_model_inputs(config, 8, 8))[0]
+        result = model(**flux_model_inputs(8, 8, config=config))[0]
     report = diffusers_ascend.ascend_report(model)
     info = dict(compile_cache_counters(), libs_before=before, libs_after=libs(), packages=package_counters(model),
                 graphs=[(g["name"], g["executor"], g["matches"]) for g in report.graphs],
@@ -65,7 +66,7 @@ _SCRIPT = textwrap.dedent(
         info["manifest"] = diffusers_ascend.save_ascend_cache(model, art)
     else:  # another size: no package or cache entry has it, so it compiles (the deferred verify runs here)
         torch.manual_seed(1)
-        other = flux_model_inputs(config, 4, 4)
+        other = flux_model_inputs(4, 4, config=config)
         with torch.no_grad():
             compiled = model(**other)[0]
         info["other_size_packages"] = package_counters(model)
@@ -92,7 +93,7 @@ def _run(tmp_path, mode, name):
     return {**json.loads(line[len("RESULT "):]), "stderr": out.stderr}, torch.load(tmp_path / f"{name}.pt")
 
 
-# Measured: the save-time check of every block package (`aot_blocks._check_package`) fails on
+# Measured: the save-time check of every block package (`warm_start.packages._check_package`) fails on
 # torch 2.8 and 2.11, whose AOTInductor proxy executor decodes the dtype arguments of custom ops
 # off by one, and passes on 2.13 and 2.14. Releases in between were not measured.
 PACKAGES_PASS_THEIR_CHECK = _compat.torch_version() >= (2, 13)
@@ -103,7 +104,7 @@ def test_saved_artifacts_make_a_fresh_process_skip_compilation(tmp_path, capsys)
     cold, cold_out = _run(tmp_path, "save", "cold")
     assert cold["autograd_cache_miss"] >= 2 and cold["autograd_cache_hit"] == 0  # one per block class at least
     manifest = cold["manifest"]
-    on_disk = json.loads((tmp_path / "art" / cache.MANIFEST_NAME).read_text())
+    on_disk = json.loads((tmp_path / "art" / warm_start.MANIFEST_NAME).read_text())
     assert on_disk == manifest and manifest["executor"] == "inductor"
     if PACKAGES_PASS_THEIR_CHECK:
         # One package per graph the cold process compiled (each is a block class at one
@@ -113,7 +114,7 @@ def test_saved_artifacts_make_a_fresh_process_skip_compilation(tmp_path, capsys)
         assert packaged == compiled and len(packaged) >= 2
     else:
         assert manifest["blocks"] == [] and "was not packaged ahead of time (RuntimeError: the package fails" in cold["stderr"]
-    assert set(manifest["files"]) == {cache.ARTIFACTS_NAME, cache.KERNELS_NAME, *(b["file"] for b in manifest["blocks"])}
+    assert set(manifest["files"]) == {warm_start.ARTIFACTS_NAME, warm_start.KERNELS_NAME, *(b["file"] for b in manifest["blocks"])}
     from diffusers_ascend.platform import override_platform
 
     with override_platform("cpu"):  # the platform the subprocesses saved on (they take no test override)
@@ -145,7 +146,7 @@ def test_saved_artifacts_make_a_fresh_process_skip_compilation(tmp_path, capsys)
     assert hooked["packages"]["calls"] == 0 and hooked["packages"]["passed_on"] == (2 if PACKAGES_PASS_THEIR_CHECK else 0)
     assert hooked["autograd_cache_hit"] == cold["autograd_cache_miss"] and hooked["autograd_cache_miss"] == 0
     assert hooked["fxgraph_cache_miss"] == 0
-    with tarfile.open(tmp_path / "art" / cache.KERNELS_NAME) as tar:
+    with tarfile.open(tmp_path / "art" / warm_start.KERNELS_NAME) as tar:
         shipped = {m.name for m in tar.getmembers()}
     assert hooked["libs_after"] and set(hooked["libs_after"]) <= shipped
 
@@ -153,7 +154,7 @@ def test_saved_artifacts_make_a_fresh_process_skip_compilation(tmp_path, capsys)
 # -- validation without compiling ---------------------------------------------------------------------
 def _block_entry(file="ascend_aoti_0.pt2", **overrides):
     """A ``blocks`` entry as `save_ascend_cache` writes it (a one-tensor call of a block with one weight)."""
-    from diffusers_ascend.compilation.aot_blocks import CallSignature
+    from diffusers_ascend.warm_start.packages import CallSignature
 
     sig = CallSignature.of((torch.zeros(2, 3),), {}, training=False)
     leaves, spec = _compat.tree_flatten(torch.zeros(2, 3))
@@ -168,15 +169,15 @@ def _write_cache(directory, keys, payload=b"mega-cache bytes", kernels=None, pac
     `packages` ({file name: bytes}) as block packages, one `_block_entry` each."""
     os.makedirs(directory, exist_ok=True)
     packages = packages or {}
-    blobs = {cache.ARTIFACTS_NAME: payload, **({cache.KERNELS_NAME: kernels} if kernels is not None else {}), **packages}
+    blobs = {warm_start.ARTIFACTS_NAME: payload, **({warm_start.KERNELS_NAME: kernels} if kernels is not None else {}), **packages}
     for name, data in blobs.items():
         with open(os.path.join(directory, name), "wb") as f:
             f.write(data)
-    manifest = {"format": cache.FORMAT, "mechanism": cache.MECHANISM, **keys,
+    manifest = {"format": warm_start.FORMAT, "mechanism": warm_start.MECHANISM, **keys,
                 "files": {n: {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d)} for n, d in blobs.items()},
                 "blocks": [_block_entry(name) for name in packages],
                 **manifest_overrides}
-    with open(os.path.join(directory, cache.MANIFEST_NAME), "w") as f:
+    with open(os.path.join(directory, warm_start.MANIFEST_NAME), "w") as f:
         json.dump(manifest, f)
     return manifest
 
@@ -193,23 +194,23 @@ def loads(monkeypatch):
 
 
 def _small_inputs():
-    from diffusers_ascend.benchmarks._common import flux_model_inputs
+    from diffusers_ascend.tiny import flux_model_inputs
 
-    return flux_model_inputs({**FLUX_TRANSFORMER_CONFIG, **LAYERS}, 4, 4)
+    return flux_model_inputs(4, 4, config={**FLUX_TRANSFORMER_CONFIG, **LAYERS})
 
 
 def test_stale_artifacts_warn_and_compile_normally(tmp_path, loads):
     cfg = AscendConfig(fusions="all", executor="eager", compile="blocks")
-    keys = cache.expected_keys(cfg)
+    keys = warm_start.expected_keys(cfg)
     _write_cache(tmp_path / "old-torch", {**keys, "torch": "2.0.0"})
-    _write_cache(tmp_path / "other-config", cache.expected_keys(cfg.replace(fusions=["rms_norm"])))
+    _write_cache(tmp_path / "other-config", warm_start.expected_keys(cfg.replace(fusions=["rms_norm"])))
     _write_cache(tmp_path / "other-cpu", {**keys, "device": "cpu:AVX2:0123456789abcdef"})
     # What an older diffusers-ascend wrote (format 1: no packages, no device key).
     _write_cache(tmp_path / "format-1", {k: v for k, v in keys.items() if k != "device"}, format=1,
                  mechanism="inductor-mega-cache", blocks=None)
-    old = json.loads((tmp_path / "format-1" / cache.MANIFEST_NAME).read_text())
+    old = json.loads((tmp_path / "format-1" / warm_start.MANIFEST_NAME).read_text())
     del old["blocks"]
-    (tmp_path / "format-1" / cache.MANIFEST_NAME).write_text(json.dumps(old))
+    (tmp_path / "format-1" / warm_start.MANIFEST_NAME).write_text(json.dumps(old))
     for name, needle in [("old-torch", "torch version: saved '2.0.0'"), ("other-config", "AscendConfig.cache_key()"),
                          ("other-cpu", "device capability"), ("format-1", "manifest format: saved 1")]:
         model = tiny_flux_transformer(**LAYERS)
@@ -226,39 +227,39 @@ def test_stale_artifacts_warn_and_compile_normally(tmp_path, loads):
 
 def test_matching_artifacts_reach_torch_caches(tmp_path, loads):
     cfg = AscendConfig(fusions=["rms_norm"], executor="inductor", compile="blocks")
-    _write_cache(tmp_path, cache.expected_keys(cfg))
+    _write_cache(tmp_path, warm_start.expected_keys(cfg))
     model = tiny_flux_transformer(**LAYERS)
     diffusers_ascend.enable_ascend_compile(model, cfg, cache=str(tmp_path))
     assert loads == [b"mega-cache bytes"]
 
 
 @pytest.mark.parametrize("tamper, needle", [
-    (lambda d, m: (d / cache.MANIFEST_NAME).write_text("{not json"), "not valid JSON|JSON"),
-    (lambda d, m: (d / cache.MANIFEST_NAME).write_text(json.dumps({**m, "extra": 1})), "unknown keys \\['extra'\\]"),
-    (lambda d, m: (d / cache.MANIFEST_NAME).write_text(json.dumps({**m, "torch": 2})), "'torch' must be a string"),
-    (lambda d, m: (d / cache.MANIFEST_NAME).write_text(json.dumps(
-        {**m, "files": {**m["files"], cache.ARTIFACTS_NAME: {"sha256": "x", "size": 1}}})), "64 hex digits"),
-    (lambda d, m: (d / cache.MANIFEST_NAME).write_text(json.dumps(
-        {**m, "files": {cache.ARTIFACTS_NAME: m["files"][cache.ARTIFACTS_NAME]}})), "each block's package exactly once"),
-    (lambda d, m: (d / cache.MANIFEST_NAME).write_text(json.dumps({**m, "format": 99})), "format 99"),
-    (lambda d, m: (d / cache.ARTIFACTS_NAME).write_bytes(b"mega-cache bytez"), "does not match the sha256"),
+    (lambda d, m: (d / warm_start.MANIFEST_NAME).write_text("{not json"), "not valid JSON|JSON"),
+    (lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(json.dumps({**m, "extra": 1})), "unknown keys \\['extra'\\]"),
+    (lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(json.dumps({**m, "torch": 2})), "'torch' must be a string"),
+    (lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(json.dumps(
+        {**m, "files": {**m["files"], warm_start.ARTIFACTS_NAME: {"sha256": "x", "size": 1}}})), "64 hex digits"),
+    (lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(json.dumps(
+        {**m, "files": {warm_start.ARTIFACTS_NAME: m["files"][warm_start.ARTIFACTS_NAME]}})), "each block's package exactly once"),
+    (lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(json.dumps({**m, "format": 99})), "format 99"),
+    (lambda d, m: (d / warm_start.ARTIFACTS_NAME).write_bytes(b"mega-cache bytez"), "does not match the sha256"),
     (lambda d, m: (d / "ascend_aoti_0.pt2").write_bytes(b"package bytez"), "does not match the sha256"),
-    (lambda d, m: (d / cache.MANIFEST_NAME).write_text(json.dumps(
+    (lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(json.dumps(
         {**m, "blocks": [{**m["blocks"][0], "file": "../evil.pt2"}]})), "not named ascend_aoti_<n>.pt2"),
-    (lambda d, m: (d / cache.MANIFEST_NAME).write_text(json.dumps(
+    (lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(json.dumps(
         {**m, "blocks": [{**m["blocks"][0], "extra": 1}]})), "must have exactly the keys"),
-    (lambda d, m: (d / cache.MANIFEST_NAME).write_text(json.dumps({**m, "blocks": [{**m["blocks"][0], "signature": {
+    (lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(json.dumps({**m, "blocks": [{**m["blocks"][0], "signature": {
         **m["blocks"][0]["signature"], "leaves": [["tensor", "os.system", "cpu", [2, 3], [3, 1]]]}}]})), "not a torch dtype"),
-    (lambda d, m: (d / cache.MANIFEST_NAME).write_text(json.dumps({**m, "blocks": [{**m["blocks"][0], "signature": {
+    (lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(json.dumps({**m, "blocks": [{**m["blocks"][0], "signature": {
         **m["blocks"][0]["signature"], "tree": "{not a spec"}}]})), "not a pytree spec"),
-    (lambda d, m: (d / cache.MANIFEST_NAME).write_text(json.dumps({**m, "blocks": [{**m["blocks"][0], "signature": {
+    (lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(json.dumps({**m, "blocks": [{**m["blocks"][0], "signature": {
         **m["blocks"][0]["signature"], "leaves": [["value", {"__reduce__": 1}]]}}]})), "leaf must be"),
-    (lambda d, m: (d / cache.MANIFEST_NAME).write_text(json.dumps(
+    (lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(json.dumps(
         {**m, "blocks": [{**m["blocks"][0], "matches": {"rms_norm": -1}}]})), "'matches' must map"),
 ])
 def test_tampered_cache_is_a_clear_error_and_nothing_is_loaded(tmp_path, loads, tamper, needle):
     cfg = AscendConfig(fusions=["rms_norm"], executor="inductor", compile="blocks")
-    manifest = _write_cache(tmp_path, cache.expected_keys(cfg), packages={"ascend_aoti_0.pt2": b"package bytes"})
+    manifest = _write_cache(tmp_path, warm_start.expected_keys(cfg), packages={"ascend_aoti_0.pt2": b"package bytes"})
     tamper(tmp_path, manifest)
     model = tiny_flux_transformer(**LAYERS)
     with pytest.raises(ValueError, match=needle):
@@ -274,7 +275,7 @@ def test_kernel_archive_with_unsafe_paths_is_refused(tmp_path, loads, member):
         info.size = 3
         tar.addfile(info, io.BytesIO(b"elf"))
     cfg = AscendConfig(fusions=["rms_norm"], executor="inductor", compile="blocks")
-    _write_cache(tmp_path, cache.expected_keys(cfg), kernels=buf.getvalue())
+    _write_cache(tmp_path, warm_start.expected_keys(cfg), kernels=buf.getvalue())
     with pytest.raises(ValueError, match="only regular .so files"):
         diffusers_ascend.enable_ascend_compile(tiny_flux_transformer(**LAYERS), cfg, cache=str(tmp_path))
     assert loads == []
@@ -294,7 +295,7 @@ def test_remote_artifacts_need_the_explicit_opt_in(tmp_path, loads, monkeypatch)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
     cfg = AscendConfig(fusions=["rms_norm"], executor="inductor", compile="blocks")
-    _fake_hub(tmp_path, "org/warm", cache.expected_keys(cfg))
+    _fake_hub(tmp_path, "org/warm", warm_start.expected_keys(cfg))
     model = tiny_flux_transformer(**LAYERS)
     with pytest.raises(ValueError, match="trust_remote_artifacts=True"):
         diffusers_ascend.enable_ascend_compile(model, cfg, cache="org/warm")
@@ -304,12 +305,12 @@ def test_remote_artifacts_need_the_explicit_opt_in(tmp_path, loads, monkeypatch)
     diffusers_ascend.enable_ascend_compile(model, cfg, cache="org/warm", trust_remote_artifacts=True)
     assert loads == [b"mega-cache bytes"]
     assert main(["cache", "pull", "org/warm", str(tmp_path / "dst"), "--trust-remote-artifacts"]) == 0
-    assert cache.read_manifest(str(tmp_path / "dst" / cache.MANIFEST_NAME))["config_hash"] == cfg.cache_key()
+    assert warm_start.read_manifest(str(tmp_path / "dst" / warm_start.MANIFEST_NAME))["config_hash"] == cfg.cache_key()
 
 
 def test_cli_info_and_push(tmp_path, capsys):
     cfg = AscendConfig(executor="inductor")
-    _write_cache(tmp_path, {**cache.expected_keys(cfg), "torch": "2.0.0"})
+    _write_cache(tmp_path, {**warm_start.expected_keys(cfg), "torch": "2.0.0"})
     assert main(["cache", "info", str(tmp_path), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["matches_here"] is False and info["mismatches"][0].startswith("torch version: saved '2.0.0'")
@@ -320,7 +321,7 @@ def test_cli_info_and_push(tmp_path, capsys):
     create.assert_called_once_with("me/warm", repo_type="model", private=False, exist_ok=True)
     kw = commit.call_args.kwargs  # the manifest and its artifact in one commit
     assert kw["repo_id"] == "me/warm" and kw["commit_message"] == "Upload diffusers-ascend compile artifacts"
-    assert sorted(op.path_in_repo for op in kw["operations"]) == sorted([cache.MANIFEST_NAME, cache.ARTIFACTS_NAME])
+    assert sorted(op.path_in_repo for op in kw["operations"]) == sorted([warm_start.MANIFEST_NAME, warm_start.ARTIFACTS_NAME])
 
 
 def test_torch_without_portable_cache_warns_and_compiles(tmp_path, monkeypatch):
@@ -328,7 +329,7 @@ def test_torch_without_portable_cache_warns_and_compiles(tmp_path, monkeypatch):
     from diffusers_ascend.compilation import _compat
 
     cfg = AscendConfig(fusions=["rms_norm"], executor="inductor", compile="blocks")
-    _write_cache(tmp_path, cache.expected_keys(cfg))
+    _write_cache(tmp_path, warm_start.expected_keys(cfg))
     monkeypatch.setattr(_compat, "cache_artifacts_api", lambda: None)
     model = tiny_flux_transformer(**LAYERS)
     with pytest.warns(UserWarning, match="cannot load portable compile caches"):
@@ -353,11 +354,11 @@ def test_a_package_that_does_not_load_is_left_to_the_compiler(tmp_path, loads):
     # Bytes that match the manifest but are no AOTInductor archive: a warning, and the block class
     # compiles normally (enable succeeds, nothing of the package is installed).
     cfg = AscendConfig(fusions=["rms_norm"], executor="inductor", compile="blocks")
-    _write_cache(tmp_path, cache.expected_keys(cfg), packages={"ascend_aoti_0.pt2": b"not a zip archive"})
+    _write_cache(tmp_path, warm_start.expected_keys(cfg), packages={"ascend_aoti_0.pt2": b"not a zip archive"})
     model = tiny_flux_transformer(**LAYERS)
     with pytest.warns(UserWarning, match="package of FluxTransformerBlock .* did not load .* it compiles normally"):
         diffusers_ascend.enable_ascend_compile(model, cfg, cache=str(tmp_path))
-    assert loads == [b"mega-cache bytes"] and cache.package_counters(model)["packages"] == 0
+    assert loads == [b"mega-cache bytes"] and package_counters(model)["packages"] == 0
 
 
 # -- the dispatch rules of a loaded package -------------------------------------------------------------
@@ -374,7 +375,7 @@ def _package_of(block, *args, **kwargs):
     """An `AotBlock` whose runner is the block itself run functionally on the flat inputs: a test
     double of a loaded AOTInductor package, for the rules deciding which calls it may take (the
     real package is run by the subprocess round trip above)."""
-    from diffusers_ascend.compilation.aot_blocks import AotBlock, CallSignature, _state, _tensor_key
+    from diffusers_ascend.warm_start.packages import AotBlock, CallSignature, _state, _tensor_key
 
     sig = CallSignature.of(args, kwargs, training=block.training)
     names, state = _state(block)
@@ -389,7 +390,7 @@ def _package_of(block, *args, **kwargs):
 
 
 def test_a_package_takes_only_calls_with_its_exact_signature():
-    from diffusers_ascend.compilation.aot_blocks import MISS
+    from diffusers_ascend.warm_start.packages import MISS
 
     block = _Block().eval()
     x = torch.randn(2, 4)
@@ -418,7 +419,7 @@ def test_a_package_takes_only_calls_with_its_exact_signature():
 
 
 def test_call_signatures_are_data_and_refuse_what_they_cannot_describe():
-    from diffusers_ascend.compilation.aot_blocks import CallSignature
+    from diffusers_ascend.warm_start.packages import CallSignature
 
     sig = CallSignature.of((torch.zeros(2, 3),), {"rotary": (torch.ones(3), torch.ones(3)), "mask": None, "n": 4},
                            training=False)
@@ -432,7 +433,7 @@ def test_call_signatures_are_data_and_refuse_what_they_cannot_describe():
 
 
 def test_a_package_that_fails_at_run_time_is_retired_with_a_warning():
-    from diffusers_ascend.compilation.aot_blocks import MISS
+    from diffusers_ascend.warm_start.packages import MISS
 
     block = _Block().eval()
     x = torch.randn(2, 4)
@@ -453,7 +454,7 @@ def test_a_package_that_fails_at_run_time_is_retired_with_a_warning():
 def test_packages_go_to_the_pipeline_component_they_were_saved_from():
     # Wan 2.2 has two transformers of one class: a package saved from `transformer_2` must serve
     # that component only (its manifest entry names the component).
-    from diffusers_ascend.mixin import _install_packages, _models
+    from diffusers_ascend.mixin import _enabled
     from diffusers_ascend.tiny import tiny_wan_pipeline
 
     pipe = tiny_wan_pipeline(two_stage=True)
@@ -462,8 +463,8 @@ def test_packages_go_to_the_pipeline_component_they_were_saved_from():
     package = _package_of(torch.nn.Linear(2, 2), torch.zeros(1, 2))
     entry = {"model": "transformer_2", "class": type(block).__name__, "file": "ascend_aoti_0.pt2",
              "matches": {"rms_norm": 3}, "ops_before": 9, "ops_after": 5, "block": package}
-    caches = cache.TorchCaches(b"", None, [], "test")
-    _install_packages(_models(pipe), [entry], caches)
+    caches = warm_start.TorchCaches(b"", None, [], "test")
+    warm_start.install_packages(_enabled(pipe), [entry], caches)
     assert pipe.transformer._ascend_state.aot_blocks == {}
     assert pipe.transformer_2._ascend_state.aot_blocks == {type(block).__name__: [package]}
     assert pipe.transformer_2._ascend_state.backend.deferred_caches is caches
@@ -472,4 +473,4 @@ def test_packages_go_to_the_pipeline_component_they_were_saved_from():
     # Saving again from this process would package the signature again, from a block of the class.
     (signature, ref), = pipe.transformer_2._ascend_state.signatures[type(block).__name__]
     assert signature is package.signature and type(ref()) is type(block)
-    assert cache.package_counters(pipe) == {"packages": 1, "calls": 0, "passed_on": 0}
+    assert package_counters(pipe) == {"packages": 1, "calls": 0, "passed_on": 0}

@@ -26,11 +26,12 @@ import pytest
 import torch
 
 import diffusers_ascend
-from diffusers_ascend import cache
+from diffusers_ascend import warm_start
 from diffusers_ascend.cli import main
 from diffusers_ascend.compilation import _compat
 from diffusers_ascend.config import AscendConfig
 from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, tiny_flux_transformer
+from diffusers_ascend.warm_start.kernels import check_kernels, install_kernels
 from tests.test_warm_start import SHA, _Block, _write_cache, loads  # noqa: F401 (a fixture)
 
 CFG = AscendConfig(fusions=["rms_norm"], executor="inductor", compile="blocks")
@@ -47,7 +48,7 @@ def _load(directory, monkeypatch, cfg=CFG, **kwargs):
     got = []
     monkeypatch.setattr(_compat, "cache_artifacts_api", lambda: (None, got.append))
     monkeypatch.setattr(_compat, "inductor_cache_dir", lambda: str(directory) + "-inductor")
-    assert cache.load_ascend_cache(str(directory), cfg, **kwargs) is not None
+    assert warm_start.load_ascend_cache(str(directory), cfg, **kwargs) is not None
     return got
 
 
@@ -56,7 +57,7 @@ def _hub(root, repo_id, payload, keys=None):
     snap = root / ("models--" + repo_id.replace("/", "--"))
     (snap / "refs").mkdir(parents=True, exist_ok=True)
     (snap / "refs" / "main").write_text(SHA)
-    return _write_cache(snap / "snapshots" / SHA, keys or cache.expected_keys(CFG), payload=payload)
+    return _write_cache(snap / "snapshots" / SHA, keys or warm_start.expected_keys(CFG), payload=payload)
 
 
 @pytest.fixture
@@ -72,19 +73,19 @@ def offline_hub(tmp_path, monkeypatch):
 def compiled():
     """A tiny Flux compiled with executor='inductor' (compile='model': no package to build, so a
     save costs only its writes) and called once: what `save_ascend_cache` needs."""
-    from diffusers_ascend.benchmarks._common import flux_model_inputs
+    from diffusers_ascend.tiny import flux_model_inputs
 
     model = tiny_flux_transformer(**MODEL_LAYERS)
     diffusers_ascend.enable_ascend_compile(model, fusions=["rms_norm"], executor="inductor", compile="model")
     with torch.no_grad():
-        model(**flux_model_inputs({**FLUX_TRANSFORMER_CONFIG, **MODEL_LAYERS}, 4, 4))
+        model(**flux_model_inputs(4, 4, config={**FLUX_TRANSFORMER_CONFIG, **MODEL_LAYERS}))
     return model
 
 
 # -- item 4: all-or-nothing saves -------------------------------------------------------------------------
 def test_a_save_that_fails_half_way_leaves_the_previous_cache(tmp_path, monkeypatch, compiled):
     target = tmp_path / "cache"
-    previous = _write_cache(target, cache.expected_keys(CFG))
+    previous = _write_cache(target, warm_start.expected_keys(CFG))
     (target / "config.json").write_text("{}")  # a save_pretrained output beside the cache is kept
     real_fdopen, opened = os.fdopen, []
 
@@ -101,19 +102,19 @@ def test_a_save_that_fails_half_way_leaves_the_previous_cache(tmp_path, monkeypa
         with pytest.raises(OSError, match="No space left"):
             diffusers_ascend.save_ascend_cache(compiled, target)
     assert len(opened) == 2
-    assert json.loads((target / cache.MANIFEST_NAME).read_text()) == previous
+    assert json.loads((target / warm_start.MANIFEST_NAME).read_text()) == previous
     assert _load(target, monkeypatch) == [b"mega-cache bytes"]  # the previous cache, whole
     assert _listing(tmp_path) == ["cache"] and ".tmp" not in "".join(_listing(target))
     monkeypatch.undo()  # torch's real cache API again, for the save
     manifest = diffusers_ascend.save_ascend_cache(compiled, target)  # the next save replaces it whole
-    assert json.loads((target / cache.MANIFEST_NAME).read_text()) == manifest
+    assert json.loads((target / warm_start.MANIFEST_NAME).read_text()) == manifest
     assert (target / "config.json").read_text() == "{}" and _listing(tmp_path) == ["cache"]
 
 
 _KILLED_PULL = textwrap.dedent("""
     import os, sys, time
     import huggingface_hub.constants
-    from diffusers_ascend import cache
+    from diffusers_ascend import warm_start
     huggingface_hub.constants.HF_HUB_OFFLINE = True
     huggingface_hub.constants.HF_HUB_CACHE = sys.argv[1]
     fsync = os.fsync
@@ -122,14 +123,14 @@ _KILLED_PULL = textwrap.dedent("""
         print("WROTE", flush=True)
         time.sleep(60)
     os.fsync = slow_fsync
-    cache.pull_ascend_cache("org/new", sys.argv[2], trust_remote_artifacts=True)
+    warm_start.pull_ascend_cache("org/new", sys.argv[2], trust_remote_artifacts=True)
     print("FINISHED", flush=True)
 """)
 
 
 def test_a_save_killed_half_way_leaves_the_previous_cache_and_no_litter(tmp_path, monkeypatch, offline_hub):
     target = tmp_path / "out" / "cache"
-    _write_cache(target, cache.expected_keys(CFG), payload=b"previous cache")
+    _write_cache(target, warm_start.expected_keys(CFG), payload=b"previous cache")
     _hub(offline_hub, "org/new", b"new cache")
     env = {**os.environ, "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen([sys.executable, "-c", _KILLED_PULL, str(offline_hub), str(target)],
@@ -145,7 +146,7 @@ def test_a_save_killed_half_way_leaves_the_previous_cache_and_no_litter(tmp_path
     assert _load(target, monkeypatch) == [b"previous cache"]
     assert ".tmp" not in "".join(_listing(target))
     # The next save of this directory succeeds and takes the killed one's staging with it.
-    cache.pull_ascend_cache("org/new", target, trust_remote_artifacts=True)
+    warm_start.pull_ascend_cache("org/new", target, trust_remote_artifacts=True)
     assert _load(target, monkeypatch) == [b"new cache"] and _listing(tmp_path / "out") == ["cache"]
 
 
@@ -154,7 +155,7 @@ def test_concurrent_saves_leave_one_whole_cache_and_readers_see_whole_caches(tmp
     payloads = {f"org/saver{i}": f"cache of saver {i}".encode() * 1000 for i in range(3)}
     for repo, payload in payloads.items():
         _hub(offline_hub, repo, payload)
-    cache.pull_ascend_cache("org/saver0", target, trust_remote_artifacts=True)
+    warm_start.pull_ascend_cache("org/saver0", target, trust_remote_artifacts=True)
     got = []
     monkeypatch.setattr(_compat, "cache_artifacts_api", lambda: (None, got.append))
     monkeypatch.setattr(_compat, "inductor_cache_dir", lambda: str(tmp_path / "inductor"))
@@ -163,14 +164,14 @@ def test_concurrent_saves_leave_one_whole_cache_and_readers_see_whole_caches(tmp
     def save(repo):
         try:
             for _ in range(5):
-                cache.pull_ascend_cache(repo, target, trust_remote_artifacts=True)
+                warm_start.pull_ascend_cache(repo, target, trust_remote_artifacts=True)
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
     def read():
         while not done.is_set():
             try:
-                cache.load_ascend_cache(str(target), CFG)
+                warm_start.load_ascend_cache(str(target), CFG)
             except Exception as e:  # noqa: BLE001 - reported below
                 errors.append(e)
 
@@ -194,12 +195,12 @@ def test_a_save_carries_other_files_over_and_refuses_subdirectories(tmp_path, of
     target.mkdir()
     (target / "config.json").write_text("{}")
     (target / "weights.safetensors").symlink_to(tmp_path / "elsewhere")
-    cache.pull_ascend_cache("org/warm", target, trust_remote_artifacts=True)
-    assert _listing(target) == sorted([cache.ARTIFACTS_NAME, cache.MANIFEST_NAME, "config.json", "weights.safetensors"])
+    warm_start.pull_ascend_cache("org/warm", target, trust_remote_artifacts=True)
+    assert _listing(target) == sorted([warm_start.ARTIFACTS_NAME, warm_start.MANIFEST_NAME, "config.json", "weights.safetensors"])
     assert os.readlink(target / "weights.safetensors") == str(tmp_path / "elsewhere")
     (target / "transformer").mkdir()
     with pytest.raises(ValueError, match="holds 'transformer', which is not a file"):
-        cache.pull_ascend_cache("org/warm", target, trust_remote_artifacts=True)
+        warm_start.pull_ascend_cache("org/warm", target, trust_remote_artifacts=True)
     assert "transformer" in _listing(target) and _listing(tmp_path) == ["hub", "model"]
 
 
@@ -208,9 +209,9 @@ def test_a_save_without_an_atomic_exchange_renames_twice(tmp_path, monkeypatch, 
     # in, the old one removed; the result is the same and nothing is left beside it.
     _hub(offline_hub, "org/old", b"old cache")
     _hub(offline_hub, "org/new", b"new cache")
-    cache.pull_ascend_cache("org/old", tmp_path / "cache", trust_remote_artifacts=True)
-    monkeypatch.setattr(cache, "_exchange", lambda a, b: False)
-    cache.pull_ascend_cache("org/new", tmp_path / "cache", trust_remote_artifacts=True)
+    warm_start.pull_ascend_cache("org/old", tmp_path / "cache", trust_remote_artifacts=True)
+    monkeypatch.setattr(warm_start.store, "_exchange", lambda a, b: False)
+    warm_start.pull_ascend_cache("org/new", tmp_path / "cache", trust_remote_artifacts=True)
     assert _load(tmp_path / "cache", monkeypatch) == [b"new cache"] and _listing(tmp_path) == ["cache", "hub"]
 
 
@@ -218,7 +219,7 @@ def test_saving_into_a_file_fails_before_any_compile(tmp_path, monkeypatch, comp
     path = tmp_path / "a-file"
     path.write_text("not a directory")
     built = []
-    monkeypatch.setattr(cache, "_build_packages", lambda obj, blobs: built.append(obj) or [])
+    monkeypatch.setattr(warm_start.save, "build_packages", lambda obj, blobs: built.append(obj) or [])
     with pytest.raises(ValueError, match="exists and is not a directory"):
         diffusers_ascend.save_ascend_cache(compiled, path)
     assert built == [] and path.read_text() == "not a directory"
@@ -231,7 +232,7 @@ def test_saved_files_honour_the_umask(tmp_path, offline_hub, umask, file_mode, d
     _hub(offline_hub, "org/warm", b"mega-cache bytes")
     previous = os.umask(umask)
     try:
-        cache.pull_ascend_cache("org/warm", tmp_path / "cache", trust_remote_artifacts=True)
+        warm_start.pull_ascend_cache("org/warm", tmp_path / "cache", trust_remote_artifacts=True)
     finally:
         os.umask(previous)
     assert stat.S_IMODE(os.stat(tmp_path / "cache").st_mode) == dir_mode
@@ -243,7 +244,7 @@ def test_installed_kernels_honour_the_umask(tmp_path):
     data = _tar({"ab/kernel.so": b"\x7fELF library"})
     previous = os.umask(0o022)
     try:
-        assert cache._install_kernels(data, cache._check_kernels(data), str(tmp_path)) == 1
+        assert install_kernels(data, check_kernels(data), str(tmp_path)) == 1
     finally:
         os.umask(previous)
     assert stat.S_IMODE(os.stat(tmp_path / "ab" / "kernel.so").st_mode) == 0o755
@@ -252,7 +253,7 @@ def test_installed_kernels_honour_the_umask(tmp_path):
 
 # -- item 5: a package runs only the entry it was built for -------------------------------------------------
 def test_swapped_package_entries_are_refused(tmp_path, monkeypatch):
-    from diffusers_ascend.compilation.aot_blocks import CallSignature, build_package
+    from diffusers_ascend.warm_start.packages import CallSignature, build_package
     from diffusers_ascend.compilation.passes.manager import FusionPassManager
     from torch._inductor import config as inductor_config
 
@@ -274,15 +275,15 @@ def test_swapped_package_entries_are_refused(tmp_path, monkeypatch):
 
     def write(directory, blocks):
         directory.mkdir()
-        files = {cache.ARTIFACTS_NAME: b"mega-cache bytes", **blobs}
+        files = {warm_start.ARTIFACTS_NAME: b"mega-cache bytes", **blobs}
         for name, data in files.items():
             (directory / name).write_bytes(data)
-        manifest = {"format": cache.FORMAT, "mechanism": cache.MECHANISM, **cache.expected_keys(CFG), "blocks": blocks,
+        manifest = {"format": warm_start.FORMAT, "mechanism": warm_start.MECHANISM, **warm_start.expected_keys(CFG), "blocks": blocks,
                     "files": {n: {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d)} for n, d in files.items()}}
-        (directory / cache.MANIFEST_NAME).write_text(json.dumps(manifest))
+        (directory / warm_start.MANIFEST_NAME).write_text(json.dumps(manifest))
 
     write(tmp_path / "good", entries)
-    loaded = cache.load_ascend_cache(str(tmp_path / "good"), CFG)
+    loaded = warm_start.load_ascend_cache(str(tmp_path / "good"), CFG)
     x = torch.randn(5, 4)
     with torch.no_grad():
         out = loaded["blocks"][1]["block"](block, (x,), {})
@@ -291,11 +292,11 @@ def test_swapped_package_entries_are_refused(tmp_path, monkeypatch):
     swapped = [{**entries[0], "file": entries[1]["file"]}, {**entries[1], "file": entries[0]["file"]}]
     write(tmp_path / "swapped", swapped)
     with pytest.raises(ValueError, match="ascend_aoti_1.pt2 .* built for another call signature"):
-        cache.load_ascend_cache(str(tmp_path / "swapped"), CFG)
+        warm_start.load_ascend_cache(str(tmp_path / "swapped"), CFG)
 
 
 def test_build_package_restores_torch_config_on_failure(monkeypatch):
-    from diffusers_ascend.compilation.aot_blocks import CallSignature, build_package
+    from diffusers_ascend.warm_start.packages import CallSignature, build_package
     from diffusers_ascend.compilation.passes.manager import FusionPassManager
     from torch._inductor import config as inductor_config
 
@@ -331,7 +332,7 @@ def test_a_sparse_kernel_member_is_refused(tmp_path, loads):
     assert len(data) <= 10240  # one tar record
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         assert tar.getmembers()[0].size == 64 << 20  # what tarfile would write out
-    _write_cache(tmp_path, cache.expected_keys(CFG), kernels=data)
+    _write_cache(tmp_path, warm_start.expected_keys(CFG), kernels=data)
     model = tiny_flux_transformer(num_layers=1, num_single_layers=1)
     with pytest.raises(ValueError, match="only regular .so files|stored whole"):
         diffusers_ascend.enable_ascend_compile(model, CFG, cache=str(tmp_path))
@@ -345,10 +346,10 @@ def test_a_sparse_kernel_member_is_refused(tmp_path, loads):
 ])
 def test_kernel_archives_are_checked_as_data(data, needle):
     if needle is None:
-        assert [m.name for m in cache._check_kernels(data)] == ["ab/k.so"]
+        assert [m.name for m in check_kernels(data)] == ["ab/k.so"]
     else:
         with pytest.raises(ValueError, match=needle):
-            cache._check_kernels(data)
+            check_kernels(data)
 
 
 def test_a_kernel_member_named_twice_or_too_large_is_refused(monkeypatch):
@@ -359,10 +360,10 @@ def test_a_kernel_member_named_twice_or_too_large_is_refused(monkeypatch):
             info.size = len(payload)
             tar.addfile(info, io.BytesIO(payload))
     with pytest.raises(ValueError, match="once"):
-        cache._check_kernels(twice.getvalue())
-    monkeypatch.setattr(cache, "MAX_KERNEL_BYTES", 4)
+        check_kernels(twice.getvalue())
+    monkeypatch.setattr(warm_start.kernels, "MAX_KERNEL_BYTES", 4)
     with pytest.raises(ValueError, match="at most 4 bytes"):
-        cache._check_kernels(_tar({"ab/k.so": b"12345"}))
+        check_kernels(_tar({"ab/k.so": b"12345"}))
 
 
 # -- item 7: the opt-in is the bool True ------------------------------------------------------------------
@@ -373,7 +374,7 @@ def test_trust_remote_artifacts_accepts_only_a_bool(tmp_path, loads, offline_hub
     with pytest.raises(TypeError, match=r"trust_remote_artifacts must be True or False"):
         diffusers_ascend.enable_ascend_compile(model, CFG, cache="org/warm", trust_remote_artifacts=value)
     with pytest.raises(TypeError, match=r"trust_remote_artifacts must be True or False"):
-        cache.pull_ascend_cache("org/warm", tmp_path / "dst", trust_remote_artifacts=value)
+        warm_start.pull_ascend_cache("org/warm", tmp_path / "dst", trust_remote_artifacts=value)
     assert loads == [] and not hasattr(model, "_ascend_state") and not (tmp_path / "dst").exists()
     with pytest.raises(TypeError, match=r"trust_remote_artifacts must be True or False"):
         diffusers_ascend.enable_ascend_compile(model, CFG, trust_remote_artifacts=value)  # without `cache` too
@@ -382,7 +383,7 @@ def test_trust_remote_artifacts_accepts_only_a_bool(tmp_path, loads, offline_hub
 
 # -- item 8: every malformed manifest is a ValueError, every CLI failure a message --------------------------
 def _files(m, **entry):
-    return {**m, "files": {**m["files"], cache.ARTIFACTS_NAME: {**m["files"][cache.ARTIFACTS_NAME], **entry}}}
+    return {**m, "files": {**m["files"], warm_start.ARTIFACTS_NAME: {**m["files"][warm_start.ARTIFACTS_NAME], **entry}}}
 
 
 HOSTILE = {
@@ -391,7 +392,7 @@ HOSTILE = {
     "size -1": lambda m: _files(m, size=-1),
     "size true": lambda m: _files(m, size=True),
     "size 1.5": lambda m: _files(m, size=1.5),
-    "files a list": lambda m: {**m, "files": [cache.ARTIFACTS_NAME]},
+    "files a list": lambda m: {**m, "files": [warm_start.ARTIFACTS_NAME]},
     "blocks a string": lambda m: {**m, "blocks": "ascend_aoti_0.pt2"},
     "format 1, version not a string": lambda m: {"format": 1, "diffusers_ascend": 1},
     "a JSON array": lambda m: [m],
@@ -402,13 +403,13 @@ HOSTILE = {
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_a_malformed_manifest_is_a_value_error_and_a_cli_message(tmp_path, loads, capsys, name):
-    manifest = _write_cache(tmp_path, cache.expected_keys(CFG))
+    manifest = _write_cache(tmp_path, warm_start.expected_keys(CFG))
     hostile = HOSTILE[name](manifest)
-    (tmp_path / cache.MANIFEST_NAME).write_text(hostile if isinstance(hostile, str) else json.dumps(hostile))
+    (tmp_path / warm_start.MANIFEST_NAME).write_text(hostile if isinstance(hostile, str) else json.dumps(hostile))
     with pytest.raises(ValueError, match="ascend_cache.json"):
-        cache.load_ascend_cache(str(tmp_path), CFG)
+        warm_start.load_ascend_cache(str(tmp_path), CFG)
     with pytest.raises(ValueError, match="ascend_cache.json"):
-        cache.cache_info(str(tmp_path))
+        warm_start.cache_info(str(tmp_path))
     assert main(["cache", "info", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("diffusers-ascend cache: error: ") and "ascend_cache.json" in err
@@ -418,8 +419,8 @@ def test_a_malformed_manifest_is_a_value_error_and_a_cli_message(tmp_path, loads
 @pytest.mark.parametrize("size", [2 ** 62, 10 ** 20])
 def test_cache_load_and_info_of_an_absurd_size_exit_with_a_message(tmp_path, capsys, size):
     # `cache load` printed a MemoryError (2**62) or OverflowError (10**20) traceback.
-    manifest = _write_cache(tmp_path, cache.expected_keys(CFG))
-    (tmp_path / cache.MANIFEST_NAME).write_text(json.dumps(_files(manifest, size=size)))
+    manifest = _write_cache(tmp_path, warm_start.expected_keys(CFG))
+    (tmp_path / warm_start.MANIFEST_NAME).write_text(json.dumps(_files(manifest, size=size)))
     assert main(["cache", "load", str(tmp_path)]) == 1
     assert "must be {'sha256'" in capsys.readouterr().err
     r = subprocess.run([sys.executable, "-m", "diffusers_ascend.cli", "cache", "info", str(tmp_path)],
@@ -429,16 +430,16 @@ def test_cache_load_and_info_of_an_absurd_size_exit_with_a_message(tmp_path, cap
 
 def test_a_size_within_bounds_is_checked_against_the_file_before_reading(tmp_path, loads):
     # 1 TiB claimed for a 16-byte file: refused from the file's size, nothing allocated for it.
-    manifest = _write_cache(tmp_path, cache.expected_keys(CFG))
-    (tmp_path / cache.MANIFEST_NAME).write_text(json.dumps(_files(manifest, size=1 << 40)))
+    manifest = _write_cache(tmp_path, warm_start.expected_keys(CFG))
+    (tmp_path / warm_start.MANIFEST_NAME).write_text(json.dumps(_files(manifest, size=1 << 40)))
     with pytest.raises(ValueError, match="does not match the sha256/size"):
-        cache.load_ascend_cache(str(tmp_path), CFG)
+        warm_start.load_ascend_cache(str(tmp_path), CFG)
     assert loads == []
 
 
 def test_cache_info_of_a_format_1_manifest_reports_it(tmp_path, capsys):
     # An older diffusers-ascend's manifest (no device, no blocks, maybe no executor): a mismatch.
-    (tmp_path / cache.MANIFEST_NAME).write_text(json.dumps({"format": 1, "diffusers_ascend": "0.1.0",
+    (tmp_path / warm_start.MANIFEST_NAME).write_text(json.dumps({"format": 1, "diffusers_ascend": "0.1.0",
                                                             "mechanism": "inductor-mega-cache", "files": {}}))
     assert main(["cache", "info", str(tmp_path), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
@@ -461,13 +462,13 @@ def test_only_this_process_libraries_are_packed(tmp_path, monkeypatch, compiled)
     (root / "cd" / "cprobe.so").write_bytes(b"\x7fELF probe")
     monkeypatch.setattr(_compat, "inductor_cache_dir", lambda: str(root))
     diffusers_ascend.save_ascend_cache(compiled, tmp_path / "cache")
-    with tarfile.open(tmp_path / "cache" / cache.KERNELS_NAME) as tar:
+    with tarfile.open(tmp_path / "cache" / warm_start.KERNELS_NAME) as tar:
         assert [m.name for m in tar.getmembers()] == ["cd/cprobe.so"]
 
 
 def test_push_refuses_a_directory_that_no_longer_matches_its_manifest(tmp_path, capsys):
-    _write_cache(tmp_path, cache.expected_keys(CFG))
-    (tmp_path / cache.ARTIFACTS_NAME).write_bytes(b"mega-cache bytez")  # same size, other bytes
+    _write_cache(tmp_path, warm_start.expected_keys(CFG))
+    (tmp_path / warm_start.ARTIFACTS_NAME).write_bytes(b"mega-cache bytez")  # same size, other bytes
     with mock.patch("huggingface_hub.HfApi.create_repo") as create, \
             mock.patch("huggingface_hub.HfApi.create_commit") as commit:
         assert main(["cache", "push", str(tmp_path), "me/warm"]) == 1
@@ -477,25 +478,25 @@ def test_push_refuses_a_directory_that_no_longer_matches_its_manifest(tmp_path, 
 
 
 def test_push_uploads_the_bytes_it_checked(tmp_path):
-    _write_cache(tmp_path, cache.expected_keys(CFG))
+    _write_cache(tmp_path, warm_start.expected_keys(CFG))
     with mock.patch("huggingface_hub.HfApi.create_repo"), mock.patch("huggingface_hub.HfApi.create_commit") as commit:
-        cache.push_ascend_cache(tmp_path / cache.MANIFEST_NAME, "me/warm")  # the manifest's path works too
+        warm_start.push_ascend_cache(tmp_path / warm_start.MANIFEST_NAME, "me/warm")  # the manifest's path works too
     ops = {op.path_in_repo: op.path_or_fileobj for op in commit.call_args.kwargs["operations"]}
-    assert ops[cache.ARTIFACTS_NAME] == b"mega-cache bytes"
-    assert ops[cache.MANIFEST_NAME] == (tmp_path / cache.MANIFEST_NAME).read_bytes()
+    assert ops[warm_start.ARTIFACTS_NAME] == b"mega-cache bytes"
+    assert ops[warm_start.MANIFEST_NAME] == (tmp_path / warm_start.MANIFEST_NAME).read_bytes()
 
 
 def test_the_manifest_path_is_taken_for_its_directory(tmp_path, loads):
-    _write_cache(tmp_path, cache.expected_keys(CFG))
+    _write_cache(tmp_path, warm_start.expected_keys(CFG))
     model = tiny_flux_transformer(num_layers=1, num_single_layers=1)
-    diffusers_ascend.enable_ascend_compile(model, CFG, cache=str(tmp_path / cache.MANIFEST_NAME))
+    diffusers_ascend.enable_ascend_compile(model, CFG, cache=str(tmp_path / warm_start.MANIFEST_NAME))
     assert loads == [b"mega-cache bytes"]
     with pytest.raises(ValueError, match="is a file: pass the directory"):
-        diffusers_ascend.enable_ascend_compile(model, CFG, cache=str(tmp_path / cache.ARTIFACTS_NAME))
+        diffusers_ascend.enable_ascend_compile(model, CFG, cache=str(tmp_path / warm_start.ARTIFACTS_NAME))
 
 
 def test_cache_info_of_an_unknown_executor_reports_a_mismatch(tmp_path, capsys):
-    _write_cache(tmp_path, {**cache.expected_keys(CFG), "executor": "tensorrt"})
+    _write_cache(tmp_path, {**warm_start.expected_keys(CFG), "executor": "tensorrt"})
     assert main(["cache", "info", str(tmp_path), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["mismatches"] == ["executor: saved 'tensorrt', here 'inductor'"]

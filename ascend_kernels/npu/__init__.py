@@ -1,24 +1,8 @@
 """``npu`` providers: the ``ascend_kernels`` ops on Ascend NPUs through torch_npu / CANN kernels.
 
-torch_npu (and mindiesd) are imported lazily, only when an op runs on a tensor whose device type
-is in `DEVICE_TYPES` (an NPU tensor means torch_npu is already loaded): importing
-``ascend_kernels`` never imports them. Each provider's ``supports_args`` encodes the documented
-limits of the kernel and what the installed stack offers (`ascend_kernels.npu.probe`: op schema,
-SoC, ``jit_compile``, aclnn symbols); arguments outside them fall back to the native provider.
-
-Coverage (one torch_npu/CANN call per op unless dtypes must be widened, see `kernels`):
-
-- ``rms_norm``: ``torch_npu.npu_rms_norm``.
-- ``rope``: ``torch_npu.npu_rotary_mul`` (``"interleaved"`` needs op-plugin >= 7.0.0 and the
-  aclnn path; ``"half"`` everywhere).
-- ``mul_add``: ``torch.addcmul`` (aclnnAddcmul).
-- ``adaln_modulate``: ``torch.ops.mindiesd.adaln`` (CANN AdaLayerNorm through MindIE SD), when
-  ``mindiesd`` is installed (``pip install diffusers-ascend[mindiesd]``); else the composite.
-- ``swiglu``: ``torch_npu.npu_swiglu`` (aclnnSwiGlu, A2/A3): one call for the packed layout;
-  two tensors are concatenated first, in bf16/fp16 only (fp32 runs the composite).
-- ``gelu_tanh``: ``torch_npu.npu_gelu(approximate="tanh")``, by name only: the unfused
-  ``aten.gelu`` is already one kernel on NPU, so ``fusions="auto"`` leaves it out.
-- ``fast_gelu``: ``torch_npu.npu_fast_gelu`` (a different function; never in ``"auto"``).
+torch_npu and mindiesd are imported lazily, only when an op runs on an NPU tensor. Each provider's
+``supports_args`` encodes the kernel's documented limits and what the install offers (`probe`);
+other calls fall back to the native provider. The op -> kernel table is in docs/npu-notes.md.
 """
 
 from __future__ import annotations
@@ -34,8 +18,7 @@ from . import kernels, probe
 
 __all__ = ["DEVICE_TYPES", "mindiesd_available", "mindiesd_unavailable_reason", "runs_on", "torch_npu_available"]
 
-# Device types the torch_npu kernels run on. (The contract tests widen it to "cpu" together with a
-# stand-in torch_npu module; nothing else should change it.)
+# Device types the torch_npu kernels run on (contract tests widen it to "cpu" with a stand-in torch_npu).
 DEVICE_TYPES: tuple[str, ...] = ("npu",)
 
 
@@ -84,14 +67,9 @@ def _mindiesd_adaln_registered() -> bool:
 def mindiesd_unavailable_reason() -> str | None:
     """Why MindIE SD's ``torch.ops.mindiesd.adaln`` cannot be used here, or None when it can.
 
-    MindIE SD's op plugin is a C++ library built against one torch / torch_npu release: on
-    another release, importing ``mindiesd`` raises (an undefined symbol, a version check). That
-    is a reason the adaLN kernel is unavailable, reported by ``diffusers-ascend env``, never an
-    error. Importing ``mindiesd`` (first call only) loads its op library and, by its own design,
-    prepends its kernel directories to ``ASCEND_CUSTOM_OPP_PATH`` (``mindiesd/env.py``).
-
-    Returns:
-        None, or a sentence that completes "unavailable, because ...".
+    MindIE SD's op plugin is built against one torch / torch_npu release, so importing it elsewhere
+    raises: a reason reported by ``diffusers-ascend env``, never an error. Importing it prepends its
+    kernel directories to ``ASCEND_CUSTOM_OPP_PATH`` (its own design).
 
     >>> from ascend_kernels.npu import mindiesd_unavailable_reason
     >>> why = mindiesd_unavailable_reason()  # 'torch_npu not installed' on a machine without NPU
@@ -116,8 +94,7 @@ def mindiesd_unavailable_reason() -> str | None:
 
 
 def mindiesd_available() -> bool:
-    """Whether MindIE SD is importable and registered ``torch.ops.mindiesd.adaln`` (see
-    `mindiesd_unavailable_reason`)."""
+    """Whether MindIE SD is importable and registered ``torch.ops.mindiesd.adaln``."""
     return mindiesd_unavailable_reason() is None
 
 
@@ -202,15 +179,13 @@ def _provider(op, impl, supports, describe, available=torch_npu_available, **kw)
 
 
 def _aclnn(api: str):
-    """`Provider.capturable`: NPU graphs capture aclnn (op_api) kernels only; with jit_compile=True or
-    without ``api`` in CANN the op takes its acl_op kernel, which cannot be captured."""
+    """`Provider.capturable`: NPU graphs capture aclnn kernels only, not the acl_op fallback."""
     return lambda *args: kernels._op_api(api)
 
 
 for _p in (
     _provider("rms_norm", kernels.rms_norm, kernels.rms_norm_supports, _desc_rms_norm, capturable=_aclnn("aclnnRmsNorm")),
-    # Flux and Wan use the interleaved layout: where this build runs only "half", the fusion
-    # would just move their rope into the composite, so "auto" leaves it out.
+    # Flux and Wan use the interleaved layout: without it the fusion gains nothing, so "auto" skips it.
     _provider("rope", kernels.rope, kernels.rope_supports, _desc_rope,
               faster_than_unfused=lambda: "interleaved" in kernels.rope_modes(),
               capturable=lambda *args: kernels.rope_path() == "aclnn"),
@@ -219,8 +194,7 @@ for _p in (
     _provider("fast_gelu", kernels.fast_gelu, kernels.gelu_supports, _desc_fast_gelu,
               capturable=lambda *args: not probe.jit_compile()),
     _provider("mul_add", kernels.mul_add, kernels.mul_add_supports, _desc_mul_add, capturable=_aclnn("aclnnAddcmul")),
-    # The packed SwiGLU is one kernel for silu and mul (and reads x once); A2/A3 with aclnnSwiGlu only
-    # (op_api only: no acl_op kernel, so it is capturable wherever it runs).
+    # The packed SwiGLU is one kernel for silu and mul, and reads x once.
     _provider("swiglu", kernels.swiglu, kernels.swiglu_supports, _desc_swiglu, faster_than_unfused=kernels.swiglu_kernel,
               capturable=_aclnn("aclnnSwiGlu")),
     _provider(

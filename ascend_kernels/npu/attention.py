@@ -1,37 +1,8 @@
-"""``torch_npu.npu_fused_infer_attention_score`` (FIA): the contract diffusers-ascend's ``npu_fia``
-attention relies on, its documented limits as one check, and the one call.
+"""``torch_npu.npu_fused_infer_attention_score`` (FIA): its documented limits as one check, and the call.
 
-Contract (torch_npu doc ``torch_npu-npu_fused_infer_attention_score.md`` and op-plugin
-``op_plugin/config/op_plugin_functions.yaml``; the ``_v2`` doc of TorchAir for the second op):
-
-- v1: ``npu_fused_infer_attention_score(Tensor query, Tensor key, Tensor value, *, Tensor? pse_shift,
-  Tensor? atten_mask, SymInt[]? actual_seq_lengths, SymInt[]? actual_seq_lengths_kv, ...,
-  int num_heads=1, float scale=1.0, int pre_tokens, int next_tokens, str input_layout="BSH",
-  int num_key_value_heads=0, int sparse_mode=0, int inner_precise=0, ...,
-  bool softmax_lse_flag=False, ...) -> (Tensor attention_out, Tensor softmax_lse)``.
-- v2: the same computation with ``num_query_heads``, ``softmax_scale``, ``return_softmax_lse``
-  (and Tensor-valued sequence lengths ``actual_seq_qlen`` / ``actual_seq_kvlen``). Which one the
-  installed torch_npu has is read from its op schemas (`probe.op_arguments`), never assumed.
-- Layout ``"BSND"``: query ``[B, S, N, D]``, key/value ``[B, S_kv, N_kv, D]`` (diffusers' layout);
-  ``attention_out`` has query's shape and dtype.
-- ``atten_mask``: bool/int8/uint8, **True (1) = masked out** (the opposite of SDPA's bool mask),
-  shapes ``(S, S_kv)``, ``(B|1, S, S_kv)``, ``(B|1, 1, S, S_kv)``; no per-head mask. Additive
-  (float) masks are not accepted: they go in as ``pse_shift`` (added to the scores before the
-  softmax), ``(B|1, N, S, S_kv)`` in query's dtype.
-- GQA: ``num_key_value_heads`` = key's N, ``num_heads % num_key_value_heads == 0`` and the ratio
-  at most 64.
-- ``softmax_lse`` (``softmax_lse_flag=True``): fp32 ``(B, N, S, 1)``, log-sum-exp of the scaled
-  (and masked) scores per query row: what ring attention merges partial results with.
-- Limits of the prompt path (query S > 1; S == 1 takes the incremental kernel, with other limits):
-  query fp16/bf16 on Atlas A2/A3, key/value the same dtype, B <= 65536, N <= 256, D <= 512 and a
-  multiple of 16, S and S_kv <= 20M, contiguous inputs; inference only (no backward, no dropout);
-  ``sparse_mode=0`` (no causal mode is used here).
-- Graph capture: FIA is the attention op torch_npu ships NPUGraph handlers for
-  (``torch_npu/npu/_npugraph_handlers/ifa_handler.py``). The only argument those handlers update
-  between replays is ``actual_seq_lengths_kv`` (v2: ``actual_seq_kvlen``), host values baked into
-  the kernel's tiling at capture. This call never passes sequence lengths: the kernel takes them
-  from the tensors' shapes, which are part of every captured graph's key, so a replay never needs
-  an update and another length is another capture.
+The contract (v1/v2 schemas, BSND layout, mask polarity True = masked out, additive masks as
+``pse_shift``, limits, graph capture) is written out in docs/npu-notes.md. No sequence lengths are
+passed: the kernel reads them from the shapes, so a captured graph never needs an update.
 """
 
 from __future__ import annotations
@@ -60,8 +31,7 @@ __all__ = [
 
 FIA_OPS = ("npu_fused_infer_attention_score_v2", "npu_fused_infer_attention_score")  # preferred first
 MAX_BATCH, MAX_HEADS, MAX_HEAD_DIM, MAX_SEQ, MAX_GQA_RATIO = 65536, 256, 512, 20 * 1024 * 1024, 64
-# An additive mask becomes a per-head pse_shift of B*N*S*S_kv elements; above this the native
-# backend (which takes the mask as it is) is the better choice.
+# An additive mask becomes a per-head pse_shift of B*N*S*S_kv elements; above this, native is better.
 MAX_PSE_BYTES = 256 * 1024 * 1024
 _DTYPES = (torch.float16, torch.bfloat16)
 LIMITS = ("float16/bfloat16 (bfloat16 on Atlas A2/A3)", "query length > 1", "D a multiple of 16, <= 512",
@@ -82,8 +52,7 @@ def fia_op() -> Optional[str]:
 
 @torch.compiler.assume_constant_result
 def _stack() -> tuple[str, bool, str]:
-    """(FIA op name or "", SoC is Atlas A2/A3, SoC name): facts of the install, read once per trace
-    (a compiled graph takes them as constants; `probe` caches them per process)."""
+    """(FIA op name or "", SoC is Atlas A2/A3, SoC name), constants to a compiled graph."""
     return _find_op(), probe.is_a2_a3(), probe.soc_name()
 
 
@@ -132,8 +101,7 @@ def fia_unsupported(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     enable_gqa: bool = False, layout: str = "BSND") -> Optional[str]:
     """Why FIA cannot run this attention call within its documented limits, or None when it can.
 
-    Shapes are diffusers' dispatcher layout (``BSND``). Reads the installed torch_npu (op schema,
-    SoC) through `probe`; never reads tensor values (the check runs inside traced graphs).
+    Reads the install (op schema, SoC) through `probe`, never tensor values (it runs inside traces).
 
     Returns:
         A short reason (shown in reports and ``diffusers-ascend env``), or None.
@@ -238,12 +206,12 @@ def fia(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: 
         "scale": 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale),
         "input_layout": "BSND",
         "softmax_lse_flag": bool(return_lse),
-        # No actual_seq_lengths(_kv): lengths come from the shapes (see the module docstring).
+        # No actual_seq_lengths: lengths come from the shapes, so a captured graph never needs an update.
     }
     if name.endswith("_v2"):
         kwargs = {_V2_NAMES.get(k, k): v for k, v in kwargs.items()}
     out, lse = op(query.contiguous(), key.contiguous(), value.contiguous(), **kwargs)
     if not return_lse:
         return out
-    # softmax_lse: fp32 (B, N, S, 1) -> (B, S, N), the layout diffusers' templated attention merges.
+    # softmax_lse (B, N, S, 1) -> (B, S, N), the layout diffusers' templated attention merges.
     return out, lse.squeeze(-1).transpose(1, 2).contiguous()

@@ -1,29 +1,10 @@
 """What the installed Ascend stack offers: torch_npu op schemas, SoC, compile mode, aclnn symbols.
 
-The npu providers' ``supports_args`` ask these questions so that a call goes to the native
-provider where the torch_npu call would fail or run out of contract. Everything here is read from
-the installed torch_npu (never assumed from its version number, which does not name the op-plugin
-release it was built from):
-
-- op schemas: ``torch_npu.<op>`` is ``torch.ops.npu.<op>``, an ``OpOverloadPacket`` whose
-  ``.default._schema`` lists the arguments of the build (op-plugin
-  ``op_plugin/config/op_plugin_functions.yaml``; e.g. ``npu_rotary_mul`` has ``rotary_mode`` only
-  from op-plugin 7.0.0).
-- SoC: ``torch_npu.npu.get_soc_version()``, the ``c10_npu::SocVersion`` value the C++ code
-  compares against (``torch_npu/csrc/core/npu/NpuVariables.h``: 910B1..910B4-1 = 220..225,
-  910_93xx (A3) = 250..256, Ascend950 = 260; older parts are smaller).
-- compile mode: ``torch_npu.npu.is_jit_compile_false()``. op-plugin ops with both an ``acl_op``
-  and an ``op_api`` (aclnn) implementation dispatch to ``op_api`` only when jit compile is off
-  (``torchnpugen/utils.py``: ``if ((force_aclnn || CheckJitDisable()) && base format)``); with
-  ``jit_compile=True`` the older ``acl_op`` kernel runs.
-- aclnn symbols: op_api kernels fall back to ``acl_op`` when ``aclnn<Op>`` is missing from the
-  CANN op-api libraries (``DO_COMPATIBILITY`` in ``op_plugin/utils/op_api_common.h``). Looked up
-  with ``ctypes`` in ``libopapi.so`` and ``$ASCEND_HOME_PATH/lib64/libopapi*.so``; a symbol that
-  cannot be found counts as missing (the call would take the ``acl_op`` path).
-
-The SoC, schemas and symbols are facts of the machine and install, cached per process; the compile
-mode can be changed at run time (``torch_npu.npu.set_compile_mode``) and is read on every call.
-`cache_clear` drops the caches (tests swap stand-in modules).
+The npu providers' ``supports_args`` ask these so that a call goes to the native provider where
+the torch_npu call would fail or run out of contract. Everything is read from the install, never
+from version numbers (they do not name the op-plugin release); docs/npu-notes.md says where each
+fact comes from. SoC, schemas and symbols are cached per process (`cache_clear` drops them); the
+compile mode can change at run time and is read on every call.
 """
 
 from __future__ import annotations
@@ -108,10 +89,7 @@ def is_a2_a3(soc: Optional[int] = None) -> bool:
 
 
 def jit_compile() -> bool:
-    """Whether torch_npu runs with ``jit_compile=True`` (then ``acl_op`` kernels run, not aclnn).
-
-    Unknown counts as True: the conservative answer (only the paths every build has).
-    """
+    """Whether torch_npu runs with ``jit_compile=True`` (``acl_op`` kernels); unknown counts as True."""
     try:
         return not bool(_torch_npu().npu.is_jit_compile_false())
     except Exception:
@@ -136,10 +114,8 @@ def _open(name: str):
 
 @functools.lru_cache(maxsize=None)
 def aclnn_available(api: str) -> bool:
-    """Whether ``aclnn<Op>`` and ``aclnn<Op>GetWorkspaceSize`` are in the CANN op-api libraries.
-
-    Mirrors ``DO_COMPATIBILITY``: either symbol missing means torch_npu takes the ``acl_op`` path.
-    """
+    """Whether ``aclnn<Op>`` and ``aclnn<Op>GetWorkspaceSize`` are in the CANN op-api libraries
+    (torch_npu's ``DO_COMPATIBILITY`` takes the ``acl_op`` path when either is missing)."""
     for lib in filter(None, map(_open, _op_api_libraries())):
         if hasattr(lib, api) and hasattr(lib, api + "GetWorkspaceSize"):
             return True

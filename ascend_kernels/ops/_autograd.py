@@ -1,14 +1,8 @@
 """Autograd shared by the ops: a separate ``<op>_backward`` custom op per op.
 
-The backward of each op is itself a custom op (with a fake impl) whose real impl takes the
-vector-Jacobian product of the op's native implementation with `torch.func.vjp`. So the
-gradient is by construction the gradient of the reference composite, and aot_autograd traces
-the backward as one opaque, fake-able call instead of having to trace ``torch.autograd.grad``.
-(Backward always runs the native composite: no provider kernel for backward exists yet.)
-
-The ``*_backward`` ops are annotated ``-> List[torch.Tensor]`` with ``typing.List`` spelled out:
-torch 2.6's schema inference evaluates the annotation string in its own namespace and knows
-neither ``list[Tensor]`` (2.7+) nor an alias.
+Its real impl is `torch.func.vjp` of the op's native composite, so the gradient is the reference's
+by construction and aot_autograd traces the backward as one opaque, fake-able call. Annotated
+``-> List[torch.Tensor]``: torch 2.6's schema inference knows neither ``list[Tensor]`` nor an alias.
 """
 
 from __future__ import annotations

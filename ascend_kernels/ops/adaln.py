@@ -1,15 +1,7 @@
-"""``ascend_kernels::adaln_modulate``: LayerNorm followed by adaLN scale/shift modulation.
+"""``ascend_kernels::adaln_modulate``: ``layer_norm(x) * (1 + scale) + shift``.
 
-Schema::
-
-    adaln_modulate(Tensor x, Tensor scale, Tensor shift, float eps, Tensor? weight=None,
-                   Tensor? bias=None, ScalarType? out_dtype=None) -> Tensor
-
-``layer_norm(x, [D], weight, bias, eps) * (1 + scale) + shift``, computed in fp32 (fp64 stays
-fp64), returned in ``out_dtype`` or else ``x.dtype``. ``scale``/``shift`` with ``x.dim() - 1``
-dims (Flux's ``AdaLayerNormZero`` chunks, ``(B, D)`` for ``x`` ``(B, S, D)``) are read as
-``(B, 1, D)``; otherwise they broadcast against ``x`` (Wan's ``scale_shift_table`` sums,
-``(B, 1, D)``). The output has x's shape.
+Computed in fp32, returned in ``out_dtype`` or ``x.dtype``. ``scale``/``shift`` with one dim fewer
+than ``x`` (Flux's ``(B, D)`` chunks) are read as ``(B, 1, D)``; others broadcast against ``x``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""``ascend_kernels::gelu_tanh`` and ``ascend_kernels::fast_gelu``: two different activations.
+"""``ascend_kernels::gelu_tanh`` (exactly ``F.gelu(x, approximate="tanh")``) and
+``ascend_kernels::fast_gelu`` (``x * sigmoid(1.702 x)``, in fp32).
 
-Schemas::
-
-    gelu_tanh(Tensor x) -> Tensor   # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), exactly
-                                    # F.gelu(x, approximate="tanh") / nn.GELU(approximate="tanh")
-    fast_gelu(Tensor x) -> Tensor   # x * sigmoid(1.702 x), computed in fp32, returned in x.dtype
-
-``fast_gelu`` is a separate op because it is NOT equal to ``gelu_tanh`` (max abs difference
-about 0.02 near |x| = 2): replacing one by the other changes a model's numerics and is opt-in.
+They differ by up to about 0.02 near |x| = 2, so replacing one by the other is opt-in.
 """
 
 from __future__ import annotations

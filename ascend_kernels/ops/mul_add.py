@@ -1,12 +1,7 @@
 """``ascend_kernels::mul_add``: ``x * y + z`` (residual gate ``residual + gate * y``).
 
-Schema::
-
-    mul_add(Tensor x, Tensor y, Tensor z) -> Tensor
-
-Broadcasting like eager; computed in fp32 (fp64 stays fp64); returned in the dtype eager type
-promotion gives for ``x * y + z`` (e.g. Wan's bf16 ``y`` times fp32 gate plus fp32 residual is
-fp32). The output has the broadcast shape of the three inputs.
+Broadcasting and output dtype as eager (Wan's bf16 ``y`` * fp32 gate + fp32 residual is fp32);
+computed in fp32 (fp64 stays fp64).
 """
 
 from __future__ import annotations
@@ -24,8 +19,7 @@ __all__ = ["mul_add", "mul_add_native", "result_dtype"]
 def result_dtype(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> torch.dtype:
     """The dtype of eager ``x * y + z``."""
     xy = torch.result_type(x, y)
-    # Promotion reads only dtype and zero-dim-ness, so a tiny stand-in for x * y suffices (a CPU
-    # one: meta tensors have no data pointer for schema-checking modes).
+    # Promotion reads only dtype and zero-dim-ness: a tiny CPU stand-in for x * y (meta has no data_ptr).
     xy_rep = torch.empty((1,) if max(x.dim(), y.dim()) > 0 else (), dtype=xy)
     return torch.result_type(xy_rep, z)
 

@@ -1,11 +1,6 @@
-"""``ascend_kernels::rms_norm``: root-mean-square normalization over the last dimension.
+"""``ascend_kernels::rms_norm``: ``x * rsqrt(mean(x**2, -1) + eps) [* weight]``.
 
-Schema::
-
-    rms_norm(Tensor x, Tensor? weight, float eps, ScalarType? out_dtype=None) -> Tensor
-
-``y = x * rsqrt(mean(x**2, -1, keepdim=True) + eps) [* weight]``, computed in fp32 (fp64 stays
-fp64), returned in ``out_dtype`` or else ``x.dtype``. Replaces ``torch.nn.RMSNorm`` /
+Computed in fp32, returned in ``out_dtype`` or ``x.dtype``. Replaces ``torch.nn.RMSNorm`` /
 ``F.rms_norm`` and diffusers' ``RMSNorm`` (Flux/Wan ``norm_q``/``norm_k``).
 """
 

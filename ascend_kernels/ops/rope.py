@@ -1,18 +1,9 @@
 """``ascend_kernels::rope``: rotary position embedding with precomputed cos/sin.
 
-Schema::
-
-    rope(Tensor x, Tensor cos, Tensor sin, str layout) -> Tensor
-
-``out = x * cos + rot(x) * sin`` over the last dimension D (even), computed in fp32 (fp64 stays
-fp64), returned in ``x.dtype``. ``cos``/``sin`` broadcast to ``x`` (the output has x's shape).
-
-- ``layout="interleaved"``: pairs ``(x[2i], x[2i+1])`` rotate; ``rot(x)[2i] = -x[2i+1]``,
-  ``rot(x)[2i+1] = x[2i]``. This is diffusers' ``apply_rotary_emb(use_real=True,
-  use_real_unbind_dim=-1)`` (Flux), and Wan's rotary closure in ``WanAttnProcessor`` when
-  ``cos[2i] == cos[2i+1]`` and ``sin[2i] == sin[2i+1]`` (true for ``WanRotaryPosEmbed``; Wan reads
-  only ``cos[0::2]`` and ``sin[1::2]``).
-- ``layout="half"``: rotate-half (GPT-NeoX/Llama); ``rot(x) = cat(-x[D/2:], x[:D/2])``.
+``out = x * cos + rot(x) * sin`` over the last dim (even), computed in fp32, returned in
+``x.dtype``; ``cos``/``sin`` broadcast to ``x``. ``"interleaved"``: pairs ``(x[2i], x[2i+1])``
+rotate (Flux's ``apply_rotary_emb``; Wan's closure when ``cos[2i] == cos[2i+1]``, as
+``WanRotaryPosEmbed`` builds it). ``"half"``: rotate-half, ``rot(x) = cat(-x[D/2:], x[:D/2])``.
 """
 
 from __future__ import annotations

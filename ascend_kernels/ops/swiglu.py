@@ -1,21 +1,9 @@
 """``ascend_kernels::swiglu``: the SwiGLU gate ``silu(gate) * up``.
 
-Schema::
-
-    swiglu(Tensor x, Tensor? up=None, int dim=-1) -> Tensor
-
-Two layouts:
-
-- packed (``up`` None): ``x`` holds ``[gate, up]`` as its two halves along ``dim`` and the result
-  is ``silu(x_first_half) * x_second_half``, x's shape with ``dim`` halved. This is
-  ``torch_npu.npu_swiglu(x, dim)``'s contract and Flux 2's ``silu(h[..., :half]) * h[..., half:]``.
-- two tensors: ``silu(x) * up`` with ``x`` the gate, ``up`` of the same shape and dtype, ``dim``
-  left at -1. HiDream's / Qwen-Image 2.1's ``silu(w1(h)) * w3(h)``, and diffusers' ``SwiGLU``
-  (``a * silu(gate)``, the gate being the SECOND half: passed as ``swiglu(gate, a)`` on the two
-  views, since the packed layout gates the first half).
-
-Computed in fp32 (fp64 stays fp64), returned in ``x.dtype``: one rounding where eager bf16 code
-rounds after ``silu`` and after the product.
+Packed (``up`` None): ``x`` holds ``[gate, up]`` as halves along ``dim`` (``npu_swiglu``'s
+layout, Flux 2). Two tensors: ``silu(x) * up``; diffusers' ``SwiGLU`` gates its SECOND half, so it
+is passed as ``swiglu(gate, a)`` on the two views. Computed in fp32 (one rounding, where eager bf16
+rounds twice), returned in ``x.dtype``.
 """
 
 from __future__ import annotations

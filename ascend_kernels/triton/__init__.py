@@ -240,6 +240,6 @@ def _provider(op: str) -> Provider:
 
 
 # No kernel for gelu_tanh / fast_gelu: one pointwise op, which torch and Inductor already run at
-# about memory bandwidth.
+# about memory bandwidth (docs/triton.md).
 for _op in KERNELS:
     register_provider(_provider(_op))

@@ -3,10 +3,8 @@
 Common limits: x (and every operand) fp16/bf16/fp32 on one device, 1 to 4 dims, not empty,
 row-major strides (the dims of size > 1 in decreasing stride order: contiguous tensors, slices and
 ``unflatten`` views of them; the kernels write a contiguous output, which is what the native
-composite returns for such inputs). Reductions over a row (``rms_norm``, ``adaln_modulate``) take
-rows of at most `max_row` elements: 16384 on CUDA, in one tile; 8192 on Ascend, where a row wider
-than 4096 is reduced in column chunks so that no tile outgrows the 192 KB unified buffer of a vector
-core (`_common.ROW_TILE_LIMIT`). Anything else falls back to the native provider.
+composite returns for such inputs). Row reductions take at most `max_row` elements (16384 on
+CUDA; 8192 on Ascend, chunked past `_common.ROW_TILE_LIMIT`). Anything else falls back to native.
 
 >>> import torch
 >>> from ascend_kernels.triton.limits import rms_norm_supports

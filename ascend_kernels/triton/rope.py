@@ -6,28 +6,13 @@ float dtype accepted) are read through their broadcast strides, e.g. ``(1, S, 1,
 ``(B, S, H, D)``: no table is expanded in memory. Limits:
 `ascend_kernels.triton.limits.rope_supports`.
 
-Interleaved pairs are formed in registers (a contiguous row is loaded, split into even/odd lanes
-with ``tl.split`` and joined back), so every global access is a contiguous row segment; the half
-layout reads the two halves as two contiguous segments.
+Interleaved pairs are split into even/odd lanes in registers (``tl.split``/``tl.join``), so every
+global access is a contiguous row segment: strided loads are slow on Ascend's DMA.
 
-Tuning: rows of D = 128 (Flux/Wan heads) are packed 32 to a tile. Ascend: the grid is the number
-of vector cores; a tile keeps x, cos, sin, the rotated x and y live (5 x 16 KB in fp32), within
-the 192 KB unified buffer; a 128-wide bf16 row is 256 bytes (32-byte aligned), and the fp32
-tables 512 bytes. Strided (every-other-element) loads, the alternative for the pairs, are slow on
-Ascend's DMA, hence the in-register split.
-
-Token tiles (Ascend): a row tile spans the heads of one or two tokens, so a ``(1, S, 1, D)`` table
-row is found per x row as ``row // H``, which triton-ascend's adapter cannot read as an affine
-address: it issues one DMA per row for each table (``DiscreteMemAccess`` in its lowering, 2 such
-loads per launch for Flux's interleaved rope, 4 for the half layout). Where the tables vary by
-(batch, token) only, broadcast over the heads (x token-major ``(B, S, H, D)`` as Flux and Wan call
-it, or heads-major ``(B, H, S, D)`` as CogVideoX does; any batch, one table for the batch or one
-per sample), `_common.AFFINE_TILE_DEVICES` use `_rope_tokens_kernel` instead: tiles of one batch x
-tokens x heads x D, whose addresses are affine in each index (through x's and the output's own
-strides: no flatness needed), the table rows of the tile's tokens read once as one block. The head
-block is the power of two that pads the fewest heads (8 for Flux's 24 and Wan's 40 heads), with 4
-tokens to a 4096-element tile. CUDA keeps the row tiles its H100 numbers were measured with
-(`docs/triton.md`); its L2 serves the repeated table rows.
+Token tiles (`_common.AFFINE_TILE_DEVICES`): where the tables vary by (batch, token) only, a row
+tile would find the table row as ``row // H``, one DMA per row on Ascend; `_rope_tokens_kernel`
+walks tiles of one batch x tokens x heads x D instead, every address affine in its indices. CUDA
+keeps row tiles (its L2 serves the repeated table rows); docs/triton.md has the details.
 """
 
 from __future__ import annotations

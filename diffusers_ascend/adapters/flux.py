@@ -1,13 +1,7 @@
-"""Flux (`FluxTransformer2DModel`): double-stream and single-stream blocks, Flux's attention processor.
+"""Flux (`FluxTransformer2DModel`): double- and single-stream blocks, Flux's attention processor.
 
-Facts specific to Flux (diffusers 0.42):
-
-- blocks: ``FluxTransformerBlock`` (double stream) and ``FluxSingleTransformerBlock``.
-- rotary embedding: ``apply_rotary_emb(use_real=True, use_real_unbind_dim=-1)`` with cos/sin of
-  shape (S, D) from ``FluxPosEmbed``: the interleaved layout. ``FusedRopeFluxAttnProcessor``
-  computes it as one ``ascend_kernels.rope`` per tensor (also under ``compile="none"``).
-- pattern forms its blocks use: adaLN ``flux`` (``AdaLayerNormZero``) and ``continuous``
-  (``norm_out``), RMSNorm ``torch`` (``norm_q``/``norm_k``), rope ``flux``.
+Rope is the interleaved layout on ``(S, D)`` tables; ``FusedRopeFluxAttnProcessor`` runs it as one
+``ascend_kernels.rope`` per tensor, also under ``compile="none"``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,5 @@
-"""Helios (`HeliosTransformer3DModel`): Wan's even/odd rotary writes on tables chunked from one tensor.
-
-Facts specific to Helios (diffusers 0.42):
-
-- blocks: ``HeliosTransformerBlock`` (the model's ``_repeated_blocks``).
-- rotary embedding: ``apply_rotary_emb_transposed`` takes one table ``freqs_cis`` (cos then sin
-  on the last dim), splits it with ``chunk(2, dim=-1)`` and writes even/odd slices as Wan does:
-  rope pattern form ``wan_chunk``. It reads only ``cos[..., 0::2]`` and ``sin[..., 1::2]``; the
-  interleaved op reads the whole halves. They agree because ``HeliosRotaryPosEmbed`` builds them
-  with ``repeat_interleave(2)``: the precondition below, which no pass can check.
+"""Helios (`HeliosTransformer3DModel`): Wan's even/odd rotary writes on ``cos``/``sin`` chunked
+from one table (rope form ``wan_chunk``), under Wan's precondition (``ROPE_PRECONDITION``).
 """
 
 from __future__ import annotations

@@ -1,13 +1,5 @@
-"""Krea 2 (`Krea2TransformerModel`): its own zero-centred RMSNorm class, swapped for the fused op.
-
-Facts specific to Krea 2 (diffusers 0.42):
-
-- blocks: ``Krea2TransformerBlock`` (the model's ``_repeated_blocks``).
-- ``Krea2RMSNorm`` normalizes with the scale ``1 + weight`` (zero-centred checkpoints), in fp32,
-  cast back to the input dtype: ``F.rms_norm(x.float(), (D,), weight + 1, eps).to(x.dtype)``.
-  ``FusedKrea2RMSNorm`` computes exactly that with ``ascend_kernels.rms_norm`` (fp32 inside), so
-  the norms outside the compiled blocks (the text refiner's) are fused too, and under
-  ``compile="none"``.
+"""Krea 2 (`Krea2TransformerModel`): its zero-centred RMSNorm (scale ``1 + weight``, fp32) is
+swapped for the fused op, so the norms outside the compiled blocks are fused too.
 """
 
 from __future__ import annotations

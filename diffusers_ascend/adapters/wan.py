@@ -1,15 +1,9 @@
 """Wan 2.1 / 2.2 (`WanTransformer3DModel`; Wan 2.2 pipelines hold `transformer` and `transformer_2`).
 
-Facts specific to Wan (diffusers 0.42):
-
-- blocks: ``WanTransformerBlock`` (also the blocks of Wan VACE / Animate / ChronoEdit, which the
-  generic adapter compiles from their ``_repeated_blocks``; the processor swap below serves them too).
-- adaLN and the residual gates are computed in fp32 (``norm(x.float()) * (1 + scale) + shift``,
-  ``.type_as(x)``): pattern forms ``upcast`` / ``upcast_fp32_out``.
-- rotary embedding: the closure in ``WanAttnProcessor`` reads only ``cos[..., 0::2]`` and
-  ``sin[..., 1::2]``; the interleaved op reads the whole tables. They agree because
-  ``WanRotaryPosEmbed`` builds the tables with ``repeat_interleave(2)`` (cos[2i] == cos[2i+1]):
-  the precondition below, which no pass can check (the values are not known at compile time).
+adaLN and residual gates are computed in fp32 (pattern forms ``upcast`` / ``upcast_fp32_out``).
+Rope: ``WanAttnProcessor`` reads only even cos / odd sin, the fused op whole tables, equal under
+``ROPE_PRECONDITION`` (no pass can check it). The processor swap also serves the Wan-derived
+models (VACE, Animate, ChronoEdit) the generic adapter compiles.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""Attention backends diffusers-ascend adds to diffusers' dispatcher, and how a config picks one.
+"""Attention backends diffusers-ascend adds to diffusers' dispatcher: ``"npu_fia"`` (`npu_fia`).
 
-- ``"npu_fia"`` (`npu_fia`): ``torch_npu.npu_fused_infer_attention_score`` on Ascend; capturable
-  in NPU graphs, returns the log-sum-exp ring attention needs, falls back to diffusers'
-  ``"_native_npu"`` per call outside FIA's documented limits.
-
-What ``attention="auto"`` resolves to is decided in one place, `diffusers_ascend.platform.auto_attention`
-(through `AscendConfig.resolved_attention`).
+``attention="auto"`` is resolved in one place, `diffusers_ascend.platform.auto_attention`.
 """
 
 from __future__ import annotations
@@ -15,13 +10,12 @@ from typing import Any
 __all__ = ["BACKENDS", "NPU_FIA", "backend_for", "processors"]
 
 NPU_FIA = "npu_fia"
-# Our backend names (valid `AscendConfig.attention` values besides diffusers' own).
+# Backend names we add (valid `AscendConfig.attention` values besides diffusers' own).
 BACKENDS = (NPU_FIA,)
 
 
 def backend_for(name: str) -> Any:
-    """The value to set as a processor's ``_attention_backend`` for backend ``name``: our registered
-    ``AttentionBackendName`` instance for names in `BACKENDS`, else diffusers' enum member.
+    """A processor's ``_attention_backend`` value for ``name``: ours for `BACKENDS`, else diffusers' enum.
 
     >>> from diffusers_ascend.attention import backend_for
     >>> backend_for("native").value
@@ -37,8 +31,7 @@ def backend_for(name: str) -> Any:
 
 
 def processors(model) -> list:
-    """The attention processors of ``model`` that carry a dispatcher backend (``_attention_backend``),
-    each once."""
+    """The attention processors of ``model`` that carry a dispatcher backend, each once."""
     seen, out = set(), []
     for m in model.modules():
         p = getattr(m, "processor", None)

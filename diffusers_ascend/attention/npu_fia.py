@@ -1,25 +1,11 @@
-"""The ``npu_fia`` attention backend: diffusers' dispatcher calls on Ascend through
-``torch_npu.npu_fused_infer_attention_score`` (FIA), the attention op NPU graphs can capture and
-the one that returns the log-sum-exp ring attention needs.
+"""The ``npu_fia`` attention backend: diffusers' dispatcher calls through FIA
+(``torch_npu.npu_fused_infer_attention_score``), which NPU graphs can capture and which returns the
+log-sum-exp ring attention needs.
 
-How it joins diffusers' dispatcher. diffusers keys its backend registry
-(``_AttentionBackendRegistry``) by members of the ``AttentionBackendName`` enum, and
-``dispatch_attention_fn`` accepts any instance of that enum; third-party names cannot be added to
-the enum itself. So the backend is one extra *instance* of ``AttentionBackendName`` (name
-``NPU_FIA``, value ``"npu_fia"``), built once, registered in the registry under it exactly as
-diffusers registers its own (``_backends``, ``_constraints``, ``_supported_arg_names``, and the
-context-parallel set, since it returns LSE), and set on the attention processors
-(``processor._attention_backend``) by `enable_ascend_compile`. Nothing of diffusers is patched:
-its own backends, the enum members and ``set_attention_backend`` behave as before (the latter
-still refuses ``"npu_fia"``; use ``enable_ascend_compile(attention="npu_fia")``). The instance
-pickles by reference to `backend_name`, so a pickled enabled model loads with it.
-
-What runs per call: `ascend_kernels.npu.attention.fia_unsupported` checks FIA's documented
-limits (dtype, head dim, lengths, GQA, mask form); a call outside them runs diffusers'
-``_native_npu`` backend (``npu_fusion_attention``) instead, and the reason is counted in
-`fallbacks` (shown by `diffusers_ascend.ascend_report` and ``diffusers-ascend env``). Under
-diffusers' context parallelism the same op runs inside diffusers' templated Ulysses / Ring
-attention, as its ``forward_op``; ring needs the LSE, which only FIA returns.
+diffusers' backend registry is keyed by ``AttentionBackendName`` members and the enum cannot be
+extended, so the backend is one extra instance of it (``"npu_fia"``), registered as diffusers
+registers its own and set on processors by `enable_ascend_compile`; nothing of diffusers is
+patched. A call outside FIA's limits runs ``_native_npu`` and its reason is counted in `fallbacks`.
 """
 
 from __future__ import annotations
@@ -36,8 +22,7 @@ __all__ = ["NAME", "backend_name", "fallbacks", "npu_fia_attention", "register"]
 NAME = "npu_fia"
 _LOCK = threading.Lock()
 _MEMBER: list = []  # the AttentionBackendName instance, built once
-# Reasons calls fell back to _native_npu, with counts. Bounded (a reason names a shape): a
-# diagnostic of this process, read by the report and the CLI; it changes no behaviour.
+# Reasons calls fell back to _native_npu, with counts: a bounded diagnostic for the report and CLI.
 _MAX_REASONS = 32
 _FALLBACKS: "collections.OrderedDict[str, int]" = collections.OrderedDict()
 
@@ -52,9 +37,7 @@ def _record(reason: str) -> None:
 def fallbacks() -> dict[str, int]:
     """``{reason: calls}`` of the ``npu_fia`` calls of this process that ran ``_native_npu`` instead.
 
-    Counted per call, compiled or not (a compiled graph bakes the decision in; dynamo replays the
-    count after each call). Calls replayed inside a captured device graph are not counted, but a
-    graph holding a fallback is never captured (it calls ``npu_fusion_attention``).
+    Calls replayed from a captured graph are not counted; a graph holding a fallback is never captured.
 
     >>> from diffusers_ascend.attention.npu_fia import fallbacks
     >>> isinstance(fallbacks(), dict)
@@ -110,17 +93,10 @@ def npu_fia_attention(
 
     Args:
         query, key, value: ``[B, S, N, D]`` (key/value may have fewer heads with ``enable_gqa``).
-        attn_mask: SDPA convention (bool True = attend, or additive), broadcastable to
-            ``[B, N, S, S_kv]``.
-        dropout_p, is_causal: outside FIA's contract when set (the call runs ``_native_npu``).
-        scale: softmax scale (default ``1/sqrt(D)``).
-        enable_gqa: key/value heads may divide the query heads.
+        attn_mask: SDPA convention (bool True = attend, or additive), broadcastable to ``[B, N, S, S_kv]``.
+        dropout_p, is_causal, scale, enable_gqa: as SDPA's (dropout and causal run ``_native_npu``).
         return_lse: also return the fp32 log-sum-exp ``[B, S, N]``.
-        _parallel_config: diffusers' context-parallel config (set by ``enable_parallelism``).
-
-    Returns:
-        ``[B, S, N, D]`` in query's dtype, or ``(out, lse)``.
-
+        _parallel_config: diffusers' context-parallel config.
     >>> from diffusers_ascend.attention.npu_fia import npu_fia_attention
     >>> callable(npu_fia_attention)
     True
@@ -144,8 +120,7 @@ def npu_fia_attention(
 
 
 def backend_name():
-    """The ``AttentionBackendName`` instance of ``npu_fia``, registered with diffusers' dispatcher
-    (built and registered on first use; the same object afterwards).
+    """The ``AttentionBackendName`` instance of ``npu_fia``, registered on first use.
 
     >>> from diffusers_ascend.attention.npu_fia import backend_name
     >>> backend_name().value
@@ -160,15 +135,13 @@ def backend_name():
 
 
 def register():
-    """Builds the ``npu_fia`` instance of ``AttentionBackendName`` and registers `npu_fia_attention`
-    under it (use `backend_name`, which calls this once)."""
+    """Builds the ``npu_fia`` enum instance and registers `npu_fia_attention` (via `backend_name`)."""
     from diffusers.models.attention_dispatch import AttentionBackendName, _AttentionBackendRegistry, _check_shape
 
     member = str.__new__(AttentionBackendName, NAME)  # a str-valued enum, as diffusers defines it
     member._name_, member._value_ = "NPU_FIA", NAME
     member._sort_order_ = len(AttentionBackendName.__members__)
-    # An enum instance pickles as EnumClass(value), which the enum refuses for this value: pickle
-    # it as a call of `backend_name` instead (an instance attribute wins over the class's method).
+    # Enums pickle as EnumClass(value), which refuses this value: pickle as a call of `backend_name`.
     member.__reduce_ex__ = lambda protocol: (backend_name, ())
     if not isinstance(member, enum.Enum):  # pragma: no cover  (diffusers changed the registry's key type)
         raise TypeError("diffusers' AttentionBackendName is no longer an Enum; npu_fia cannot register")

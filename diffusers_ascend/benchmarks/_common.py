@@ -1,4 +1,4 @@
-"""Shared pieces of the benchmarks: sizes, machine description, timing, cold caches, tables."""
+"""Shared pieces of the benchmarks: sizes, machine description, the timing helper, cold caches, tables, JSON."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import contextlib
 import datetime
 import os
 import platform
+import statistics
 import time
 from typing import Any, Callable, Sequence
 
@@ -98,7 +99,6 @@ def write_json(result: dict[str, Any], out_dir: str | None, name: str) -> str | 
     if not out_dir:
         return None
     import json
-    import os
 
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, name)
@@ -111,17 +111,89 @@ def write_json(result: dict[str, Any], out_dir: str | None, name: str) -> str | 
 def error_line(e: BaseException) -> str:
     """``"Type: first line of the message"`` (at most 300 characters), for a failed row of a table.
 
-    >>> error_line(RuntimeError("no kernel image\nsecond line"))
+    >>> error_line(RuntimeError("no kernel image\\nsecond line"))
     'RuntimeError: no kernel image'
     """
     return f"{type(e).__name__}: {e}".splitlines()[0][:300]
 
 
-def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
-    """`(fn(), seconds)`."""
+# -- timing ----------------------------------------------------------------------------------------
+
+
+def synchronize(device: str) -> Callable[[], None]:
+    """The call that waits for the work queued on `device` (``"cuda"``, ``"npu"``; a no-op on CPU).
+
+    >>> synchronize("cpu")()
+    """
+    if device in ("cuda", "npu"):
+        return getattr(torch, device).synchronize
+    return lambda: None
+
+
+def timed(fn: Callable[[], Any], device: str = "cpu") -> tuple[Any, float]:
+    """`(fn(), seconds)`, the device's queued work included.
+
+    >>> timed(lambda: 3)[0]
+    3
+    """
+    sync = synchronize(device)
     start = time.perf_counter()
     out = fn()
+    sync()
     return out, time.perf_counter() - start
+
+
+def time_ms(fn: Callable[[], Any], runs: int = 20, warmup: int = 3, device: str = "cpu",
+            before: Callable[[], Any] | None = None) -> list[float]:
+    """Milliseconds of each of `runs` calls of `fn`, after `warmup` untimed calls.
+
+    On ``"cuda"`` and ``"npu"`` the device's timing events bracket each call (the time of the work
+    it queued, its launches included); elsewhere the host clock does.
+
+    Args:
+        fn: the call to time.
+        runs: timed calls.
+        warmup: untimed calls first (compilation, caches, allocator).
+        device: ``"cpu"``, ``"cuda"`` or ``"npu"``.
+        before: run before each timed call, outside the timing (e.g. an L2 cache flush).
+
+    >>> len(time_ms(lambda: sum(range(100)), runs=5, warmup=1))
+    5
+    """
+    for _ in range(warmup):
+        fn()
+    events = getattr(torch, device).Event if device in ("cuda", "npu") else None
+    synchronize(device)()
+    times = []
+    for _ in range(runs):
+        if before is not None:
+            before()
+        if events is not None:
+            start, end = events(enable_timing=True), events(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t) * 1e3)
+    return times
+
+
+def stats(times: Sequence[float]) -> dict[str, float]:
+    """Median, minimum and 10th/90th percentiles of `times` (milliseconds).
+
+    >>> stats([1.0, 2.0, 3.0, 4.0, 5.0])["median_ms"]
+    3.0
+    """
+    ordered = sorted(times)
+
+    def pct(q: float) -> float:
+        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+    return dict(median_ms=statistics.median(ordered), min_ms=ordered[0], p10_ms=pct(0.1), p90_ms=pct(0.9))
 
 
 def warm_up_compiler(inductor: bool = True) -> None:
@@ -190,34 +262,3 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, 
     lines = ["| " + " | ".join(header) + " |", f"|{align}|"]
     lines += ["| " + " | ".join(r) + " |" for r in cells]
     return "\n".join(lines)
-
-
-# -- model inputs --------------------------------------------------------------------------------
-
-
-def flux_model_inputs(config: dict[str, Any], height: int, width: int, txt_len: int = 8, seed: int = 0,
-                      dtype: torch.dtype = torch.float32) -> dict[str, Any]:
-    """Keyword inputs of a `FluxTransformer2DModel` with `config`, for a packed `height x width` latent
-    (``height * width`` image tokens) and `txt_len` text tokens."""
-    gen = torch.Generator().manual_seed(seed)
-    img_ids = torch.zeros(height, width, 3)
-    img_ids[..., 1] = torch.arange(height)[:, None]
-    img_ids[..., 2] = torch.arange(width)[None, :]
-    return dict(
-        hidden_states=torch.randn(1, height * width, config["in_channels"], generator=gen).to(dtype),
-        encoder_hidden_states=torch.randn(1, txt_len, config["joint_attention_dim"], generator=gen).to(dtype),
-        pooled_projections=torch.randn(1, config["pooled_projection_dim"], generator=gen).to(dtype),
-        timestep=torch.tensor([0.5]), img_ids=img_ids.reshape(-1, 3), txt_ids=torch.zeros(txt_len, 3),
-        return_dict=False,
-    )
-
-
-def wan_model_inputs(config: dict[str, Any], frames: int, height: int, width: int, txt_len: int = 8,
-                     seed: int = 0) -> dict[str, Any]:
-    """Keyword inputs of a `WanTransformer3DModel` with `config` for a `frames x height x width` latent."""
-    gen = torch.Generator().manual_seed(seed)
-    return dict(
-        hidden_states=torch.randn(1, config["in_channels"], frames, height, width, generator=gen),
-        timestep=torch.tensor([500]), encoder_hidden_states=torch.randn(1, txt_len, config["text_dim"], generator=gen),
-        return_dict=False,
-    )

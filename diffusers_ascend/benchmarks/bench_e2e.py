@@ -24,7 +24,6 @@ and ``mindiesd`` (MindIE SD's backend as cache-dit uses it: the whole transforme
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import os
@@ -38,8 +37,8 @@ from typing import Any, Callable, Sequence
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ._common import (cold_compile, error_line, machine_info, markdown_table, register_ops, text_table,
-                      warm_up_compiler)
+from ._common import (cold_compile, error_line, machine_info, markdown_table, register_ops, synchronize,
+                      text_table, warm_up_compiler)
 
 MODELS = ("flux", "wan", "wan-14b", "qwen-image")
 VARIANTS = ("eager", "ascend", "ascend+graph", "regional", "mindiesd")
@@ -350,14 +349,6 @@ VARIANT_SPECS: dict[str, tuple[str, Callable[[str], str | None], Callable]] = {
 # -- measuring -------------------------------------------------------------------------------------
 
 
-def _synchronize(device: str) -> Callable[[], None]:
-    if device == "cuda":
-        return torch.cuda.synchronize
-    if device == "npu":
-        return torch.npu.synchronize  # type: ignore[attr-defined]
-    return lambda: None
-
-
 def _rss_bytes() -> int | None:
     try:
         with open("/proc/self/statm") as f:
@@ -409,7 +400,7 @@ PEAK_MEMORY_KIND = {
 
 def _run_variant(name, model, pipe, inputs, device, reference, baseline, tick) -> dict[str, Any]:
     description, _, setup = VARIANT_SPECS[name]
-    sync = _synchronize(device)
+    sync = synchronize(device)
     marks: list[float] = []
 
     def on_step(pipe_, i, t, kwargs):

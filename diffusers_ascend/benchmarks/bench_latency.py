@@ -7,7 +7,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ._common import check_size, flux_model_inputs, machine_info, register_ops, timed
+from ._common import check_size, machine_info, register_ops, timed
 
 
 def _eager(model):
@@ -83,7 +83,7 @@ def latency(size: str = "small", variants: Sequence[str] | None = None, runs: in
     ['eager', 'ascend_all_eager']
     """
     from diffusers_ascend import ascend_report
-    from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, tiny_flux_transformer
+    from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, flux_model_inputs, tiny_flux_transformer
 
     preset = _PRESETS[check_size(size)]
     names = list(variants or preset["variants"])
@@ -93,7 +93,7 @@ def latency(size: str = "small", variants: Sequence[str] | None = None, runs: in
     names = ["eager"] + [v for v in names if v != "eager"]
     runs, warmup = runs or preset["runs"], warmup if warmup is not None else preset["warmup"]
     config = preset["config"] or FLUX_TRANSFORMER_CONFIG
-    inputs = flux_model_inputs(config, preset["height"], preset["width"], txt_len=preset["txt_len"])
+    inputs = flux_model_inputs(preset["height"], preset["width"], txt_len=preset["txt_len"], config=config)
     register_ops()
 
     # Each variant is compiled alone, from a fresh dynamo state, as a user would get it (variants

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ._common import check_size, flux_model_inputs, machine_info, register_ops, timed, wan_model_inputs
+from ._common import check_size, machine_info, register_ops, timed
 
 # Latent sizes fed in a row: (height, width) of the packed Flux latent, (frames, height, width) of
 # the Wan latent (patch 1x2x2). Four distinct sequence lengths each: Wan still recompiles at the
@@ -32,10 +32,10 @@ def _model_and_inputs(name: str):
     if name == "flux":
         layers = dict(num_layers=2, num_single_layers=2)  # >= 2 single blocks: shows the stride recompile
         config = {**tiny.FLUX_TRANSFORMER_CONFIG, **layers}
-        return (tiny.tiny_flux_transformer(**layers), lambda shape: flux_model_inputs(config, *shape),
+        return (tiny.tiny_flux_transformer(**layers), lambda shape: tiny.flux_model_inputs(*shape, config=config),
                 lambda s: s[0] * s[1] + 8)
     config = {**tiny.WAN_TRANSFORMER_CONFIG, "num_layers": 2}
-    return (tiny.tiny_wan_transformer(num_layers=2), lambda shape: wan_model_inputs(config, *shape),
+    return (tiny.tiny_wan_transformer(num_layers=2), lambda shape: tiny.wan_model_inputs(*shape, config=config),
             lambda s: s[0] * (s[1] // 2) * (s[2] // 2))
 
 
@@ -45,9 +45,7 @@ def recompiles(size: str = "small", models: Sequence[str] | None = None) -> dict
     ``dynamic=None``) and records the graphs compiled after each.
 
     ``recompiles`` counts the graphs compiled after the first resolution, i.e. because the shape
-    changed. Under dynamo's automatic dynamic shapes the second resolution recompiles into a
-    dynamic graph and later ones reuse it (Wan recompiles once more: a stride guard on its rotary
-    embedding).
+    changed (dynamo's automatic dynamic shapes: the second recompiles dynamic, later ones reuse it).
 
     Args:
         size: ``"tiny"`` (Wan only, small latents: its graphs compile fastest) or ``"small"`` (Flux
@@ -55,9 +53,8 @@ def recompiles(size: str = "small", models: Sequence[str] | None = None) -> dict
         models: override the models (``"flux"``, ``"wan"``).
 
     Returns:
-        ``{"benchmark", "size", "rows", "columns", "machine"}``; one row per (model, resolution) with
-        ``tokens``, ``new_graphs``, ``graphs_compiled`` (cumulative), ``recompiles`` (cumulative),
-        ``dynamic`` (whether the graphs compiled at that step are dynamic) and ``call_s``.
+        ``{"benchmark", "size", "rows", "columns", "machine"}``; one row per (model, resolution);
+        ``graphs_compiled`` and ``recompiles`` are cumulative.
 
     >>> rows = recompiles(size="tiny")["rows"]
     >>> rows[-1]["new_graphs"]

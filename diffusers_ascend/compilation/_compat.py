@@ -1,17 +1,10 @@
 """The one place that knows how torch releases differ: every private torch API the engine uses.
 
-diffusers-ascend runs on the torch its user's CANN / torch_npu pair allows, from `TORCH_FLOOR`
-to `TORCH_NEWEST_VERIFIED` (each release of that range that CI runs is listed in
-docs/support-matrix.md). Inductor's pattern matcher, aot_autograd's helpers, dynamo's config
-names and the freezing helpers are private and move between releases, so nothing outside this
-module touches them directly. Differences are detected by feature (signatures, attributes), not
-by version strings; each shim names the releases seen to differ.
-
-A missing or changed API is a broken engine, never a silent "0 matches": `require` turns it into
-`TorchCompatError`, which names the running torch, the API and the supported range. The passes
-and the backend call `check_engine()` when a backend is built, before any model is touched.
-
-Nothing here imports Inductor at import time: each shim imports what it wraps when called.
+Supported: `TORCH_FLOOR` to `TORCH_NEWEST_VERIFIED` (the releases CI runs are in
+docs/support-matrix.md). Differences are detected by feature (signatures, attributes), not by
+version strings; each shim names the releases seen to differ. A missing or changed API raises
+`TorchCompatError` (via `require`), never a silent "0 matches". Nothing here imports Inductor at
+import time.
 """
 
 from __future__ import annotations
@@ -74,9 +67,7 @@ __all__ = [
     "unset_fake_mode",
 ]
 
-# The supported range, stated once (pyproject's `torch>=` bound is tested to agree with the floor).
-# Floor: the oldest torch with torch_npu pairs still deployed (2.6); every API below exists there,
-# with the differences each shim names. Older releases are not run in CI and are refused.
+# Floor: the oldest torch with torch_npu pairs still deployed (pyproject's `torch>=` is tested to agree).
 TORCH_FLOOR: tuple[int, int] = (2, 6)
 # Newest release CI has run the engine tests on. Newer releases get one warning, not silence.
 TORCH_NEWEST_VERIFIED: tuple[int, int] = (2, 15)
@@ -171,13 +162,9 @@ def _pm():
 def register_replacement(search_fn, replace_fn, example_inputs, trace_fn, pass_dict, *, get_decomp_fn, **kwargs) -> None:
     """`torch._inductor.pattern_matcher.register_replacement`, tracing with `get_decomp_fn`'s table.
 
-    Releases differ:
-    - ``get_decomp_fn``: 2.13+ take it and pass it on to ``trace_fn`` (default
-      ``select_decomp_table``, which would decompose the search function unlike our aot graphs);
-      2.6-2.12 call ``trace_fn(fn, args)``, so `trace_fn` must default to the same table itself.
-    - ``skip_duplicates``: 2.7+ keep the patterns seen per pass and skip a duplicate on request;
-      2.6 has no such keyword and asserts process-wide uniqueness (emulated below).
-    """
+    (Inductor's default table would decompose the search function unlike our aot graphs.) 2.13+
+    pass ``get_decomp_fn`` on to ``trace_fn``; 2.6-2.12 call ``trace_fn(fn, args)``, so `trace_fn`
+    must default to the same table. 2.6 has no ``skip_duplicates`` (emulated below)."""
     pm = _pm()
     fn = require("pattern_matcher.register_replacement", lambda: pm.register_replacement)
     kw = dict(kwargs, get_decomp_fn=get_decomp_fn)
@@ -188,9 +175,8 @@ def register_replacement(search_fn, replace_fn, example_inputs, trace_fn, pass_d
                 f"supported: {_range()}."
             )
     if kw.get("skip_duplicates") and not _has_param(fn, "skip_duplicates"):
-        # 2.6 asserts that a pattern is new to the whole process (`_seen_patterns`); 2.7+ check
-        # per PatternMatcherPass and skip on request. Our forms that trace alike in fp32 live in
-        # separate passes on purpose (see `FusionPass.pattern_matcher_passes`): do as 2.7+ does.
+        # 2.6 asserts a pattern is new to the whole process; ours that trace alike live in separate
+        # passes on purpose (`FusionPass.pattern_matcher_passes`), so check per pass as 2.7+ does.
         pattern = kw.get("search_fn_pattern") or pm.gen_pattern(
             search_fn, list(example_inputs), trace_fn, kw.get("scalar_workaround"))
         kw.pop("skip_duplicates")
@@ -217,24 +203,17 @@ def register_replacement(search_fn, replace_fn, example_inputs, trace_fn, pass_d
 def given_patterns_match_as_given() -> bool:
     """Whether ``register_replacement(..., search_fn_pattern=p)`` matches exactly `p`.
 
-    2.6-2.14 take a given search pattern as the exact one: the match is checked against it, never
-    against a re-trace of the search function. 2.15 takes it as a coarse filter only and always
-    re-traces the search function on the matched tensors to check the match. Two kinds of our
-    patterns need the given pattern as it stands: the hand-built ``aten._fused_rms_norm`` form
-    (CompositeImplicit on CPU: its re-trace on CPU tensors decomposes, so on 2.15 it replaced its
-    own form 0 times) and the generic forms of ``FusionPattern.retrace = False`` (sizes computed
-    from shapes, which a re-trace under dynamic shapes writes with other nodes). Detected by
-    registering a search function that traces to ``sub`` with a given ``atan2`` pattern and
-    applying it to an ``atan2`` graph: 1 replacement where the given pattern is taken as it
-    stands, 0 where the search function is re-traced.
-    """
+    2.6-2.14 do; 2.15 takes `p` as a coarse filter and re-traces the search function on the match,
+    which breaks the hand-built ``_fused_rms_norm`` form (it decomposes on CPU) and the
+    ``FusionPattern.retrace = False`` forms. Detected by registering a search function tracing to
+    ``sub`` with a given ``atan2`` pattern and counting replacements in an ``atan2`` graph."""
     pm = _pm()
     aten = torch.ops.aten
     pattern = pm.CallFunction(aten.atan2.default, pm.KeywordArg("a"), pm.KeywordArg("b"))
     probe = pattern_matcher_pass("ascend_compat_probe")
     register = require("pattern_matcher.register_replacement", lambda: pm.register_replacement)
     example = [torch.ones(2), torch.ones(2)]
-    # 2.6 records every registered pattern process-wide and asserts it is new: leave no trace.
+    # 2.6 records every pattern process-wide and asserts it is new: leave no trace.
     seen = getattr(pm, "_seen_patterns", None)
     saved = set(seen) if seen is not None else None
     try:
@@ -251,9 +230,8 @@ def given_patterns_match_as_given() -> bool:
 
 def _register_given_pattern(search_fn, replace_fn, trace_fn, pass_dict, kw: dict) -> None:
     """`register_replacement` as 2.6-2.14 do it for a given search pattern, on releases that
-    re-trace the search function instead (see `given_patterns_match_as_given`): the pattern as
-    given, `extra_check` on its match, then `replace_fn` traced on the matched values with
-    `trace_fn` (``Match.replace_by_example``, 2.1+) in place of the matched nodes."""
+    re-trace instead (`given_patterns_match_as_given`): match the pattern as given, then
+    ``Match.replace_by_example``."""
     pm = _pm()
     pattern = kw["search_fn_pattern"]
     if kw.get("skip_duplicates"):
@@ -294,10 +272,8 @@ def gen_search_pattern(search_fn, example_inputs, trace_fn, scalar_workaround, *
 def match_kwarg(match, name: str, default: Any) -> Any:
     """What `match` (as handed to an ``extra_check``) bound to the search argument `name`.
 
-    2.6-2.12 re-trace the search function with the matched float scalars (eps) before the extra
-    check, so those become constants of the exact pattern and the match binds no keyword for
-    them; 2.13 fills them in from the generic match. Callers pass the `default` to use then.
-    """
+    2.6-2.12 bake matched float scalars (eps) into the exact pattern and bind no keyword for them;
+    callers pass the `default` to use then."""
     return match.kwargs.get(name, default)
 
 
@@ -309,12 +285,7 @@ def pattern_matcher_pass(name: str):
 
 def functional_trace(fn: Callable, args: Sequence[Any], decompositions: dict) -> torch.fx.GraphModule:
     """Trace `fn` to a functional aten graph with `decompositions`, normalized like Inductor's
-    pattern tracing (``fwd_only``: no-op removal, dead-code elimination).
-
-    The graphs aot_autograd hands to a backend are functionalized by ``FunctionalTensorMode``;
-    ``fwd_only`` alone keeps in-place ops, so `fn` runs under ``dispatch_functionalize``.
-    ``fwd_only`` takes ``get_decomp_fn`` on every supported release (2.6+).
-    """
+    ``fwd_only`` (which alone keeps in-place ops, so `fn` runs under ``dispatch_functionalize``)."""
     from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
 
     functional = dispatch_functionalize(fn, FunctionalTensorMode())
@@ -379,8 +350,7 @@ def make_boxed_func(fn: Callable) -> Callable:
 
 
 def compile_fx(gm, example_inputs, config_patches=None):
-    """Inductor's ``compile_fx``. Called inside an aot ``fw_compiler`` it returns a function that
-    takes its arguments unpacked (FINDINGS section 3)."""
+    """Inductor's ``compile_fx``; inside an aot ``fw_compiler`` its result takes its arguments unpacked."""
     fn = require("compile_fx.compile_fx", lambda: __import__(
         "torch._inductor.compile_fx", fromlist=["compile_fx"]).compile_fx)
     return fn(gm, example_inputs, config_patches=config_patches)
@@ -394,8 +364,7 @@ def list_mode_options(mode: str) -> dict:
 
 # -- dynamo config -------------------------------------------------------------------------------
 def _recompile_limit_name() -> str:
-    # 2.6 calls it `cache_size_limit`; 2.7 renamed it `recompile_limit` and keeps the old name as
-    # an alias on some releases: prefer the new one.
+    # 2.6 calls it `cache_size_limit`; 2.7+ `recompile_limit` (the old name an alias on some).
     cfg = torch._dynamo.config
     for name in ("recompile_limit", "cache_size_limit"):
         if hasattr(cfg, name):
@@ -409,14 +378,9 @@ def _recompile_limit_name() -> str:
 def compiled_blocks_share_graphs() -> bool:
     """Whether the blocks of one class, compiled in place with one backend, share one dynamo graph.
 
-    2.6 and 2.7's dynamo guard on the identity of plain objects hanging off a module they inline
-    (each block's diffusers attention processor: ``___check_obj_id(L['self']._modules['attn1']
-    .processor, ...)``), so every block instance compiles its own graph there (same fusions per
-    graph, N times the cold compile; seen on 2.6.0 and 2.7.1); 2.8+ compile one graph per block
-    class (seen on 2.8, 2.11, 2.13, 2.14). A behaviour of the guard system, not an API, so it is
-    known by release. Where it is False, `enable_ascend_compile` shares the processors of a block
-    class (`diffusers_ascend.processors`), which gives one graph per class there too.
-    """
+    2.6/2.7's dynamo guard on the identity of each block's attention processor, so every block
+    instance compiles its own graph; 2.8+ compile one per class. A guard behaviour, not an API, so
+    known by release; `diffusers_ascend.processors` shares processors where it is False."""
     return torch_version() >= (2, 8)
 
 
@@ -424,11 +388,8 @@ def compiled_blocks_share_graphs() -> bool:
 def fused_rms_norm() -> Callable | None:
     """``aten._fused_rms_norm`` as ``F.rms_norm`` reaches it on CUDA, or None where it is not that op.
 
-    From 2.9 (seen on 2.11 on an H100, and on 2.14), ``F.rms_norm`` / ``torch.nn.RMSNorm`` on a
-    CUDA tensor does not decompose: the aot graph holds ``_fused_rms_norm(x, [D], w, eps)[0]``
-    (``(input, normalized_shape, weight?, eps?) -> (Tensor, Tensor)``). 2.8 has an op of that name
-    with another schema (``normalized_shape_ndim``, one output; MPS only); 2.6 and 2.7 have none.
-    """
+    From 2.9 the CUDA aot graph holds ``_fused_rms_norm(x, [D], w, eps)[0]``; 2.8 has an op of that
+    name with another schema (MPS only); 2.6/2.7 have none."""
     op = getattr(torch.ops.aten, "_fused_rms_norm", None)
     if op is None:
         return None
@@ -439,11 +400,8 @@ def fused_rms_norm() -> Callable | None:
 
 
 def fused_rms_norm_pattern():
-    """The search pattern ``_fused_rms_norm(x, <shape>, w, eps)[0]`` (binding x, w and eps), or None.
-
-    Built by hand, not traced: the op is CompositeImplicit on CPU (it decomposes when traced
-    there) and keeps its node only on devices with a kernel for it (CUDA in CUDA builds).
-    """
+    """The search pattern ``_fused_rms_norm(x, <shape>, w, eps)[0]``, or None. Built by hand: the op
+    decomposes when traced on CPU."""
     op = fused_rms_norm()
     if op is None:
         return None
@@ -511,9 +469,7 @@ def inductor_freezing_scope():
 
 
 def aoti_metadata_scope(metadata: dict):
-    """Context giving AOTInductor ``metadata`` (``torch._inductor.config.aot_inductor.metadata``)
-    for one compile: AOTInductor writes its device keys into the configured dict in place, and
-    ``config.patch`` restores the previous value on exit and on error."""
+    """Context giving AOTInductor ``metadata`` for one compile (it writes its device keys into it)."""
     import torch._inductor.config as inductor_config
 
     return inductor_config.patch({"aot_inductor.metadata": metadata})
@@ -540,22 +496,18 @@ def fresh_inductor_cache():
     return fresh()
 
 
-# -- warm start: torch's portable compile caches (diffusers_ascend.cache) -------------------------
+# -- warm start: torch's portable compile caches (diffusers_ascend.warm_start) --------------------
 def cache_artifacts_api() -> tuple[Callable, Callable] | None:
-    """``(torch.compiler.save_cache_artifacts, torch.compiler.load_cache_artifacts)``: Inductor's
-    portable "mega-cache" (FX graph cache + AOTAutograd cache + autotuning/PGO entries), public
-    since 2.7; None on 2.6, which has no portable form of its caches."""
+    """``(save_cache_artifacts, load_cache_artifacts)``: Inductor's portable "mega-cache", public
+    since 2.7; None on 2.6."""
     save = getattr(torch.compiler, "save_cache_artifacts", None)
     load = getattr(torch.compiler, "load_cache_artifacts", None)
     return (save, load) if save is not None and load is not None else None
 
 
 def aoti_api() -> tuple[Callable, Callable] | None:
-    """``(torch._inductor.aoti_compile_and_package, torch._inductor.aoti_load_package)``: an
-    exported program compiled ahead of time by Inductor into one ``.pt2`` file, and the loader
-    that runs it without dynamo or Inductor's compiler (2.6+; None where absent). Our
-    ``ascend_kernels`` ops are Python custom ops: the package calls them back through the
-    dispatcher, so they must be registered in the loading process (importing ``ascend_kernels``)."""
+    """``(aoti_compile_and_package, aoti_load_package)``, or None where absent. Our ops are Python
+    custom ops the package calls back, so ``ascend_kernels`` must be imported where it loads."""
     try:
         import torch._inductor as inductor
     except ImportError:  # pragma: no cover - Inductor is part of every supported torch
@@ -568,14 +520,9 @@ def aoti_api() -> tuple[Callable, Callable] | None:
 def aoti_load(path: str):
     """Loads the AOTInductor package at `path` (a model named ``"model"``, one runner).
 
-    2.11+'s ``aoti_load_package`` first compares the package's CPU ISA with this host's, and
-    finds this host's by building and loading probe libraries in subprocesses (about a second,
-    once per process), only to log a warning when they differ. `diffusers_ascend.cache` has
-    already refused packages built on a host whose CPU features differ (its ``device`` key), so
-    where the loader takes the 2.8+ arguments ``(path, model_name, run_single_threaded,
-    num_runners, device_index)`` it is built directly, as ``load_package`` builds it for older
-    archives; elsewhere (2.6) ``aoti_load_package`` is called.
-    """
+    2.11+'s ``aoti_load_package`` spends about a second probing this host's CPU ISA only to warn;
+    warm start already refuses packages from hosts whose CPU differs, so on 2.8+ the loader is built
+    directly, as ``load_package`` does for older archives."""
     api = require("torch._inductor.aoti_load_package", aoti_api)
     loader = getattr(getattr(torch._C, "_aoti", None), "AOTIModelPackageLoader", None)
     try:
@@ -651,12 +598,8 @@ def inductor_cache_dir() -> str:
 def compiled_cpp_libraries() -> list[str]:
     """Paths of the C++ kernel libraries Inductor's CPU backend built or loaded in this process.
 
-    The mega-cache carries the generated Python wrapper of a CPU graph but not the ``.so`` of its
-    C++ kernels, which a fresh process rebuilds with the host compiler (most of a warm start on
-    CPU, measured on 2.13). ``codecache.CppCodeCache`` and its subclasses keep one loader per
-    library key in ``cache`` (2.6-2.14); a loaded library is a Python module (``__file__``) or a
-    ``ctypes.CDLL`` (``_name``). Loaders not yet run are skipped (nothing is built here).
-    """
+    The mega-cache does not carry them, and rebuilding them is most of a CPU warm start. Read from
+    ``codecache.CppCodeCache`` loaders (2.6-2.14); loaders not yet run are skipped."""
     try:
         from torch._inductor import codecache
     except ImportError:  # pragma: no cover - Inductor is part of every supported torch
@@ -680,8 +623,7 @@ def compiled_cpp_libraries() -> list[str]:
 
 
 def _loaded_library(load: Any) -> Any:
-    # The loader closes over `lib` once it has run (`nonlocal lib` in `load_async`); never call
-    # it: an unbuilt one would compile.
+    # A loader that has run closes over `lib`; never call one: an unbuilt one would compile.
     if not callable(load) or getattr(load, "__closure__", None) is None:
         return load
     names = load.__code__.co_freevars
@@ -695,12 +637,7 @@ def _loaded_library(load: Any) -> Any:
 
 def fold_parameters(aot_gm: torch.fx.GraphModule) -> list[int]:
     """Parameters of `aot_gm` (inside an aot ``fw_compiler``) become constants, then constant
-    folding; returns the indices of the inputs the graph still takes.
-
-    ``TracingContext.params_flat_unwrap_subclasses`` exists from 2.6 (``params_flat`` before it
-    holds subclass-wrapped parameters); ``freezing.enter_freezing`` exists from 2.7 (2.6 needs no
-    context: its constant folding has no freezing-only decompositions to turn on).
-    """
+    folding; returns the indices of the inputs the graph still takes (``enter_freezing``: 2.7+)."""
     from torch._inductor import freezing
 
     ctx = tracing_context()
@@ -732,15 +669,10 @@ def probe_trace(fn: Callable, args: Sequence[Any]) -> torch.fx.GraphModule:
 
 @functools.cache
 def conj_views_reach_graphs() -> bool:
-    """Whether the graphs the fusion passes see hold a conjugate view (``t.conj()``) as a bare
-    ``aten._conj`` node read directly by its users.
+    """Whether the graphs the passes see hold ``t.conj()`` as a bare ``aten._conj`` node.
 
-    Functionalization materializes the view (``clone(_conj(t))``) on every release; Inductor's
-    `remove_noop_ops`, which the backend runs before the passes, drops that clone as a no-op on
-    2.6, 2.7.1, 2.8 and 2.10 and keeps it on 2.11 to 2.15 (seen through SanaWM's inverse rotary
-    rotation). The rope pass matches the bare form with a pattern of its own. Detected by tracing
-    ``view_as_complex(x) * f.conj()`` as `probe_trace` does, then removing no-ops.
-    """
+    `remove_noop_ops` drops functionalization's ``clone(_conj(t))`` clone up to 2.10 and keeps it
+    from 2.11; the rope pass has a pattern for the bare form. Detected on a probe trace."""
     g = probe_trace(lambda x, f: torch.view_as_complex(x.view(2, 2)) * f.conj(),
                     [torch.ones(4), torch.ones(2, dtype=torch.complex64)]).graph
     remove_noop_ops(g)
@@ -777,8 +709,7 @@ def check_engine(fusions: bool = True) -> None:
     it is newer than `TORCH_NEWEST_VERIFIED`. Called when a backend is built.
 
     Args:
-        fusions: whether fusion passes will run (then Inductor's pattern matcher is checked too;
-            it is imported for that, about a second once per process).
+        fusions: whether fusion passes will run (then Inductor's pattern matcher is checked too).
 
     >>> check_engine(fusions=False)  # on a supported torch: nothing happens
     """

@@ -35,11 +35,14 @@ import torch
 from . import _compat
 from .report import FusionReport
 
-__all__ = ["AscendBackend", "describe_failure", "graph_label", "root_cause"]
+__all__ = ["AscendBackend", "compiled_graphs", "describe_failure", "graph_label", "root_cause"]
 
 # What the caller is compiling (e.g. the block class), set around a compiled call by the
 # integration so report entries and graph logs say "FluxTransformerBlock" rather than only "g000".
 graph_label: contextvars.ContextVar[str | None] = contextvars.ContextVar("diffusers_ascend_graph_label", default=None)
+# A list set around a compiled call gets the report entry of each graph that call compiles: other
+# threads compile meanwhile, so the entries after an index are not all this call's.
+compiled_graphs: contextvars.ContextVar[list | None] = contextvars.ContextVar("diffusers_ascend_compiled_graphs", default=None)
 
 
 def root_cause(exc: BaseException) -> BaseException:
@@ -258,6 +261,9 @@ class AscendBackend:
         gm.recompile()
         self.report.add_graph(name, counts, before, count_ops(gm.graph), executor=self.executor,
                               training=training, dynamic=dynamic)
+        sink = compiled_graphs.get()
+        if sink is not None:
+            sink.append(self.report.graphs[-1])  # dynamo's compile lock: no other graph came in between
 
     def _execute(self, gm: torch.fx.GraphModule, example_inputs, keep: list[int] | None = None) -> Callable:
         """Runs the rewritten `gm` with the executor (under graph capture when configured); `keep`: the

@@ -1,59 +1,14 @@
 """Graph capture: the compiled graphs of an `AscendBackend` replayed as device graphs.
 
-`AscendConfig.graph_capture` selects it: ``"graph_only"`` captures the graph dynamo hands over
-without fusion passes, ``"graph_with_compile"`` captures it after the fusion passes (and, with
-``executor="inductor"``, after Inductor). The device graph is ``torch.cuda.CUDAGraph`` on CUDA and
-``torch.npu.NPUGraph`` on Ascend, supplied by `diffusers_ascend.platform.graph_api`; the CPU has
-none (a clear error when the backend is built).
+`AscendConfig.graph_capture` selects it: ``"graph_only"`` captures dynamo's graph without fusion
+passes, ``"graph_with_compile"`` after them. The device graph API comes from
+`diffusers_ascend.platform.graph_api` (CUDAGraph, NPUGraph; none on CPU).
 
-How a compiled graph runs under capture (`CapturedCallable`):
-
-- The key of a call is its *signature*: for each input its shape, stride, dtype and device (and
-  the value of non-tensor inputs, which a device graph bakes in), plus the address (``data_ptr``)
-  of every *parameter* input (weights and buffers, from aot's ``static_input_indices`` and
-  ``nn.Parameter`` inputs). Under ``compile="blocks"`` every block of a class runs one compiled
-  graph; the addresses make each block instance replay its own device graph, which reads that
-  block's weights where they are: weights are never copied. (MindIE SD keys by shapes only, so
-  all blocks of a class replay one graph and copy their weights into it on every call.)
-- Activation inputs are copied into static buffers the graph was captured on (one set per
-  signature, shared by the block instances, which run one after another). An input that *is* the
-  buffer is not copied. The denoising loop's timestep is such an input: it is a tensor, copied on
-  every call, never a constant in the graph. An input the graph writes in place (aot may keep an
-  inference graph's input mutations in it) is written in its buffer and copied back to the
-  caller's tensor after the replay.
-- A new signature is run ``WARMUP_CALLS`` times on a side stream (lazy initialisation, autotuning
-  and allocator warm-up must not happen during capture), captured, then replayed.
-- All graphs of one backend share one memory pool (``graph_pool_handle()``), nothing is
-  process-global: two backends never share graphs, pools or counters.
-- ``max_captured_graphs`` bounds the input signatures kept per backend, counted without the
-  parameter addresses and across compiled graphs (each signature holds one graph per block
-  instance: a Flux transformer has 57 blocks, and counting instances, or torch < 2.8's one dynamo
-  graph per block instance, would evict on every call); the oldest signature is evicted first
-  (FIFO), from every graph that holds it.
-- Outputs are the graph's static output tensors, overwritten by the next replay of any graph of
-  the backend (they share the pool): ``safe_output=True`` (default) returns clones,
-  ``safe_output=False`` returns the static tensors themselves (no copy; the caller must be done
-  with them before the next call).
-- Threads: a call's copy-in, replay and output read (the clones) run under one lock per backend
-  (`GraphCaptureManager`), so threads calling one model each get the results of their own
-  inputs; their calls replay one at a time. With ``safe_output=False`` the returned static
-  tensors are overwritten by the next call from any thread: use it with one caller only. Callers
-  must share one device stream (the default): a replay is ordered after the previous one on it.
-
-Not captured (the graph runs as compiled, with a warning and a ``report.fallbacks`` entry, or an
-error with ``on_error="raise"``): graphs that need gradients, graphs with an input off the
-device, graphs whose capture fails, graphs calling an op that cannot be captured
-(`UNCAPTURABLE_OPS`: torch_npu documents that ``npu_fusion_attention``, the op of diffusers'
-``"_native_npu"`` attention backend, does not support aclgraph; an ``npu_fia`` call outside FIA's
-limits runs that backend), and on NPU every graph when torch_npu runs with ``jit_compile=True``
-(ops then take acl_op kernels). The fused ops (``ascend_kernels``) pick a capturable provider
-during warm-up and capture (`ascend_kernels.registry.capturing`): a torch_npu op that would take
-its acl_op fallback (no aclnn kernel in this CANN) runs its native composite in the graph.
-
-NPU attention: ``attention="auto"`` resolves to ``"npu_fia"`` under capture
-(`AscendConfig.resolved_attention`). torch_npu's NPUGraph handlers for FIA update only
-``actual_seq_lengths_kv`` between replays; ``npu_fia`` never passes sequence lengths (FIA reads
-them from the shapes, which are part of every signature), so its replays need no update.
+A call's key is its input signature plus the addresses of its parameter inputs, so each block
+instance replays its own graph reading its weights in place (never copied); activations are
+copied into per-signature static buffers. Graphs that cannot be captured (gradients, inputs off
+the device, `UNCAPTURABLE_OPS`, ``jit_compile=True`` on NPU, a failed capture) run as compiled,
+with a warning and a report entry. docs/graph-capture.md describes the rest.
 """
 
 from __future__ import annotations
@@ -94,15 +49,10 @@ _UNCAPTURABLE_ATTENTION = "_native_npu"  # diffusers' NPU backend: calls npu_fus
 
 
 def check_capture_config(config, platform: str) -> None:
-    """Rejects settings that contradict ``config.graph_capture`` (called when a backend is built).
-
-    - ``graph_capture="graph_only"`` with an explicit ``fusions`` list: graph_only runs no fusion
-      pass (``"auto"`` resolves to none under it); use ``"graph_with_compile"`` to fuse.
-    - ``mode="reduce-overhead"``: Inductor would capture its own CUDA graphs inside ours. Other
-      modes keep their Inductor options with Inductor's own CUDA graphs switched off.
-    - on NPU, attention ``"_native_npu"``: diffusers' NPU backend calls ``npu_fusion_attention``,
-      which cannot be captured. ``"auto"`` resolves to ``"npu_fia"`` under capture
-      (`AscendConfig.resolved_attention`), which can.
+    """Rejects settings that contradict ``config.graph_capture`` (called when a backend is built):
+    an explicit ``fusions`` list with ``"graph_only"``, ``mode="reduce-overhead"`` (Inductor's CUDA
+    graphs inside ours), and ``"_native_npu"`` attention on NPU (``npu_fusion_attention`` cannot be
+    captured).
 
     Raises:
         ValueError: naming the contradiction and the valid choices.
@@ -133,12 +83,8 @@ def check_capture_config(config, platform: str) -> None:
 
 
 def _capture_blocked(platform: str) -> str | None:
-    """Why no graph can be captured on ``platform`` with this install, or None.
-
-    NPU graphs capture aclnn kernels only. With ``jit_compile=True`` torch_npu runs the ``acl_op``
-    kernels of every op that has both (op-plugin's dispatch), aten ops included, so a capture
-    would fail or record kernels that cannot replay.
-    """
+    """Why no graph can be captured on ``platform`` with this install, or None (NPU graphs
+    capture aclnn kernels only; ``jit_compile=True`` sends every op to acl_op)."""
     if platform != "npu":
         return None
     from ascend_kernels.npu import probe
@@ -171,8 +117,8 @@ def uncapturable_ops(gm: torch.fx.GraphModule) -> dict[str, str]:
 
 
 def mutated_inputs(gm: torch.fx.GraphModule) -> set[int]:
-    """Indices of the inputs `gm` writes in place (aot can keep an inference graph's input mutations
-    in the graph): under capture the write lands in the static buffer and is copied back."""
+    """Indices of the inputs `gm` writes in place: under capture the write lands in the static
+    buffer and is copied back."""
     placeholders = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
     found = set()
     for node in gm.graph.nodes:
@@ -204,24 +150,19 @@ class GraphCaptureManager:
     """The graphs of one backend: memory pool, side stream, FIFO of signatures, counters.
 
     Args:
-        mode: ``"graph_only"`` or ``"graph_with_compile"`` (recorded in the report; the backend
-            decides which passes run).
+        mode: ``"graph_only"`` or ``"graph_with_compile"``.
         api: the platform's `diffusers_ascend.platform.GraphAPI` (tests pass a stand-in).
         safe_output: return clones of the static outputs.
         max_captured_graphs: signatures kept (each with one graph per parameter set), FIFO.
         warmup: eager calls on the side stream before a capture.
-        on_error: ``"fallback"`` (a graph that cannot be captured runs uncaptured, with a warning
-            and a `report` fallback) or ``"raise"``.
+        on_error: ``"fallback"`` (run uncaptured, with a warning and a `report` entry) or ``"raise"``.
         report: the backend's `FusionReport`.
 
     Raises:
-        ValueError: an argument out of its range (`max_captured_graphs` < 1, `warmup` < 0, a
-            `mode` or `on_error` not listed above), naming the valid values.
+        ValueError: an argument out of its range, naming the valid values.
 
-    Thread-safe: its graphs' calls take one lock (copy-in, capture or replay, output clones).
-
-    Attributes:
-        stats: ``captures``, ``replays``, ``evictions``, ``input_copies``, ``input_copies_skipped``.
+    Thread-safe: its graphs' calls take one lock. ``stats`` counts captures, replays, evictions and
+    input copies.
 
     >>> from diffusers_ascend.compilation.graph_capture import GraphCaptureManager
     >>> GraphCaptureManager("graph_only", api=None).num_graphs
@@ -303,9 +244,8 @@ class GraphCaptureManager:
     def _entry(self, key: tuple, args: Sequence[Any], activations: Sequence[int]) -> _Entry:
         entry = self._entries.get(key)
         if entry is None:
-            # The cap counts input signatures (key[1]), not compiled graphs: torch < 2.8 compiles
-            # one dynamo graph per block instance, all of one signature. Evicting a signature drops
-            # it from every graph, oldest first.
+            # The cap counts input signatures (key[1]), not graphs: torch < 2.8 compiles one graph
+            # per block instance, all of one signature.
             shapes = list(dict.fromkeys(k[1] for k in self._entries))
             while key[1] not in shapes and len(shapes) >= self.max_captured_graphs:
                 oldest = shapes.pop(0)
@@ -328,9 +268,6 @@ class GraphCaptureManager:
         """`fn` (a compiled graph, boxed or not) under capture; `fn` itself when `gm` cannot be captured.
 
         Args:
-            fn: the executor's callable for `gm`.
-            gm: the graph `fn` runs (checked against `UNCAPTURABLE_OPS`).
-            name: for warnings and report entries.
             static_indices: parameter/buffer inputs (besides ``nn.Parameter`` inputs).
             unused: inputs `fn` ignores (parameters folded by freezing): neither keyed nor copied.
         """
@@ -348,8 +285,7 @@ class GraphCaptureManager:
 
 
 class CapturedCallable:
-    """A compiled graph under capture (built by `GraphCaptureManager.wrap`); called like aot's compiled
-    forward, with the flat list of inputs (boxed)."""
+    """A compiled graph under capture; called like aot's compiled forward (boxed)."""
 
     _boxed_call = True
 
@@ -390,8 +326,7 @@ class CapturedCallable:
     def __call__(self, args: list):
         if self.disabled is not None:
             return self._run(args)
-        # Copy-in, replay and output read form one step: every caller of a signature shares its
-        # static buffers and static outputs (one backend, one lock: its graphs share one pool).
+        # Copy-in, replay and output read form one step: callers share static buffers and outputs.
         with self.manager._lock:
             return self._call_locked(args)
 
@@ -443,8 +378,7 @@ class CapturedCallable:
         try:
             stream = mgr.stream()
             stream.wait_stream(api.current_stream())
-            # Fused ops pick capturable kernels (not torch_npu's acl_op fallbacks) in the warm-up
-            # too, so that it initialises what the capture launches.
+            # capturing() in the warm-up too, so it initialises the kernels the capture launches.
             with capturing(), api.use_stream(stream):  # warm-up off the capturing path, as the CUDA/NPU graph docs ask
                 for _ in range(mgr.warmup):
                     self._run(static_args)
@@ -469,13 +403,9 @@ def _outputs(outputs, clone: bool):
 
 
 class TokenBuckets:
-    """Pads a token sequence to the next of a few lengths, so a multi-resolution service captures a
-    bounded set of graphs (one per bucket) instead of one per resolution.
-
-    Padded tokens must not change the real ones: per-token ops (norms, MLPs) are unaffected, and
-    attention must ignore the padded keys, which `attention_mask` gives (pass it to diffusers
-    attention, e.g. ``joint_attention_kwargs={"attention_mask": mask}`` for Flux). Outputs of the
-    padded positions are garbage: `unpad` slices them off.
+    """Pads a token sequence to the next of a few lengths, so a multi-resolution service captures one
+    graph per bucket instead of one per resolution. Attention must ignore the padded keys
+    (`attention_mask`); `unpad` slices off the padded outputs.
 
     Args:
         buckets: the sequence lengths to pad to (positive ints; sorted and deduplicated).
@@ -496,11 +426,7 @@ class TokenBuckets:
         self.buckets = tuple(sorted(set(buckets)))
 
     def bucket_for(self, length: int) -> int:
-        """The smallest bucket >= `length`.
-
-        Raises:
-            ValueError: `length` exceeds the largest bucket.
-        """
+        """The smallest bucket >= `length` (ValueError past the largest)."""
         for b in self.buckets:
             if length <= b:
                 return b

@@ -21,12 +21,10 @@ class FusionReport:
         graphs: one dict per compiled graph: ``name``, ``compile_id``, ``matches``, ``ops_before``,
             ``ops_after``, ``executor``, ``training``, ``dynamic``; ``fell_back: True`` for a
             graph whose module runs eager instead (see `discard_graphs`).
-        graphs_compiled: number of graphs compiled (a recompilation counts again; so does a graph
-            that fell back).
+        graphs_compiled: number of graphs compiled (recompilations and fallen-back graphs included).
         fallbacks: ``{"module": ..., "reason": ...}`` for each part that runs unfused, with
             ``"lost": {fusion: matches}`` when graphs compiled for it were discarded.
-        swaps: module-level layer swaps recorded by the integration (a fused RMSNorm module swapped
-            in shows up here, not as a pattern match).
+        swaps: module-level layer swaps (a swapped-in fused RMSNorm shows here, not as a match).
 
     >>> r = FusionReport(matches={"rms_norm": 2})
     >>> r.add_fallback("blocks.0", "compile failed")
@@ -59,9 +57,10 @@ class FusionReport:
             entry["lost"] = {k: int(v) for k, v in lost.items() if v}
         self.fallbacks.append(entry)
 
-    def discard_graphs(self, start: int) -> dict[str, int]:
-        """Stop counting ``graphs[start:]``: their module fell back to eager, so their matches and
-        ops never run. The graphs stay listed with ``fell_back: True``.
+    def discard_graphs(self, start: int | list[dict[str, Any]]) -> dict[str, int]:
+        """Stop counting ``graphs[start:]`` (or the entries of `graphs` in the list `start`): their
+        module fell back to eager, so their matches and ops never run. The graphs stay listed with
+        ``fell_back: True``.
 
         Returns:
             the matches per fusion removed from `matches` (nonzero entries only).
@@ -72,7 +71,7 @@ class FusionReport:
         ({'rope': 2}, {'rope': 0}, True)
         """
         lost: dict[str, int] = {}
-        for g in self.graphs[start:]:
+        for g in self.graphs[start:] if isinstance(start, int) else start:
             if g.get("fell_back"):
                 continue
             g["fell_back"] = True

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from diffusers_ascend.compilation import AscendBackend
-from diffusers_ascend.fusions import default_fusions
+from diffusers_ascend.fusions import FUSION_TO_OP, default_fusions
 
 ALL = default_fusions()  # fusions="all"
 
@@ -21,10 +21,7 @@ EXPECTED_BLOCK_COUNTS = {
     "wan": {"rms_norm": 4, "rope": 2, "gelu_tanh": 1, "adaln": 2, "mul_add": 2, "swiglu": 0},
 }
 
-FUSED_OP = {
-    "rms_norm": "rms_norm", "rope": "rope", "gelu_tanh": "gelu_tanh", "fast_gelu": "fast_gelu",
-    "adaln": "adaln_modulate", "mul_add": "mul_add", "swiglu": "swiglu",
-}
+FUSED_OP = dict(FUSION_TO_OP)
 
 
 def tolerances(dtype: torch.dtype) -> dict:
@@ -100,26 +97,6 @@ class SnapshotBackend(AscendBackend):
         for op in gone:
             assert self.before[graph][op] > 0, f"{op} was not in the graph before: test is vacuous"
             assert self.after[graph][op] == 0, f"{op} still in the rewritten graph"
-
-
-def flux_model_inputs(h, w, txt=8):
-    """Keyword inputs of `FluxTransformer2DModel` (tiny config) for an h x w latent."""
-    g = torch.Generator().manual_seed(0)
-    img_ids = torch.zeros(h, w, 3)
-    img_ids[..., 1] = torch.arange(h)[:, None]
-    img_ids[..., 2] = torch.arange(w)[None, :]
-    return dict(
-        hidden_states=torch.randn(1, h * w, 4, generator=g), encoder_hidden_states=torch.randn(1, txt, 32, generator=g),
-        pooled_projections=torch.randn(1, 32, generator=g), timestep=torch.tensor([0.5]),
-        img_ids=img_ids.reshape(-1, 3), txt_ids=torch.zeros(txt, 3), return_dict=False,
-    )
-
-
-def wan_model_inputs(frames, h, w):
-    """Keyword inputs of `WanTransformer3DModel` (tiny config) for a frames x h x w latent."""
-    g = torch.Generator().manual_seed(0)
-    return dict(hidden_states=torch.randn(1, 16, frames, h, w, generator=g), timestep=torch.tensor([500]),
-                encoder_hidden_states=torch.randn(1, 8, 32, generator=g), return_dict=False)
 
 
 def compile_module(module, backend, fullgraph=True, **kw):

@@ -8,7 +8,8 @@ import copy
 import pytest
 import torch
 
-from diffusers_ascend.tiny import flux_block_inputs, tiny_flux_blocks, tiny_wan_block, wan_block_inputs
+from diffusers_ascend.tiny import (flux_block_inputs, flux_model_inputs, tiny_flux_blocks, tiny_wan_block, wan_block_inputs,
+                                   wan_model_inputs)
 
 from .conftest import (
     EXPECTED_BLOCK_COUNTS,
@@ -16,9 +17,7 @@ from .conftest import (
     as_tuple,
     assert_as_accurate_as_eager,
     assert_close,
-    flux_model_inputs,
     to_fp64,
-    wan_model_inputs,
 )
 
 BLOCKS = ["flux_double", "flux_single", "wan"]

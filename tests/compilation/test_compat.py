@@ -19,9 +19,8 @@ from diffusers_ascend.compilation import _compat
 from diffusers_ascend.compilation._compat import TorchCompatError
 from diffusers_ascend.compilation.passes import FUSION_PASSES, base, get_pass_class
 from diffusers_ascend.platform import override_platform
-from diffusers_ascend.tiny import flux_block_inputs, tiny_flux_blocks, tiny_flux_transformer
+from diffusers_ascend.tiny import flux_block_inputs, flux_model_inputs, tiny_flux_blocks, tiny_flux_transformer
 
-from .conftest import flux_model_inputs
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 

@@ -9,8 +9,10 @@ from diffusers_ascend.compilation._compat import compiled_blocks_share_graphs
 
 from diffusers_ascend.compilation import AscendBackend
 from diffusers_ascend.tiny import flux_block_inputs, tiny_flux_blocks, tiny_flux_transformer, tiny_wan_transformer
+from diffusers_ascend.tiny import flux_model_inputs as _flux_inputs
+from diffusers_ascend.tiny import wan_model_inputs as _wan_inputs
 
-from .conftest import EXPECTED_BLOCK_COUNTS, flux_model_inputs as _flux_inputs, wan_model_inputs as _wan_inputs
+from .conftest import EXPECTED_BLOCK_COUNTS
 
 
 def test_shared_backend_compiles_once_per_block_class_wan():

@@ -12,9 +12,8 @@ import torch
 import diffusers_ascend
 from diffusers_ascend.compilation import _compat
 from diffusers_ascend.processors import share_processors, unshare_processors
-from diffusers_ascend.tiny import tiny_flux_transformer, tiny_wan_transformer
+from diffusers_ascend.tiny import flux_model_inputs, tiny_flux_transformer, tiny_wan_transformer, wan_model_inputs
 
-from .conftest import flux_model_inputs, wan_model_inputs
 
 
 def _ids(blocks, attr="attn1"):

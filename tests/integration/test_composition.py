@@ -275,3 +275,150 @@ def test_mag_cache_keeps_blocks_from_our_compile_and_says_so(order):
         report = pipe.ascend_report()
     assert len(report.graphs) == 0
     assert [fb["module"] for fb in report.to_dict()["fallbacks"]] == ["transformer.<FluxTransformerBlock>"]
+
+
+@pytest.mark.parametrize("order", ["before", "after"])
+def test_an_outer_torch_compile_of_the_model_is_reported(order):
+    """``pipe.transformer = torch.compile(pipe.transformer)``: that dynamo traces through our
+    compiled blocks with its own backend, so ours compiles no graph; the report used to say
+    nothing (after) or miss the model (before)."""
+    pipe = tiny_flux_pipeline()
+    ref = _run(pipe)
+    needle = r"runs inside a torch.compile\(model\) wrapper"
+    if order == "before":
+        pipe.transformer = torch.compile(pipe.transformer, backend="eager")
+        with pytest.warns(UserWarning, match=needle):
+            pipe.enable_ascend_compile(**FAST)
+    else:
+        pipe.enable_ascend_compile(**FAST)
+        pipe.transformer = torch.compile(pipe.transformer, backend="eager")
+    with pytest.warns(UserWarning, match=needle) if order == "after" else contextlib.nullcontext():
+        out = _run(pipe)
+        report = pipe.ascend_report()
+    assert_close(out, ref, dtype=torch.float32)
+    assert report.graphs_compiled == 0  # our backend never ran
+    assert [fb["module"] for fb in report.to_dict()["fallbacks"]] == ["transformer"]
+    assert report.swaps == {"rope": 2, "rms_norm": 6, "gelu_tanh": 3}  # they run inside the outer graph
+    pipe.transformer = pipe.transformer._orig_mod  # unwrapped: our backend compiles the blocks
+    assert_close(_run(pipe), ref, dtype=torch.float32)
+    assert pipe.ascend_report().graphs_compiled == 2
+    pipe.disable_ascend_compile()
+    assert not hasattr(pipe.transformer, "_ascend_state")
+
+
+# -- attention processors that are not the class a processor swap was written for ---------------
+class _CountingFluxProcessor:
+    """A user's own attention processor for Flux (delegates to diffusers' class, counts calls)."""
+
+    def __init__(self):
+        from diffusers.models.transformers.transformer_flux import FluxAttnProcessor
+
+        self._inner = FluxAttnProcessor()
+        self._attention_backend = None
+        self._parallel_config = None
+        self.calls = 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self._inner(*args, **kwargs)
+
+
+SWAPS_ONLY = dict(fusions="all", compile="none")
+
+
+def test_a_foreign_attention_processor_is_kept_and_reported():
+    pipe = tiny_flux_pipeline()
+    ref = _run(pipe)
+    proc = _CountingFluxProcessor()
+    pipe.transformer.set_attn_processor(proc)
+    with pytest.warns(UserWarning, match=r"2 _CountingFluxProcessor object\(s\) kept, not fused by the 'rope' swap.*"
+                                         r"is not diffusers' FluxAttnProcessor"):
+        pipe.enable_ascend_compile(**SWAPS_ONLY)
+    report = pipe.ascend_report()
+    assert "rope" not in report.swaps
+    assert [(fb["module"], fb["lost"]) for fb in report.to_dict()["fallbacks"]] == [("transformer.<rope swaps>", {"rope": 2})]
+    assert {type(p) for p in pipe.transformer.attn_processors.values()} == {_CountingFluxProcessor}
+    assert_close(_run(pipe), ref, dtype=torch.float32)
+    assert proc.calls > 0  # the user's processor ran
+
+
+@pytest.mark.parametrize("order", ["before", "after"])
+def test_a_processor_method_patched_in_from_elsewhere_is_kept(order, monkeypatch):
+    """What cache-dit's async Ulysses does: it replaces ``FluxAttnProcessor.__call__`` on diffusers'
+    class; our fused-rope subclass overrides ``__call__`` and would bypass it."""
+    import functools
+
+    from diffusers.models.transformers.transformer_flux import FluxAttnProcessor
+
+    original, calls = FluxAttnProcessor.__call__, []
+
+    @functools.wraps(original)
+    def patched(self, *args, **kwargs):
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    pipe = tiny_flux_pipeline()
+    ref = _run(pipe)
+    if order == "before":
+        monkeypatch.setattr(FluxAttnProcessor, "__call__", patched)
+        with pytest.warns(UserWarning, match=r"2 FluxAttnProcessor object\(s\) kept.*FluxAttnProcessor.__call__ from "
+                                             r".*test_composition.py"):
+            pipe.enable_ascend_compile(**SWAPS_ONLY)
+        report = pipe.ascend_report()
+        assert [(fb["module"], fb["lost"]) for fb in report.to_dict()["fallbacks"]] == [("transformer.<rope swaps>", {"rope": 2})]
+        assert "rope" not in report.swaps
+        assert_close(_run(pipe), ref, dtype=torch.float32)
+        assert calls  # the patch ran
+    else:
+        pipe.enable_ascend_compile(**SWAPS_ONLY)
+        monkeypatch.setattr(FluxAttnProcessor, "__call__", patched)
+        with pytest.warns(UserWarning, match=r"2 FluxAttnProcessor object\(s\) run our FusedRopeFluxAttnProcessor.*"
+                                             r"patched in after enabling"):
+            report = pipe.ascend_report()
+        assert [fb["module"] for fb in report.to_dict()["fallbacks"]] == ["transformer.<FluxAttnProcessor>"]
+        with pytest.warns(UserWarning, match=r"2 FluxAttnProcessor object\(s\) kept"):
+            pipe.enable_ascend_compile(**SWAPS_ONLY)  # enabling again leaves the swap out
+        assert {type(p) for p in pipe.transformer.attn_processors.values()} == {FluxAttnProcessor}
+
+
+_CACHE_DIT_ASYNC_ULYSSES = """
+import json, warnings
+import diffusers_ascend
+from cache_dit.distributed.async_ulysses import AsyncUlyssesRegistry
+from diffusers_ascend.tiny import tiny_flux_transformer
+
+model = tiny_flux_transformer()
+# What cache-dit's Flux context-parallel planner runs for ParallelismConfig(ulysses_async=True):
+# a class-level patch of FluxAttnProcessor.__call__ (it needs no process group).
+assert AsyncUlyssesRegistry.apply(model)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    diffusers_ascend.enable_ascend_compile(model, fusions="all", compile="none")
+report = diffusers_ascend.ascend_report(model)
+print(json.dumps({"warnings": [str(w.message) for w in caught], "fallbacks": report.to_dict()["fallbacks"],
+                  "swaps": report.swaps, "processors": sorted({type(p).__name__ for p in model.attn_processors.values()})}))
+"""
+
+
+def test_cache_dit_async_ulysses_processor_is_kept():
+    import importlib.util
+    import json
+    import os
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("cache_dit") is None:
+        pytest.skip("cache-dit is not installed")
+    # Its own process: importing cache-dit registers attention backends and patches diffusers'
+    # classes for the rest of the process.
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", _CACHE_DIT_ASYNC_ULYSSES], capture_output=True, text=True, env=env,
+                          cwd=root, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["processors"] == ["FluxAttnProcessor"]  # cache-dit's patched class, not our fused one
+    assert "rope" not in got["swaps"]
+    assert [fb["module"] for fb in got["fallbacks"]] == ["<rope swaps>"]
+    assert "cache_dit" in got["fallbacks"][0]["reason"] and "FluxAttnProcessor.__call__" in got["fallbacks"][0]["reason"]
+    assert any("kept, not fused by the 'rope' swap" in w for w in got["warnings"])

@@ -11,7 +11,7 @@ from diffusers_ascend.adapters import adapter_for
 from diffusers_ascend.adapters.registry import adapter_swaps, registered_adapters
 from diffusers_ascend.compilation import AscendBackend
 from diffusers_ascend.layers import SWAPS, apply_swaps, restore_swaps
-from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, tiny_flux_transformer, tiny_wan_transformer
+from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, flux_model_inputs, tiny_flux_transformer, tiny_wan_transformer
 
 from ..compilation.conftest import EXPECTED_BLOCK_COUNTS
 
@@ -118,7 +118,7 @@ def test_fallback_graph_matches_are_not_counted(monkeypatch):
     monkeypatch.setattr(AscendBackend, "_execute", failing_execute)
     torch._dynamo.reset()
     model.enable_ascend_compile(executor="eager", fusions="all")
-    inputs = _flux_model_inputs()
+    inputs = flux_model_inputs(4, 4)
     with torch.no_grad(), pytest.warns(UserWarning, match="failed to compile"):
         model(**inputs)
     report = model.ascend_report()
@@ -135,19 +135,6 @@ def test_fallback_graph_matches_are_not_counted(monkeypatch):
     assert "(not run: adaln=1, mul_add=1)" in str(report)
     model.disable_ascend_compile()
     torch._dynamo.reset()
-
-
-def _flux_model_inputs():
-    g = torch.Generator().manual_seed(0)
-    h = w = 4
-    img_ids = torch.zeros(h * w, 3)
-    img_ids[:, 1] = torch.arange(h).repeat_interleave(w)
-    img_ids[:, 2] = torch.arange(w).repeat(h)
-    return dict(
-        hidden_states=torch.randn(1, h * w, 4, generator=g), encoder_hidden_states=torch.randn(1, 8, 32, generator=g),
-        pooled_projections=torch.randn(1, 32, generator=g), timestep=torch.tensor([0.5]),
-        img_ids=img_ids, txt_ids=torch.zeros(8, 3), guidance=None,
-    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

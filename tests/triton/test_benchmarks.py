@@ -1,38 +1,29 @@
-"""benchmarks/kernels.py and benchmarks/blocks.py without a GPU: they refuse clearly, the rows the
-kernel benchmark prints load as `Measurement` records, and the block benchmark's plumbing runs at
-tiny size on CPU (eager only: nothing is timed that matters). benchmarks/host_path.py runs on CPU
-(it launches no kernel) and refuses without triton."""
+"""``bench kernels`` and ``bench blocks`` without a GPU: they refuse clearly, the rows the kernel
+benchmark prints load as `Measurement` records, and the block benchmark's plumbing runs at tiny
+size on CPU (eager only: nothing is timed that matters). ``bench host_path`` runs on CPU (it
+launches no kernel) and refuses without triton."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
-import os
-import sys
 
 import pytest
 import torch
 
 from ascend_kernels.triton.measurements import Measurement
-
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks")
+from diffusers_ascend.cli import main
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", os.path.join(BENCH, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module while the file executes
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
+    return importlib.import_module(f"diffusers_ascend.benchmarks.bench_{name}")
 
 
 @pytest.mark.parametrize("name,argv", [("kernels", []), ("blocks", [])])
 def test_refuses_without_cuda(monkeypatch, capsys, name, argv):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert _load(name).main(argv) == 2
+    assert main(["bench", name, *argv]) == 2
     err = capsys.readouterr().err
     assert "CUDA GPU" in err and "none is available" in err
 
@@ -76,8 +67,7 @@ def test_blocks_tiny_plumbing():
 
 def test_host_path_times_every_layer_of_every_kernel_op(capsys, tmp_path):
     pytest.importorskip("triton", reason="the triton provider's plans import triton")
-    host_path = _load("host_path")
-    assert host_path.main(["--calls", "20", "--repeat", "1", "--out", str(tmp_path)]) == 0
+    assert main(["bench", "host_path", "--calls", "20", "--repeat", "1", "--out", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "host_path.json").read_text())
     # every kernel op, then the batch-2 forms and fused QKV's q; each planned as Ascend plans it, too
     assert [(r["op"], r["ascend_kernel"]) for r in result["rows"]] == [
@@ -93,10 +83,9 @@ def test_host_path_times_every_layer_of_every_kernel_op(capsys, tmp_path):
 
 
 def test_host_path_refuses_without_triton(monkeypatch, capsys):
-    host_path = _load("host_path")
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else real(name, *a))
-    assert host_path.main([]) == 2
+    assert main(["bench", "host_path"]) == 2
     assert "needs triton" in capsys.readouterr().err
 
 
@@ -167,7 +156,7 @@ def test_block_benchmark_reports_a_failing_variant_and_runs_the_others(monkeypat
         return real(block, inputs, ref, fusions, *args)
 
     monkeypatch.setattr(blocks, "_measure", measure)
-    assert blocks.main(["--tiny", "--variant", "triton_rope", "--variant", "triton_adaln"]) == 1
+    assert main(["bench", "blocks", "--tiny", "--variant", "triton_rope", "--variant", "triton_adaln"]) == 1
     captured = capsys.readouterr()
     assert "FAILED flux_double triton_rope: RuntimeError: Inductor failed on the bound graph" in captured.err
     assert "FAILED flux_single triton_rope" in captured.err

@@ -82,7 +82,7 @@ def test_measured_faster_at_every_size_runs_on_cuda(triton_installed, monkeypatc
 
 
 def test_recorded_h100_rows_keep_auto_empty_on_cuda(triton_installed):
-    """The H100 rows (benchmarks/kernels.py, 2026-11-23): every op has both model sizes recorded, and
+    """The H100 rows (`diffusers-ascend bench kernels`): every op has both model sizes recorded, and
     none beats Inductor's code at both, so on CUDA the provider runs only when chosen."""
     rows = measurements.MEASUREMENTS
     assert {m.op for m in rows} == set(tri.KERNELS) and all(m.device_type == "cuda" for m in rows)

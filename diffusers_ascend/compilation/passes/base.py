@@ -1,19 +1,10 @@
 """Shared machinery of the fusion passes: pattern variants, lazy registration, match counting.
 
-A fusion is one file in this package: ``XxxPattern`` classes (one instance per variant: dtype,
-with/without weight, operand order) and one ``XxxFusionPass`` listing them, plus one row in
-`diffusers_ascend.fusions.TABLE`.
-
-Patterns are traced the way the graphs they run on were made: ``aot_autograd`` without
-decompositions, functionalized by ``FunctionalTensorMode``. Tracing a search function with plain
-``fwd_only`` keeps in-place ops (``add_`` inside ``rms_norm``'s decomposition, the slice writes of
-Wan's rotary) and matches nothing, silently.
-
-Inductor's matcher first matches with ints, floats, lists and dtypes wildcarded, then re-traces the
-search function with the matched tensors' real shapes and dtypes and re-matches exactly, so dims,
-exponents and casts are checked. On top of that every pattern here checks, under fake tensors, that
-the replacement returns the same dtype and shape as the code it replaces (a fused op with another
-dtype contract is rejected, never substituted).
+A fusion is one file here (``XxxPattern`` variants and an ``XxxFusionPass``) plus its row in
+`diffusers_ascend.fusions.TABLE`. Patterns are traced as their graphs were made (aot without
+decompositions, functionalized): plain ``fwd_only`` keeps in-place ops and silently matches nothing. Besides
+Inductor's exact re-trace, every pattern checks under fake tensors that the replacement returns
+the matched code's dtype and shape.
 """
 
 from __future__ import annotations
@@ -43,11 +34,9 @@ def no_decompositions() -> dict:
 
 
 class _PrivateRandom(torch.overrides.TorchFunctionMode):
-    """Random draws made inside it come from its own seeded CPU generator, never torch's global
-    RNG: registering patterns (at enable, or deferred into a first call) draws example inputs,
-    and a seeded pipeline run without a generator must not give another image for it. A mode is
-    per thread, unlike `torch.random.fork_rng`, whose restore would also rewind another thread's
-    draws made meanwhile."""
+    """Random draws inside it use its own seeded generator, not torch's global RNG: registering
+    patterns draws example inputs, and must not change a seeded pipeline's image. Per thread,
+    unlike `torch.random.fork_rng`."""
 
     _SAMPLERS = {torch.randn, torch.rand, torch.randint, torch.randperm, torch.normal,
                  torch.Tensor.normal_, torch.Tensor.uniform_, torch.Tensor.random_}
@@ -124,10 +113,8 @@ class FusionPattern:
 
     FORMS: ClassVar[tuple[str, ...]] = ()
     scalars: ClassVar[tuple[str, ...]] = ()
-    # False for forms whose sizes are computed from shapes (``x.reshape(*x.shape[:-1], -1, 2)``):
-    # with dynamic shapes the user graph computes them with other symbolic nodes than a re-trace
-    # would, so the exact re-traced pattern never matches. Such patterns match the generic
-    # pattern (ints, lists and dtypes wildcarded) and must check what matters in `check`.
+    # False for forms with sizes computed from shapes: under dynamic shapes a re-trace never matches,
+    # so they match the generic pattern and must check what matters in `check`.
     retrace: ClassVar[bool] = True
 
     def __init__(self, form: str | None = None, dtype: torch.dtype = torch.float32):
@@ -238,13 +225,12 @@ _registration_lock = threading.RLock()
 class FusionPass:
     """Applies one fusion's patterns to an aot graph and counts the replacements.
 
-    The patterns are registered once per process and per fusion, lazily, on first use (it costs
-    about a second). A `FusionPass` instance only holds counts, so two backends never share them.
+    Patterns are registered once per process, lazily; an instance only holds counts, so two backends
+    never share them.
 
     Attributes:
         fusion: its name in `diffusers_ascend.fusions.TABLE`.
-        matched_count: replacements made by this instance over all graphs it ran on.
-    """
+        matched_count: replacements made by this instance over all graphs it ran on."""
 
     fusion: ClassVar[str] = ""
 
@@ -257,14 +243,10 @@ class FusionPass:
 
     @classmethod
     def pattern_matcher_passes(cls) -> tuple:
-        """This fusion's registered `PatternMatcherPass`es, one per pattern group, in the order of
-        `patterns()` (built on first call, then reused).
+        """This fusion's registered `PatternMatcherPass`es, one per pattern group (built once).
 
-        Different written forms can trace to the same fp32 graph yet differ in bf16 (diffusers'
-        RMSNorm and the hand-written one): one matcher would keep only the first and, when it
-        re-traces a bf16 match, reject the other. So each form gets its own matcher, and only the
-        dtype variants of one form are deduplicated.
-        """
+        Forms that trace alike in fp32 but differ in bf16 would shadow each other in one matcher, so each
+        form gets its own; only dtype variants of one form share one."""
         return _registered(cls)
 
     def __call__(self, graph: torch.fx.Graph) -> int:
@@ -278,17 +260,11 @@ class FusionPass:
 
     @classmethod
     def verify(cls) -> None:
-        """Registers this fusion's patterns and proves the pattern matcher works with them on the
-        running torch: each form, written out as the backend sees it, is replaced exactly once.
-
-        Inductor's pattern matcher is private and changes between releases; a change shows either
-        as an exception here or as a form that silently stops matching. Both raise
-        `TorchCompatError` (done once per process and fusion, about a second in all).
+        """Registers this fusion's patterns and proves each form, written as the backend sees it, is
+        replaced exactly once on the running torch (once per process and fusion).
 
         Raises:
-            TorchCompatError: naming the torch version, the fusion, the failing step and the
-                supported range.
-        """
+            TorchCompatError: naming the torch version, the fusion, the failing step and the supported range."""
         _verified(cls)
 
     @classmethod

@@ -20,10 +20,7 @@ __all__ = ["eliminate_common_subexpressions", "eliminate_noops"]
 
 
 def eliminate_noops(graph: torch.fx.Graph) -> None:
-    """Inductor's no-op elimination (same-metadata clones, same-dtype casts, full slices...).
-
-    Patterns are traced with the same normalization, so running it first keeps them matching.
-    """
+    """Inductor's no-op elimination, as the patterns are traced with (clones, same-dtype casts...)."""
     _compat.remove_noop_ops(graph)
     graph.eliminate_dead_code()
 
@@ -63,10 +60,8 @@ def _key(value: Any) -> Any:
 def eliminate_common_subexpressions(graph: torch.fx.Graph) -> int:
     """Merges pure nodes that repeat an earlier node's call (same op, same arguments), in place.
 
-    Code that writes ``x.to(torch.float32)`` twice (a hand-written RMSNorm: once for the variance,
-    once for the product) traces to two casts; a pattern written with one cast would not match
-    either. After this pass the graph has one, as the pattern does. Nodes the graph returns are
-    left alone: merging two returned tensors would make separate outputs alias each other.
+    A hand-written RMSNorm casting ``x`` twice would not match a one-cast pattern. Returned nodes are
+    left alone: merging them would make separate outputs alias.
 
     Returns:
         the number of nodes removed.

@@ -9,22 +9,16 @@ Forms matched (aot graphs):
   ``sequence_dim`` matches.
 - Wan: the ``apply_rotary_emb`` closure of ``WanAttnProcessor`` (writes into ``empty_like`` by
   even/odd slices, functionalized to ``slice_scatter``) -> layout ``"interleaved"``.
-  Precondition: Wan's code reads only ``cos[..., 0::2]`` and ``sin[..., 1::2]``; the interleaved op
-  reads all of ``cos``/``sin``, so the two agree when ``cos[2i] == cos[2i+1]`` and
-  ``sin[2i] == sin[2i+1]``. ``WanRotaryPosEmbed`` builds them with ``repeat_interleave(2)``, so
-  it holds for every Wan model; the values are not known at compile time, so the pass cannot check
-  it: disable the ``rope`` fusion for a model that feeds Wan's processor other tables.
+  Precondition, uncheckable at compile time: ``cos[2i] == cos[2i+1]`` and ``sin[2i] == sin[2i+1]``
+  (Wan reads only even cos / odd sin; ``WanRotaryPosEmbed`` uses ``repeat_interleave(2)``).
 - Helios (``apply_rotary_emb_transposed``): Wan's even/odd writes with ``cos``/``sin`` taken by
   ``freqs.chunk(2, dim=-1)`` of one table and sliced inline (``x_2 * cos[..., 0::2]``) -> layout
   ``"interleaved"`` on the two halves of ``freqs``. Same precondition as Wan: ``HeliosRotaryPosEmbed``
   builds both halves with ``repeat_interleave(2)``.
 - 2x2 rotation matrices (Kandinsky 5's ``apply_rotary``): ``(rope * x.reshape(..., -1, 1, 2).float())
   .sum(-1).reshape(x.shape).to(torch.bfloat16)`` with ``rope[..., i, :, :]`` the matrix of pair i
-  -> layout ``"interleaved"`` with ``cos = (r00, r11)`` and ``sin = (-r01, r10)`` interleaved per
-  pair: exact for any 2x2 matrices, no precondition. The hard-coded bf16 cast is kept.
-  Kandinsky 6 (``transformer_kandinsky6.apply_rotary``) writes the same product on ``x.float()``
-  and ``rope.float()`` (a no-op on its fp32 tables) and casts back to ``x.dtype``: form
-  ``rotation_matrix_typed``.
+  -> layout ``"interleaved"`` with ``cos = (r00, r11)``, ``sin = (-r01, r10)``: exact, no
+  precondition. Kandinsky 6 casts back to ``x.dtype`` instead of bf16: ``rotation_matrix_typed``.
 - rotate-half (``x * cos + cat(-x2, x1) * sin``, in the input dtype or upcast) -> layout ``"half"``;
   also with the halves taken by slices (``x[..., :d // 2]``) instead of ``chunk``.
 - LTX-2's ``apply_split_rotary_emb`` (``rope_type="split"``): ``x`` viewed as ``(..., 2, D/2)`` on
@@ -37,11 +31,8 @@ Forms matched (aot graphs):
   ``view_as_real(view_as_complex(x.float().reshape(..., -1, 2)) * freqs).flatten(3).type_as(x)``
   with complex64 ``freqs`` -> layout ``"interleaved"`` with ``cos``/``sin`` the real/imaginary parts
   of ``freqs``, each repeated twice (``(a + ib)(c + id)`` is the interleaved rotation of ``(a, b)``).
-  Form ``complex_conj``: the same with ``freqs.conj()`` (SanaWM's inverse rotation of its camera
-  branch). torch 2.8 and earlier hand the product a ``_conj`` view, which the ``complex`` form's
-  tables cannot read (``view_as_real`` refuses a conjugate view: the block would fail to
-  compile), so this form takes ``freqs`` itself and negates ``sin``; 2.11+ materialize the
-  conjugate first (``clone(_conj)``) and the ``complex`` form takes it.
+  Form ``complex_conj``: ``freqs.conj()`` reaching the graph as a bare ``_conj`` view
+  (`_compat.conj_views_reach_graphs`), which ``view_as_real`` refuses: it negates ``sin`` instead.
 
 The fused op computes in fp32 and returns ``x.dtype``; a match whose result would have another
 dtype or shape (``cos`` broadcasting ``x`` to a larger shape) is rejected.
@@ -140,8 +131,7 @@ class RopePattern(FusionPattern):
                 and normalized_dim(unbinds[0].args[1], pairs.dim()) == pairs.dim() - 2)
 
     def _check_wan_chunk(self, match) -> bool:
-        # The two halves of `freqs` are x-sized tables: the fused op then reads each in full (the
-        # written form reads every other element; equal by the Wan precondition in the module doc).
+        # The halves of `freqs` are x-sized tables, read in full (equal by the Wan precondition).
         x, freqs = tensor_arg(match, "x"), tensor_arg(match, "freqs")
         return x is not None and freqs is not None and freqs.shape[-1] == 2 * x.shape[-1]
 

@@ -1,21 +1,15 @@
 """SwiGLU ``silu(gate) * up`` -> ``ascend_kernels.swiglu``.
 
-Forms matched (aot graphs; no casts, so one registration serves every dtype):
+Forms matched (no casts, so one registration serves every dtype):
 
-- packed, gate first (Flux 2 / Flux 3 ``Flux2SwiGLU``): ``silu(h[..., :half]) * h[..., half:]``
-  (two ``aten.slice``) or ``a, b = h.chunk(2, -1); silu(a) * b`` (``aten.split`` + getitems):
-  ``swiglu(h)``, the layout ``torch_npu.npu_swiglu`` takes as one call.
-- two tensors: ``silu(w1(x)) * w3(x)`` (HiDream, Qwen-Image 2.1, Krea 2, Z-Image, Ideogram 4) and
-  diffusers' ``SwiGLU`` (``a, gate = h.chunk(2, -1); a * silu(gate)``, Mochi, Ovis, Stable Audio,
-  NucleusMoE, MiniMax-H3): ``swiglu(gate, up)``. diffusers' ``SwiGLU`` gates the SECOND half, so
-  it is not the packed layout: it is passed as its two halves (views, no copy), and an NPU runs
-  it as one concatenation plus ``npu_swiglu`` (see `ascend_kernels.npu.kernels.swiglu_supports`).
+- packed, gate first (``Flux2SwiGLU``): ``silu(h[..., :half]) * h[..., half:]`` or by ``chunk``:
+  ``swiglu(h)``, one ``npu_swiglu`` call.
+- two tensors: ``silu(w1(x)) * w3(x)`` (HiDream, Qwen-Image 2.1, Z-Image...) and diffusers'
+  ``SwiGLU``, which gates the SECOND half and so is passed as its two halves: ``swiglu(gate, up)``.
 
-Both operand orders of the product are registered (the matcher does not commute ``mul``). The
-packed forms run first: the two-tensor form would also match their halves. Look-alikes left alone:
-``silu(a) * b`` where ``b`` only broadcasts against ``a`` (a gate of another shape, e.g. a
-per-channel scale), where either is a Python number, or where both are the same node
-(``x * silu(x)``, a one-input activation).
+Both operand orders are registered (the matcher does not commute ``mul``); packed forms run
+first, since the two-tensor form matches their halves. Left alone: a ``b`` that only broadcasts
+against ``a`` (a per-channel scale), Python numbers, and ``x * silu(x)``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Warm start: time to the first output of a fresh process, without and with saved compile artifacts.
+"""Benchmark `warm_start`: time to the first output of a fresh process, without and with saved artifacts.
 
-    python benchmarks/warm_start.py --size small --repeat 3 --out benchmarks/results/
+    diffusers-ascend bench warm_start --size small --repeat 3 --out benchmarks/results/
 
 For each model (tiny-config Flux and Wan transformers, random weights, compile="blocks",
 executor="inductor", every fusion): a cold process (empty Inductor cache directory) compiles,
@@ -16,13 +16,15 @@ model construction, enable and the first call included). Ratio = warm / cold of 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from ._common import machine_info, write_json
 
 # size -> model -> (transformer config overrides, input shape)
 SIZES = {
@@ -35,16 +37,15 @@ def _child(model: str, size: str, mode: str, art: str) -> None:
     import torch
 
     import diffusers_ascend
-    from diffusers_ascend.benchmarks._common import flux_model_inputs, wan_model_inputs
-    from diffusers_ascend.cache import package_counters
+    from diffusers_ascend import tiny
+    from diffusers_ascend.mixin import package_counters
     from diffusers_ascend.compilation._compat import compile_cache_counters
-    from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, WAN_TRANSFORMER_CONFIG, tiny_flux_transformer, tiny_wan_transformer
 
     overrides, shape = SIZES[size][model]
     if model == "flux":
-        net, inputs = tiny_flux_transformer(**overrides), flux_model_inputs({**FLUX_TRANSFORMER_CONFIG, **overrides}, *shape)
+        net, inputs = tiny.tiny_flux_transformer(**overrides), tiny.flux_model_inputs(*shape)
     else:
-        net, inputs = tiny_wan_transformer(**overrides), wan_model_inputs({**WAN_TRANSFORMER_CONFIG, **overrides}, *shape)
+        net, inputs = tiny.tiny_wan_transformer(**overrides), tiny.wan_model_inputs(*shape)
     t = time.perf_counter()
     diffusers_ascend.enable_ascend_compile(net, fusions="all", executor="inductor", compile="blocks",
                                            cache=None if mode == "cold" else art)
@@ -68,9 +69,14 @@ def _child(model: str, size: str, mode: str, art: str) -> None:
 
 
 def _run(model: str, size: str, mode: str, art: str) -> dict:
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix=f"inductor-{mode}-")}
+    import diffusers_ascend
+
+    # The child imports this copy of the package, installed or not.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(diffusers_ascend.__file__)))
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix=f"inductor-{mode}-")}
     start = time.time()
-    out = subprocess.run([sys.executable, __file__, "--child", model, size, mode, art], capture_output=True, text=True, env=env)
+    out = subprocess.run([sys.executable, "-m", __name__, model, size, mode, art], capture_output=True, text=True, env=env)
     if out.returncode:
         raise RuntimeError(f"{model} {mode} process failed:\n{out.stderr[-3000:]}")
     info = json.loads(next(l for l in out.stdout.splitlines() if l.startswith("RESULT "))[7:])
@@ -82,12 +88,8 @@ def warm_start(size: str = "small", models=("flux", "wan"), repeat: int = 1) -> 
     """Cold vs warm fresh-process time to the first output per model; see the module docstring.
 
     With `repeat` > 1 each model is measured that many times (each time a new cold process and new
-    artifacts); a row holds every run and the median of its ratios (the 2-core container is shared,
-    and a warm process of ~4 s moves by half a second from run to run)."""
-    import statistics
-
-    from diffusers_ascend.benchmarks._common import machine_info
-
+    artifacts); a row holds every run and the median of its ratios (a warm process of a few seconds
+    moves by a tenth of its time from run to run on a shared machine)."""
     rows = []
     for model in models:
         runs = []
@@ -108,17 +110,8 @@ def warm_start(size: str = "small", models=("flux", "wan"), repeat: int = 1) -> 
                 repeat=repeat, rows=rows, machine=machine_info())
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", default="small", choices=sorted(SIZES))
-    parser.add_argument("--models", nargs="+", default=["flux", "wan"], choices=["flux", "wan"])
-    parser.add_argument("--out", default=None, help="directory for warm_start.json (default: print only)")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per model (a new cold process each); the median is reported")
-    parser.add_argument("--child", nargs=4, metavar=("MODEL", "SIZE", "MODE", "ART"), help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.child:
-        _child(*args.child)
-        return 0
+def cli(args) -> int:
+    """``diffusers-ascend bench warm_start``: prints a markdown table, writes warm_start.json."""
     result = warm_start(args.size, args.models, args.repeat)
     print(f"torch {result['torch']}, {result['machine'].get('cpu', '')}; seconds from process start to first output, "
           f"median of {args.repeat} run(s) (ratios: median [min-max])")
@@ -126,8 +119,6 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---|---|---|---|")
 
     def med(row, mode, key):
-        import statistics
-
         return statistics.median(r[mode][key] for r in row["runs"])
 
     for r in result["rows"]:
@@ -139,13 +130,11 @@ def main(argv=None) -> int:
               f"{r['ratio_caches_only']:.2f} [{min(caches):.2f}-{max(caches):.2f}] | "
               f"{packages['packages']}: {packages['calls']} | {med(r, 'cold', 'save_s'):.1f} |")
     if args.out:
-        from diffusers_ascend.benchmarks._common import write_json
-
         write_json(result, args.out, "warm_start.json")
     else:
         print(json.dumps(result, indent=2))
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # a child process of `warm_start`: MODEL SIZE MODE ARTIFACTS
+    _child(*sys.argv[1:])

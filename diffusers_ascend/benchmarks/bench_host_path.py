@@ -1,12 +1,11 @@
-"""Host time per call of a fused op's Python path, layer by layer (CPU; no kernel is launched).
+"""Benchmark `host_path`: host time per call of a fused op's Python path, layer by layer (CPU, no kernel).
 
-    python benchmarks/host_path.py --out benchmarks/results/     # needs triton (pip install triton)
+    diffusers-ascend bench host_path --out benchmarks/results/     # needs triton (pip install triton)
 
-An uncaptured fused op pays its host path on every call, and at Flux sizes that path, not the
-kernel, set the time on an H100 (``benchmarks/results/kernels-h100.json``: the kernels run in
-23-32 us of device time; called through ``torch.ops.ascend_kernels`` they took 111-282 us). This
-script times the layers of that path that are Python, on small CPU tensors (nothing here depends
-on the tensor size but the native composite's own compute):
+An uncaptured fused op pays its host path on every call, and at Flux sizes on a GPU that path, not
+the kernel, sets the time (docs/triton.md). This benchmark times the layers of that path that are
+Python, on small CPU tensors (nothing here depends on the tensor size but the native composite's
+own compute):
 
 - ``native_us``: the native composite called directly (the reference; includes its CPU compute).
 - ``op_us``: ``torch.ops.ascend_kernels.<op>`` on CPU: the dispatcher, the registry's choice and
@@ -26,11 +25,11 @@ and its code launches the kernel. Medians of ``--repeat`` runs of ``--calls`` ca
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
-import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
+
+from ._common import machine_info, text_table, time_ms, write_json
 
 
 def _cases() -> list[tuple[str, str, tuple]]:
@@ -62,13 +61,12 @@ def per_call_us(fn: Callable[[], Any], calls: int, repeat: int) -> float:
     """Median over ``repeat`` runs of the mean time of one of ``calls`` back-to-back calls, in us."""
     for _ in range(max(calls // 10, 1)):
         fn()
-    runs = []
-    for _ in range(repeat):
-        start = time.perf_counter()
+
+    def batch():
         for _ in range(calls):
             fn()
-        runs.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(runs)
+
+    return statistics.median(time_ms(batch, runs=repeat, warmup=0)) / calls * 1e3
 
 
 def run(calls: int = 2000, repeat: int = 5) -> dict[str, Any]:
@@ -77,7 +75,6 @@ def run(calls: int = 2000, repeat: int = 5) -> dict[str, Any]:
     import ascend_kernels  # noqa: F401  (registers torch.ops.ascend_kernels)
     from ascend_kernels.registry import providers
     from ascend_kernels.triton import _common, planner
-    from diffusers_ascend.benchmarks._common import machine_info
 
     rows = []
     with torch.no_grad():
@@ -107,27 +104,17 @@ COLUMNS = [
 ]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=None, help="directory for host_path.json (default: print only)")
-    parser.add_argument("--calls", type=int, default=2000, help="calls per timed run")
-    parser.add_argument("--repeat", type=int, default=5, help="timed runs (the median is reported)")
-    args = parser.parse_args(argv)
+def cli(args) -> int:
+    """``diffusers-ascend bench host_path``: 0, or 2 without triton."""
     import importlib.util
 
     if importlib.util.find_spec("triton") is None:
-        print("benchmarks/host_path.py times the triton provider's Python path and needs triton "
+        print("bench host_path times the triton provider's Python path and needs triton "
               "(pip install triton numpy); it launches no kernel and needs no GPU.", file=sys.stderr)
         return 2
-    from diffusers_ascend.benchmarks._common import text_table, write_json
-
     result = run(args.calls, args.repeat)
     print(f"{result['machine']['cpu']}, torch {result['machine']['torch']}: us per call, "
           f"median of {args.repeat} x {args.calls} calls")
     print(text_table(result["rows"], COLUMNS))
     write_json(result, args.out, "host_path.json")
     return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

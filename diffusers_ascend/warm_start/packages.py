@@ -1,30 +1,23 @@
-"""Ahead-of-time compiled blocks: one AOTInductor package per compiled block class (warm start).
+"""Block packages: one AOTInductor package per compiled block class and call signature.
 
-A warm start from torch's JIT caches still pays dynamo's trace of every block class, the
-backend's pattern registration and the load of Inductor's compiler (docs/warm-start.md). A
-package skips all of it: the loading process runs the block's compiled code directly.
-
-Under ``compile="blocks"`` and ``executor="inductor"``, the integration records the signature of
-every inference call of a block that made dynamo compile a graph (`CallSignature`: the pytree of
-the arguments, each tensor's dtype, device, shape and strides, and every other leaf's value).
-`build_package` then makes one package per signature:
+A warm start from torch's caches alone still pays dynamo's trace of every block class, pattern
+registration and the import of Inductor (docs/warm-start.md); a package skips all of it. Under
+``compile="blocks"`` and ``executor="inductor"``, each inference call of a block that made dynamo
+compile a graph records its `CallSignature`, and `build_package` makes one package per signature:
 
     the block as a function of (its parameters and buffers, the call's tensors)
-      -> traced to a functional aten graph (`_compat.probe_trace`: the form aot_autograd gives
-         the backend, so the same patterns match)
-      -> the backend's fusion passes (`FusionPassManager`)
-      -> torch.export -> AOTInductor (``aoti_compile_and_package``) -> one ``.pt2`` file
+      -> a functional aten graph (`_compat.probe_trace`: the form aot_autograd gives the backend)
+      -> the backend's fusion passes -> torch.export -> AOTInductor -> one ``.pt2`` file
 
 The weights are inputs, not constants: one package serves every block of the class and sees later
-weight changes (LoRA, `load_state_dict`). `AotBlock` runs a call through the package only when the
-call has exactly the recorded signature and needs no gradient; any other call returns `MISS` and
-takes the normal compiled path (dynamo and the backend), so a package can go unused but never runs
-on an input it was not built for.
+weight changes. `AotBlock` takes a call only when it has exactly the recorded signature and needs
+no gradient; any other call gets `MISS` and takes the compiled path.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import math
@@ -32,17 +25,15 @@ import os
 import tempfile
 import threading
 import warnings
+import weakref
 from typing import Any
 
 import torch
 
-from . import _compat
+from ..compilation import _compat
 
-__all__ = ["MISS", "AotBlock", "CallSignature", "build_package"]
-
-MISS = object()  # `AotBlock.__call__`: this call is not the recorded signature; compile it normally
-# The package's own record of what it was built for (AOTInductor stores string metadata in the
-# package): the hash of its manifest entry's signature, state and outputs, compared at load.
+MISS = object()  # `AotBlock.__call__`: not this package's call; compile it normally
+# The package's own record of the manifest entry it was built for (AOTInductor string metadata).
 BINDING_KEY = "diffusers_ascend.binding"
 _VALUE_TYPES = (type(None), bool, int, float, str)
 
@@ -119,8 +110,7 @@ class CallSignature:
         return tensors if spec == self.spec else None
 
     def example_tensors(self) -> list[torch.Tensor]:
-        """Zero tensors with the recorded dtype, device, shape and strides (export traces with
-        fake values; the zeros are only what `torch.export` is handed)."""
+        """Zero tensors of the recorded layouts, for `torch.export` (which traces with fake values)."""
         return [torch.empty_strided(k[3], k[4], dtype=_dtype(k[1]), device=k[2]).zero_()
                 for k in self.leaves if k[0] == "tensor"]
 
@@ -233,15 +223,13 @@ def build_package(block: torch.nn.Module, signature: CallSignature, manager, pat
     AOTInductor package `path`.
 
     Returns:
-        The manifest fields of the package: ``state`` (``{"names": [parameter and buffer
-        names], "keys": [their tensor keys]}``), ``outputs`` (the output's pytree spec as JSON
-        text), ``matches`` (replacements per fusion), ``ops_before`` and ``ops_after``.
+        The package's manifest fields: ``state`` (parameter and buffer names and tensor keys),
+        ``outputs`` (the output's pytree spec), ``matches``, ``ops_before`` and ``ops_after``.
 
     Raises:
-        RuntimeError: this torch has no AOTInductor (`_compat.aoti_api`), or the package failed
-            its check (`_check_package`). Any tracing or export error propagates as raised.
+        RuntimeError: this torch has no AOTInductor, or the package failed `_check_package`.
     """
-    from .passes.manager import count_ops
+    from ..compilation.passes.manager import count_ops
 
     api = _compat.aoti_api()
     if api is None:
@@ -267,8 +255,7 @@ def build_package(block: torch.nn.Module, signature: CallSignature, manager, pat
     # configured dict in place, which would otherwise stay in torch's config after the save.
     metadata = {BINDING_KEY: package_binding(signature.to_json(), state_json, outputs)}
     with torch.no_grad(), warnings.catch_warnings(), _compat.aoti_metadata_scope(metadata):
-        # torch 2.13's own graph deepcopy inside the AOT compile trips typing_extensions'
-        # deprecation of `LeafSpec`: a warning about torch's code, not the user's.
+        # torch's own graph deepcopy inside the AOT compile warns about `LeafSpec`: torch's code, not the user's.
         warnings.filterwarnings("ignore", message=r".*LeafSpec.* is deprecated", category=FutureWarning)
         program = _compat.export_program(gm, inputs)
         api[0](program, package_path=path)
@@ -304,10 +291,8 @@ def _random_like(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 
 def _check_package(path: str, gm: torch.fx.GraphModule, inputs: list[torch.Tensor], n_state: int) -> None:
     """Loads the package just built and runs it against the fused graph it was compiled from, on
-    random inputs of the recorded signature: a package that fails or differs is never saved.
-    (Measured failing on torch 2.8 and 2.11: their AOTInductor proxy executor decodes the ``dtype``
-    arguments of custom ops one step off in the ScalarType numbering, so ``out_dtype=float32``
-    arrives as double. 2.13 and 2.14 pass.)"""
+    random inputs of the recorded signature: a package that fails or differs is never saved (some
+    torch releases decode our ops' ``dtype`` arguments wrongly in AOTInductor: docs/warm-start.md)."""
     gen = torch.Generator().manual_seed(0)
     args = list(inputs[:n_state]) + [_random_like(t, gen) for t in inputs[n_state:]]
     with torch.no_grad():
@@ -333,11 +318,8 @@ class AotBlock:
         state_keys: their ``("tensor", dtype, device, shape, stride)`` when the package was built.
         out_spec: the pytree spec of the block's output.
 
-    Thread-safe: calls from several threads run the package one at a time (see ``_lock``).
-
     Attributes:
-        hits / misses: calls run by this package / declined by it (another package of the class,
-            or the compiled path, may take those).
+        hits / misses: calls run by this package / declined by it.
         broken: the package raised once (with a warning) and takes no call any more.
     """
 
@@ -426,3 +408,42 @@ def temporary_file(data: bytes, suffix: str):
         yield path
     finally:
         os.unlink(path)
+
+
+# -- what the enable path hands over ------------------------------------------------------------------
+@dataclasses.dataclass
+class EnabledModel:
+    """A model `enable_ascend_compile` enabled, as its enable path hands it to warm start. The
+    dicts are the model's own: its compiled calls read `packages` and fill `signatures`."""
+
+    name: str  # its component name in a pipeline ("" for a model enabled alone)
+    model: torch.nn.Module
+    config: Any  # AscendConfig
+    backend: Any  # AscendBackend, None under compile="none"
+    compiled: list  # the modules compiled in place
+    recording: bool  # whether its compiled calls record their signatures
+    signatures: dict  # block class name -> [(CallSignature, weakref to a block of the class)]
+    packages: dict  # block class name -> [AotBlock]
+    passed_on: int = 0  # calls of a packaged class that no package took
+
+
+def plain_call(module: torch.nn.Module) -> bool:
+    """Whether calling `module` is exactly calling its class's ``forward`` (no module hooks, no
+    instance ``forward`` such as a diffusers hook or an offloading wrapper): a package runs only then."""
+    from torch.nn.modules import module as nn_module
+
+    return not (module._forward_pre_hooks or module._forward_hooks or "forward" in module.__dict__
+                or nn_module._global_forward_pre_hooks or nn_module._global_forward_hooks)
+
+
+def record_signature(signatures: dict, label: str, module: torch.nn.Module, args, kwargs) -> None:
+    """Adds the signature of a call of block class `label` that compiled a graph to `signatures`,
+    for the packages a save builds; calls that need gradients or hold other leaves are skipped."""
+    if not plain_call(module):
+        return
+    if torch.is_grad_enabled() and any(p.requires_grad for p in module.parameters()):
+        return
+    sig = CallSignature.of(args, kwargs, training=module.training)
+    recorded = signatures.setdefault(label, [])
+    if sig is not None and all(sig != s for s, _ in recorded):
+        recorded.append((sig, weakref.ref(module)))

@@ -1,14 +1,14 @@
 """Triton kernels vs eager and torch.compile of the same composite, at Flux and Wan 14B sizes (bf16, CUDA).
 
-    python benchmarks/kernels.py --out benchmarks/results/     # needs a CUDA GPU
+    diffusers-ascend bench kernels --out benchmarks/results/     # needs a CUDA GPU
 
 Per case: the composite as diffusers writes it, run eager and compiled by Inductor (default mode),
 the Triton kernel called directly, through ``torch.ops.ascend_kernels`` (with the dispatcher), and
 as its ``triton_op`` compiled by Inductor (Inductor's own code launches the kernel: what the
 inductor executor runs, see `diffusers_ascend.compilation.backend.bind_compiler_ops`), each timed
-twice (median, L2 flushed before each run):
+twice (`time_ms`: median, L2 flushed before each run):
 
-- ``*_ms``: ``triton.testing.do_bench``, CUDA events around a plain call. At Flux sizes a kernel
+- ``*_ms``: CUDA events around a plain call. At Flux sizes a kernel
   moves ~50-75 MB in ~20 us, less than the host needs to launch it (Triton's launcher, and for the
   op the dispatcher and provider selection), so this column is host-inclusive: what an uncaptured
   call costs.
@@ -18,8 +18,7 @@ twice (median, L2 flushed before each run):
 
 Where Ascend plans the call differently (`ascend_kernels.triton._common.ascend_tiling`: rope's and
 rms_norm's token tiles, adaLN's and mul_add's batch tiles, row chunks of Wan's 5120-wide
-reductions), that tiling is timed too, on this
-GPU (``ascend_tiles``; ``ascend_tiles_vs_kernel`` above 1: faster than the row tiles CUDA plans):
+reductions), that tiling is timed too, on this GPU (``ascend_tiles``; ``ascend_tiles_vs_kernel`` above 1: faster than the row tiles CUDA plans):
 the measurement that would move CUDA to it. The batch-2 cases (two Flux images a prompt, SD3's
 batched CFG) and Flux's q after ``fuse_qkv_projections`` are the forms where it differs.
 
@@ -33,18 +32,20 @@ over that copy's: about the most any kernel that moves these bytes can gain over
 
 It prints a table, writes ``kernels.json`` (with the machine) and prints the
 `ascend_kernels.triton.measurements.Measurement` rows to record (only after the block check of
-``benchmarks/blocks.py``; see that module's docstring). A path that fails (say Inductor's launch
-of the ``triton_op``) is reported in its row's ``errors`` and on stderr, the others are still
-measured, and the script exits 1.
+`bench_blocks`; see that module's docstring). A path that fails (say Inductor's launch of the
+``triton_op``) is reported in its row's ``errors`` and on stderr, the others are still measured,
+and the command exits 1.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime
+import statistics
 import sys
 from typing import Any, Callable, Sequence
+
+from ._common import error_line, machine_info, text_table, time_ms, write_json
 
 # Flux: 4096 image + 512 text tokens at 1024x1024, 24 heads of 128, width 3072. Wan 2.1 14B at
 # 1280x720, 81 frames: 21 x 45 x 80 = 75600 tokens, 40 heads of 128, width 5120.
@@ -140,14 +141,25 @@ def _bytes(args: Sequence[Any], out) -> int:
     return sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor)) + out.numel() * out.element_size()
 
 
+def _l2_flush() -> Callable[[], Any]:
+    """Writes 256 MB, more than any L2: each timed call starts from a cold cache."""
+    import torch
+
+    return torch.empty(256 << 20, dtype=torch.uint8, device="cuda").zero_
+
+
+def host_ms(fn: Callable[[], Any], runs: int = 200) -> float:
+    """Median time of a plain call of ``fn`` between CUDA events, the host's launch cost included."""
+    return statistics.median(time_ms(fn, runs=runs, warmup=25, device="cuda", before=_l2_flush()))
+
+
 def copy_bandwidth_gbs() -> float:
     """Device-to-device copy of 1 GiB: bytes read + written per second, in GB/s."""
     import torch
-    from triton.testing import do_bench
 
     src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
-    ms = do_bench(lambda: dst.copy_(src), warmup=10, rep=100, return_mode="median")
+    ms = host_ms(lambda: dst.copy_(src), runs=50)
     return 2 * src.numel() / (ms * 1e-3) / 1e9
 
 
@@ -166,8 +178,6 @@ def same_size_copy_ms(moved: int) -> float:
 def device_ms(fn: Callable[[], Any], reps: int = 100) -> float:
     """Median device time of ``fn`` (CUDA kernels only; no host launch cost): ``fn`` captured in a CUDA
     graph, each replay bracketed by events after an L2 flush (256 MB written, more than any L2)."""
-    import statistics
-
     import torch
 
     stream = torch.cuda.Stream()
@@ -179,16 +189,7 @@ def device_ms(fn: Callable[[], Any], reps: int = 100) -> float:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
+    times = time_ms(graph.replay, runs=reps, warmup=0, device="cuda", before=_l2_flush())
     del graph
     return statistics.median(times)
 
@@ -202,7 +203,7 @@ def measure(paths: dict[str, Callable[..., Any]], args: Sequence[Any], host_ms: 
     """Runs each path once (compiling outside the timing), then times it: ``<path>_ms`` host-inclusive
     and, for `DEVICE_TIMED`, ``<path>_dev_ms``. A path that raises is recorded in the errors (its
     first line) and the other paths are still measured, so one broken path does not cost the rest
-    of a GPU session's numbers; `main` then exits non-zero.
+    of a GPU session's numbers; the command then exits non-zero.
 
     Returns:
         ``(times, outputs, errors)``, each keyed by path name.
@@ -217,8 +218,6 @@ def measure(paths: dict[str, Callable[..., Any]], args: Sequence[Any], host_ms: 
             if key in DEVICE_TIMED:
                 times[f"{key}_dev_ms"] = dev_ms(lambda fn=fn: fn(*args))
         except Exception as e:  # noqa: BLE001  (reported per path; see the docstring)
-            from diffusers_ascend.benchmarks._common import error_line
-
             errors[key] = error_line(e)
     return times, outs, errors
 
@@ -259,17 +258,11 @@ def summarize(case: str, op: str, shape: str, moved: int, peak_gbs: float, times
 def run(cases: Sequence[str] | None = None) -> dict[str, Any]:
     import torch
     import triton
-    from triton.testing import do_bench
 
     import ascend_kernels  # noqa: F401  (registers torch.ops.ascend_kernels)
     from ascend_kernels.registry import use_providers
     from ascend_kernels.triton import _common, planner, traceable_op
     from ascend_kernels.triton import kernel as triton_kernel
-    from diffusers_ascend.benchmarks._common import machine_info
-
-    def host_ms(fn):
-        return do_bench(fn, warmup=25, rep=200, return_mode="median")
-
     torch.manual_seed(0)
     peak = copy_bandwidth_gbs()
     rows = []
@@ -343,31 +336,22 @@ def measurement_rows(result: dict[str, Any]) -> list[str]:
     ]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=None, help="directory for kernels.json (default: print only)")
-    parser.add_argument("--case", action="append", default=None, help="run only these cases (repeatable)")
-    args = parser.parse_args(argv)
+def cli(args) -> int:
+    """``diffusers-ascend bench kernels``: 0 when every path ran, 1 when one failed, 2 without a GPU."""
     import torch
 
     if not torch.cuda.is_available():
-        print("benchmarks/kernels.py measures Triton kernels on a CUDA GPU and none is available here "
+        print("bench kernels measures Triton kernels on a CUDA GPU and none is available here "
               "(torch.cuda.is_available() is False). Correctness without a GPU: "
               "TRITON_INTERPRET=1 python -m pytest tests/triton", file=sys.stderr)
         return 2
-    from diffusers_ascend.benchmarks._common import text_table, write_json
-
     result = run(args.case)
     print(f"{result['device']}: measured copy bandwidth {result['copy_gbs']:.0f} GB/s ({result['versions']})")
     print(text_table(result["rows"], COLUMNS))
-    print("\nrows for ascend_kernels/triton/measurements.py (after the block check of benchmarks/blocks.py):")
+    print("\nrows for ascend_kernels/triton/measurements.py (after the block check of bench blocks):")
     print("\n".join(measurement_rows(result)))
     write_json(result, args.out, "kernels.json")
     failed = [(r["case"], path, e) for r in result["rows"] for path, e in r["errors"].items()]
     for case, path, e in failed:
         print(f"FAILED {case} {path}: {e}", file=sys.stderr)
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

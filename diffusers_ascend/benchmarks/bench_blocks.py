@@ -1,7 +1,7 @@
-"""Full-width Flux blocks: eager vs Inductor vs our fusions with the Triton kernels under the inductor executor.
+"""Benchmark `blocks`: full-width Flux blocks, eager vs Inductor vs our fusions with the Triton kernels.
 
-    python benchmarks/blocks.py --out benchmarks/results/     # CUDA, bf16, full width
-    python benchmarks/blocks.py --tiny                        # smoke run on CPU (tiny widths, fp32)
+    diffusers-ascend bench blocks --out benchmarks/results/   # CUDA, bf16, full width
+    diffusers-ascend bench blocks --tiny                      # smoke run on CPU (tiny widths, fp32)
 
 One `FluxTransformerBlock` (double stream) and one `FluxSingleTransformerBlock` at Flux.1 width
 (3072, 24 heads of 128) with 4096 image + 512 text tokens (1024x1024), random weights, bf16.
@@ -9,29 +9,24 @@ Variants: eager; ``torch.compile(block)`` (Inductor, default mode); ``AscendBack
 executor="inductor")``; and each Triton-backed fusion alone, then all four, under the inductor
 executor with the ``triton`` provider chosen (``use_providers``). The executor binds each such
 node to the kernel's ``triton_op`` (`diffusers_ascend.compilation.backend.bind_compiler_ops`), so
-Inductor's code launches the kernel itself; the ``blocks-h100*.json`` of 2026-11-23 predate that
-(the op was then called through the dispatcher, 110-280 us of host time per call). A Triton
-kernel is still opaque to Inductor's fusion, which then cannot fuse neighbouring pointwise ops
-into its own kernels: the kernel
-benchmark (``benchmarks/kernels.py``) can show a kernel faster than Inductor's code for its
-composite while the block gets slower. A fusion belongs in ``fusions="auto"`` on CUDA only if its
-row here is no slower than ``inductor`` (then record its kernel rows in
-`ascend_kernels.triton.measurements`).
+Inductor's code launches the kernel itself. A Triton kernel is still opaque to Inductor's fusion,
+so the kernel benchmark (`bench_kernels`) can show a kernel faster than Inductor's code for its
+composite while the block gets slower: a fusion belongs in ``fusions="auto"`` on CUDA only if its
+row here is no slower than ``inductor``.
 
-``--tiny`` runs the same variants on CPU at tiny widths to check the script; the Triton kernels do
-not run on CPU, so there every fused op runs its native provider (column ``providers``). Column
-``ops launched by Inductor`` counts the fused ops bound to their kernel's ``triton_op``. A variant
-that fails is reported in its row (``error``) and on stderr, the others still run, and the script
-exits 1.
+``--tiny`` runs the same variants on CPU at tiny widths; there every fused op runs its native
+provider (column ``providers``). Column ``ops launched by Inductor`` counts the fused ops bound to
+their kernel's ``triton_op``. A variant that fails is reported in its row (``error``) and on
+stderr, the others still run, and the command exits 1.
 """
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import sys
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
+
+from ._common import error_line, machine_info, register_ops, stats, text_table, time_ms, write_json
 
 FULL = dict(dim_head=128, heads=24, img=4096, txt=512, axes_dim=(16, 56, 56))
 
@@ -65,59 +60,19 @@ def _variants(device_type: str) -> dict[str, tuple[Any, dict[str, str], bool]]:
 
 
 def _inputs(img: int, txt: int, dim: int, axes_dim: Sequence[int], dtype, device) -> dict[str, Any]:
-    import torch
-    from diffusers.models.transformers.transformer_flux import FluxPosEmbed
+    from diffusers_ascend.tiny import flux_block_inputs
 
     side = int(img ** 0.5)
-    ids = torch.zeros(side, side, 3)
-    ids[..., 1] = torch.arange(side)[:, None]
-    ids[..., 2] = torch.arange(side)[None, :]
-    ids = torch.cat([torch.zeros(txt, 3), ids.reshape(-1, 3)])
-    cos, sin = FluxPosEmbed(theta=10000, axes_dim=list(axes_dim))(ids)
-    g = torch.Generator().manual_seed(0)
-    return dict(
-        hidden_states=torch.randn(1, img, dim, generator=g).to(device, dtype),
-        encoder_hidden_states=torch.randn(1, txt, dim, generator=g).to(device, dtype),
-        temb=torch.randn(1, dim, generator=g).to(device, dtype),
-        image_rotary_emb=(cos.to(device), sin.to(device)),
-    )
+    inputs = flux_block_inputs(txt_len=txt, height=side, width=side, dim=dim, dtype=dtype, axes_dim=tuple(axes_dim))
+    return {k: tuple(t.to(device) for t in v) if isinstance(v, tuple) else v.to(device) for k, v in inputs.items()}
 
 
 def _as_tuple(out) -> tuple:
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
-def _timer(device_type: str) -> Callable[[Callable[[], Any], int, int], list[float]]:
-    import torch
-
-    def cuda(fn, warmup, runs):
-        for _ in range(warmup):
-            fn()
-        times = []
-        for _ in range(runs):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        return times
-
-    def cpu(fn, warmup, runs):
-        for _ in range(warmup):
-            fn()
-        times = []
-        for _ in range(runs):
-            t = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t) * 1e3)
-        return times
-
-    return cuda if device_type == "cuda" else cpu
-
-
 def _measure(block, inputs: dict[str, Any], ref, fusions, providers: dict[str, str], capture: bool,
-             timer: Callable[[Callable[[], Any], int, int], list[float]], warmup: int, runs: int) -> dict[str, Any]:
+             device: str, warmup: int, runs: int) -> dict[str, Any]:
     """Compiles ``block`` as one variant, checks it against eager and times it."""
     import torch
 
@@ -145,10 +100,10 @@ def _measure(block, inputs: dict[str, Any], ref, fusions, providers: dict[str, s
         out = call(**inputs)
         first_s = time.perf_counter() - t0
         diff = max(float((o.float() - r.float()).abs().max()) for o, r in zip(_as_tuple(out), _as_tuple(ref)))
-        times = timer(lambda: call(**inputs), warmup, runs)
+        times = time_ms(lambda: call(**inputs), runs, warmup, device)
     graphs = backend.report.graphs if backend else []
     return dict(
-        median_ms=statistics.median(times), min_ms=min(times), first_call_s=first_s,
+        **stats(times), first_call_s=first_s,
         matches=dict(backend.report.matches) if backend else None, max_abs_diff=diff,
         # fused ops Inductor launches itself (`bind_compiler_ops`; on_error="raise": a failure raises)
         triton_ops=sum(len(g.get("bound_providers") or {}) for g in graphs) if backend else None,
@@ -156,10 +111,9 @@ def _measure(block, inputs: dict[str, Any], ref, fusions, providers: dict[str, s
 
 
 def run(tiny: bool = False, variants: Sequence[str] | None = None) -> dict[str, Any]:
+    """Every variant (or those named; eager always) on both blocks; see the module docstring."""
     import torch
     from diffusers.models.transformers.transformer_flux import FluxSingleTransformerBlock, FluxTransformerBlock
-
-    from diffusers_ascend.benchmarks._common import error_line, machine_info, register_ops
 
     register_ops()
     device_type = "cpu" if tiny else "cuda"
@@ -167,7 +121,6 @@ def run(tiny: bool = False, variants: Sequence[str] | None = None) -> dict[str, 
     cfg = dict(dim_head=16, heads=2, img=16, txt=8, axes_dim=(4, 4, 8)) if tiny else FULL
     dim = cfg["dim_head"] * cfg["heads"]
     warmup, runs = (3, 10) if tiny else (5, 30)
-    timer = _timer(device_type)
     inputs = _inputs(cfg["img"], cfg["txt"], dim, cfg["axes_dim"], dtype, device_type)
     chosen = _variants(device_type)
     names = [n for n in chosen if not variants or n in variants or n == "eager"]
@@ -183,8 +136,8 @@ def run(tiny: bool = False, variants: Sequence[str] | None = None) -> dict[str, 
             fusions, providers, capture = chosen[name]
             torch._dynamo.reset()
             try:
-                row = _measure(block, inputs, ref, fusions, providers, capture, timer, warmup, runs)
-            except Exception as e:  # noqa: BLE001  (reported in the row; main exits 1)
+                row = _measure(block, inputs, ref, fusions, providers, capture, device_type, warmup, runs)
+            except Exception as e:  # noqa: BLE001  (reported in the row; the command exits 1)
                 row = dict(median_ms=None, error=error_line(e))
             eager_ms = row["median_ms"] if name == "eager" else eager_ms
             rows.append(dict(block=block_name, variant=name, providers=",".join(sorted(set(providers.values()))) or "-",
@@ -207,20 +160,14 @@ COLUMNS = [
 ]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tiny", action="store_true", help="tiny widths on CPU, fp32: checks the script, measures nothing useful")
-    parser.add_argument("--variant", action="append", default=None, help="run only these variants (repeatable; eager always runs)")
-    parser.add_argument("--out", default=None, help="directory for blocks.json (default: print only)")
-    args = parser.parse_args(argv)
+def cli(args) -> int:
+    """``diffusers-ascend bench blocks``: 0 when every variant ran, 1 when one failed, 2 without a GPU."""
     import torch
 
     if not args.tiny and not torch.cuda.is_available():
-        print("benchmarks/blocks.py measures full-width Flux blocks on a CUDA GPU and none is available here "
+        print("bench blocks measures full-width Flux blocks on a CUDA GPU and none is available here "
               "(torch.cuda.is_available() is False); use --tiny for a CPU smoke run.", file=sys.stderr)
         return 2
-    from diffusers_ascend.benchmarks._common import text_table, write_json
-
     result = run(tiny=args.tiny, variants=args.variant)
     print(f"{result['device']}, {result['dtype']}, {result['config']}")
     print(text_table(result["rows"], COLUMNS))
@@ -232,7 +179,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     for r in failed:
         print(f"FAILED {r['block']} {r['variant']}: {r['error']}", file=sys.stderr)
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
