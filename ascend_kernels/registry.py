@@ -8,8 +8,9 @@ an explicit choice made with `use_providers` (a ``contextvars`` context, so two 
 pipelines never affect each other) or else the first supported one in priority order
 ``npu > triton > native``.
 
-The table of providers is static (filled at import from this package's own modules); what varies
-per call is only the context-local choice. `auto_provider` reads the table for
+The table of providers is static (filled at import from this package's own modules: an op exists
+once its op file registers its ``native`` provider); what varies per call is only the context-local
+choice. `auto_provider` reads the table for
 ``fusions="auto"`` (providers flagged `Provider.faster_than_unfused`), `explain` for
 ``diffusers-ascend env``.
 """
@@ -39,9 +40,6 @@ __all__ = [
     "select_provider",
     "use_providers",
 ]
-
-# Op names in the ``ascend_kernels`` namespace, in the order of `diffusers_ascend.config.FUSIONS`.
-OPS = ("rms_norm", "rope", "gelu_tanh", "fast_gelu", "adaln_modulate", "mul_add", "swiglu")
 
 # Lower rank = preferred. Providers not listed here rank after these, before ``native``.
 _PRIORITY = {"npu": 0, "triton": 1, "native": 100}
@@ -119,7 +117,15 @@ class Provider:
         return bool(fast() if callable(fast) and self.available() else fast)
 
 
-_REGISTRY: dict[str, dict[str, Provider]] = {op: {} for op in OPS}
+# op -> provider name -> provider; an op's entry is made by its native provider (its op file).
+_REGISTRY: dict[str, dict[str, Provider]] = {}
+
+
+def __getattr__(name: str):
+    # `OPS`: the ops the op files registered, read when asked (they register as ``ops/`` is imported).
+    if name == "OPS":
+        return tuple(_REGISTRY)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # Set while a device graph is warmed up and captured (`capturing`): providers whose kernel cannot
 # be captured are skipped.
@@ -132,11 +138,14 @@ _CHOICE: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
 
 
 def register_provider(provider: Provider) -> Provider:
-    """Adds ``provider`` to the table (used by this package's provider modules).
+    """Adds ``provider`` to the table (used by this package's op and provider modules); a
+    ``native`` provider defines its op.
 
     Raises:
         ValueError: unknown op, or a provider of that name already registered for the op.
     """
+    if provider.name == "native":
+        _REGISTRY.setdefault(provider.op, {})
     _check_op(provider.op)
     if provider.name in _REGISTRY[provider.op]:
         raise ValueError(f"provider {provider.name!r} is already registered for op {provider.op!r}")
@@ -146,7 +155,7 @@ def register_provider(provider: Provider) -> Provider:
 
 def _check_op(op: str) -> None:
     if op not in _REGISTRY:
-        raise ValueError(f"unknown ascend_kernels op {op!r}; valid ops: {', '.join(OPS)}")
+        raise ValueError(f"unknown ascend_kernels op {op!r}; valid ops: {', '.join(_REGISTRY)}")
 
 
 def providers(op: str) -> list[Provider]:

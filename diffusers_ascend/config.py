@@ -1,14 +1,8 @@
 """`AscendConfig`: every setting of diffusers-ascend in one flat, validated, versioned dataclass.
 
-A config is data: it is saved as JSON (``ascend_config.json``), loaded through an allowlist of
-known fields (never pickle, never code), shared on the Hub, and compared by value. Nothing in
-it is process-global: two configs in one process never affect each other.
-
-A loaded config (a file, a saved model's ``_ascend_config``, a Hub repo, any dict) never writes
-files and never changes the process beyond what docs/configuration.md lists: the fields in
-`LOCAL_FIELDS` (``graph_log_dir``) are set only by code and are never saved, and the resource
-bounds a loaded config sets are capped (`LOADED_CAPS`: ``recompile_limit``,
-``max_captured_graphs``).
+A config is data: JSON loaded through an allowlist of fields (never pickle, never code), compared
+by value. A loaded one never sets `LOCAL_FIELDS` and is capped by `LOADED_CAPS`
+(docs/configuration.md).
 """
 
 from __future__ import annotations
@@ -17,12 +11,13 @@ import dataclasses
 import difflib
 import hashlib
 import json
-import logging
 import os
 import types
 import warnings
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
+
+from .fusions import FUSIONS, FUSION_TO_OP, default_fusions
 
 __all__ = [
     "AscendConfig",
@@ -39,44 +34,26 @@ __all__ = [
     "read_json_object",
 ]
 
-logger = logging.getLogger(__name__)
-
 CONFIG_NAME = "ascend_config.json"
 # Bump when the meaning of a saved field changes; readers of an older library load newer files
 # best-effort (known keys, with a warning), see `AscendConfig.from_dict`.
 CONFIG_VERSION = 1
 
-FUSIONS = ("rms_norm", "rope", "gelu_tanh", "fast_gelu", "adaln", "mul_add", "swiglu")
-FUSION_TO_OP = {
-    "rms_norm": "rms_norm",
-    "rope": "rope",
-    "gelu_tanh": "gelu_tanh",
-    "fast_gelu": "fast_gelu",
-    "adaln": "adaln_modulate",
-    "mul_add": "mul_add",
-    "swiglu": "swiglu",
-}
-# fast_gelu computes x*sigmoid(1.702x), not tanh-GELU: it changes numerics, so only an explicit
-# list ever enables it.
-_NUMERICS_CHANGING = ("fast_gelu",)
 _FUSION_KEYWORDS = ("auto", "all", "none")
 _COMPILE = ("blocks", "model", "none")
 _EXECUTORS = ("auto", "eager", "inductor")
 _MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 _GRAPH_CAPTURE = (None, "graph_only", "graph_with_compile")
 _ON_ERROR = ("fallback", "raise")
-# Fields that name a local resource: set only by code (constructor, `replace`, keyword
-# overrides); `to_dict` writes them as null, so they never reach a saved or pushed config, and
-# `from_dict` drops them, with one warning, when loaded data carries them (a tampered
-# config.json must not make the backend create directories and write files where it says).
+# Fields naming a local resource: set only by code, saved as null, dropped when loaded (a tampered
+# config.json must not make the backend write files where it says).
 LOCAL_FIELDS = ("graph_log_dir",)
 # Fields that do not change the compiled code; left out of `cache_key()` (still part of ==).
 CACHE_KEY_EXCLUDED = ("graph_log_dir",)
 # Dynamo keeps its recompile limit process-wide; a loaded config may raise it at most this far
 # (8 per block class for up to 8 block classes). Code may pass any value.
 MAX_LOADED_RECOMPILE_LIMIT = 64
-# Each captured input signature keeps one device graph per block instance, with its static inputs,
-# outputs and memory pool; a loaded config may keep at most this many (4x the default).
+# Each captured graph holds device memory; a loaded config may keep at most this many (4x the default).
 MAX_LOADED_CAPTURED_GRAPHS = 32
 # field -> (the most a loaded config may set, what a higher value would cost). Code may pass more.
 LOADED_CAPS = types.MappingProxyType({
@@ -120,8 +97,7 @@ def _normalize_fusions(value: Any) -> str | tuple[str, ...]:
         if bad:
             hints = "".join(_closest(n, FUSIONS) for n in bad if isinstance(n, str))
             raise ValueError(f"unknown fusion(s) {bad!r} in fusions; valid: {list(FUSIONS)}.{hints}")
-        # Duplicates are harmless (a fusion is on or off): deduplicated. Canonical FUSIONS order
-        # so equal sets compare and hash equal (the backend runs them in its own pass order).
+        # Deduplicated, in FUSIONS order, so equal sets compare and hash equal.
         chosen = set(names)
         if "fast_gelu" in chosen and "gelu_tanh" in chosen:
             raise ValueError(
@@ -282,21 +258,16 @@ class AscendConfig:
 
     # ----------------------------------------------------------------------------- resolution
     def resolved_fusions(self, platform: str | None = None) -> tuple[str, ...]:
-        """The fusions to apply on ``platform`` (default: the current one), in `FUSIONS` order (the
-        backend runs them in its pass order, `diffusers_ascend.compilation.passes.PASS_ORDER`).
+        """The fusions to apply on ``platform`` (default: the current one), in `FUSIONS` order.
 
-        ``"auto"``: the fusions (never ``fast_gelu``) whose op has a kernel faster than the unfused
-        ops on ``platform``, read from `ascend_kernels.registry.auto_provider` (providers flagged
-        ``faster_than_unfused``): on NPU ``rms_norm``, ``rope``, ``mul_add`` and ``swiglu``
-        (torch_npu / aclnn kernels), plus ``adaln`` when MindIE SD is installed; not ``gelu_tanh`` (the
-        unfused tanh GELU is already one kernel there). On CUDA the Triton-backed ones, none on
-        CPU (the reference composites are slower than Inductor there: substituting them would
-        slow the model down). An explicit list always applies. ``graph_capture="graph_only"``
-        resolves to none (it captures the graph without fusion passes).
+        ``"auto"``: the fusions (never a numerics-changing one) whose op has a provider on
+        ``platform`` flagged ``faster_than_unfused`` (`ascend_kernels.registry.auto_provider`;
+        the table per platform is in docs/configuration.md). An explicit list always applies.
+        ``graph_capture="graph_only"`` resolves to none (it runs no fusion pass).
 
         >>> from diffusers_ascend.config import AscendConfig
         >>> AscendConfig(fusions="all").resolved_fusions("cpu")
-        ('rms_norm', 'rope', 'gelu_tanh', 'adaln', 'mul_add', 'swiglu')
+        ('rms_norm', 'rope', 'gelu_tanh', 'adaln', 'swiglu', 'mul_add')
         >>> AscendConfig().resolved_fusions("cpu")
         ()
         """
@@ -306,15 +277,14 @@ class AscendConfig:
             return self.fusions
         if self.fusions == "none":
             return ()
-        default = tuple(f for f in FUSIONS if f not in _NUMERICS_CHANGING)
+        default = default_fusions()
         if self.fusions == "all":
             return default
         platform = _platform(platform)
         return tuple(f for f in default if _has_fast_kernel(FUSION_TO_OP[f], platform))
 
     def resolved_executor(self, platform: str | None = None) -> str:
-        """``"eager"`` or ``"inductor"``; ``"auto"`` is ``"eager"`` on NPU (default Inductor made an
-        NPU diffusion job 6x slower, sglang #20780) and ``"inductor"`` elsewhere.
+        """``"eager"`` or ``"inductor"``; ``"auto"`` is `diffusers_ascend.platform.default_executor`.
 
         >>> from diffusers_ascend.config import AscendConfig
         >>> AscendConfig().resolved_executor("npu"), AscendConfig().resolved_executor("cpu")
@@ -322,7 +292,9 @@ class AscendConfig:
         """
         if self.executor != "auto":
             return self.executor
-        return "eager" if _platform(platform) == "npu" else "inductor"
+        from .platform import default_executor
+
+        return default_executor(_platform(platform))
 
     def resolved_attention(self, platform: str | None = None, *, ring: bool = False) -> str | None:
         """The attention backend set on the model's processors, or None (the model's own is kept).

@@ -12,8 +12,8 @@ that fusion, and `FusionReport.swaps` records the modules instead).
 
 Which class is swapped for what lives in one table, `SWAPS`, keyed by class name. Only
 model-independent modules live here; family-specific swaps (Flux's and Wan's attention processors
-with fused RoPE) are declared by the model adapters (`diffusers_ascend.adapters`, `Adapter.swaps`)
-and applied together with this table.
+with fused RoPE) are declared by the model adapters (`diffusers_ascend.adapters`, `Adapter.swaps`),
+and the enable path passes them to `apply_swaps`: this module never imports the adapters.
 
 Every fused class is a module attribute (``diffusers_ascend.layers.FusedGELU``, the adapters'
 processors in their adapter module), so an enabled model pickles and ``torch.save``s. Those
@@ -146,7 +146,6 @@ class Swap:
         source: class name of the object replaced (exact type match: a user's subclass is left alone).
         target: returns the fused class (lazy: diffusers classes are imported on first use).
         applies: extra condition on the object (e.g. ``approximate == "tanh"``).
-        processors: the objects are attention processors (``module.processor``), not modules.
         fast_target: the class used instead when ``fast_gelu`` is enabled.
     """
 
@@ -154,7 +153,6 @@ class Swap:
     source: str
     target: Callable[[], type]
     applies: Callable[[object], bool] = lambda obj: True
-    processors: bool = False
     fast_target: Callable[[], type] | None = None
 
 
@@ -210,10 +208,11 @@ def _targets(model: torch.nn.Module) -> Iterable[object]:
 
 
 def apply_swaps(model: torch.nn.Module, fusions: Iterable[str],
-                skipped: list[tuple[str, str, str]] | None = None) -> tuple[list[tuple[object, type]], dict[str, int]]:
-    """Swaps the fused classes into `model` for every enabled fusion that has a swap: `SWAPS`
-    and every registered adapter's `Adapter.swaps` (matched by exact class name, so a family's
-    swap only ever meets that family's objects).
+                skipped: list[tuple[str, str, str]] | None = None,
+                extra: Iterable[Swap] = ()) -> tuple[list[tuple[object, type]], dict[str, int]]:
+    """Swaps the fused classes into `model` for every enabled fusion that has a swap: `SWAPS`,
+    then `extra` (matched by exact class name, so a family's swap only ever meets that family's
+    objects).
 
     Args:
         model: a diffusers model or block (every submodule and attention processor is considered).
@@ -223,6 +222,8 @@ def apply_swaps(model: torch.nn.Module, fusions: Iterable[str],
             (``patch`` None; a hook such as leaf-level group offloading calls the original
             class's forward), or a method the fused class overrides was patched in from another
             file (``patch`` says which, e.g. cache-dit's async Ulysses ``__call__``).
+        extra: family-specific swaps, given by the caller that knows the adapters
+            (`diffusers_ascend.adapters.registry.adapter_swaps`).
 
     Returns:
         ``(undo, counts)``: the list of ``(object, original class)`` that `restore_swaps` takes, and
@@ -230,13 +231,11 @@ def apply_swaps(model: torch.nn.Module, fusions: Iterable[str],
         far is undone before it propagates.
 
     >>> from diffusers_ascend.tiny import tiny_flux_transformer
-    >>> undo, counts = apply_swaps(tiny_flux_transformer(), ["rms_norm", "rope", "gelu_tanh"])
-    >>> counts == {"rms_norm": 6, "gelu_tanh": 3, "rope": 2}  # tiny Flux: 1 double + 1 single block
+    >>> undo, counts = apply_swaps(tiny_flux_transformer(), ["rms_norm", "gelu_tanh"])
+    >>> counts == {"rms_norm": 6, "gelu_tanh": 3}  # tiny Flux: 1 double + 1 single block
     True
     """
-    from .adapters.registry import adapter_swaps
-
-    swaps = SWAPS + adapter_swaps()
+    swaps = SWAPS + tuple(extra)
     enabled = set(fusions)
     fast = "fast_gelu" in enabled
     if fast:

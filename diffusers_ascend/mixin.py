@@ -441,6 +441,7 @@ def _set_attention(model, cfg, state: _State) -> None:
 def _enable_model(model, cfg, name: str = "", verify: bool = True, lazy_compile: bool = False) -> None:
     """Enables `model`; its state is recorded first, so a failure half-way can be undone by `_disable_model`."""
     from .adapters import adapter_for
+    from .adapters.registry import adapter_swaps
     from .layers import apply_swaps
 
     adapter = adapter_for(model)
@@ -456,7 +457,8 @@ def _enable_model(model, cfg, name: str = "", verify: bool = True, lazy_compile:
                                and backend.graph_capture is None and not cfg.freezing)
     model._ascend_state = state
     unswapped: list[tuple[str, str, str, str | None]] = []
-    state.swapped, state.swaps = apply_swaps(model, cfg.resolved_fusions(), skipped=unswapped)
+    state.swapped, state.swaps = apply_swaps(model, cfg.resolved_fusions(), skipped=unswapped,
+                                             extra=adapter_swaps())
     unswapped += _foreign_processors(model, adapter, cfg.resolved_fusions(), state.swapped, unswapped)
     for fusion, patch in dict.fromkeys((f, p) for f, _, _, p in unswapped):
         mods = [(n, c) for f, n, c, p in unswapped if f == fusion and p == patch]

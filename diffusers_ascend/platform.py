@@ -20,6 +20,7 @@ __all__ = [
     "GraphAPI",
     "auto_attention",
     "current_platform",
+    "default_executor",
     "graph_api",
     "graph_capture_supported",
     "graph_class",
@@ -137,6 +138,19 @@ def auto_attention(platform: str | None = None, *, graph_capture: str | None = N
     if _check(platform or current_platform()) != "npu":
         return None
     return "npu_fia" if graph_capture is not None or ring else "_native_npu"
+
+
+def default_executor(platform: str | None = None) -> str:
+    """What ``executor="auto"`` runs on ``platform`` (default: current).
+
+    ``"eager"`` on NPU, where Inductor's default code runs diffusion models slower than eager
+    (docs/npu-notes.md); ``"inductor"`` elsewhere.
+
+    >>> from diffusers_ascend.platform import default_executor
+    >>> default_executor("npu"), default_executor("cuda")
+    ('eager', 'inductor')
+    """
+    return "eager" if _check(platform or current_platform()) == "npu" else "inductor"
 
 
 def graph_capture_supported(platform: str | None = None) -> bool:

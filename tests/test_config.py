@@ -9,10 +9,10 @@ import warnings
 
 import pytest
 
-from diffusers_ascend.config import CONFIG_NAME, CONFIG_VERSION, FUSIONS, AscendConfig
+from diffusers_ascend.config import CONFIG_NAME, CONFIG_VERSION, FUSION_TO_OP, FUSIONS, AscendConfig
 from diffusers_ascend.platform import override_platform
 
-NON_NUMERIC = ("rms_norm", "rope", "gelu_tanh", "adaln", "mul_add", "swiglu")
+NON_NUMERIC = ("rms_norm", "rope", "gelu_tanh", "adaln", "swiglu", "mul_add")
 
 
 # ----------------------------------------------------------------------------- validation
@@ -89,7 +89,7 @@ def test_resolved_fusions_per_platform():
     auto = AscendConfig()
     # From the registry: torch_npu/aclnn kernels for rms_norm, rope, mul_add (addcmul), swiglu;
     # adaLN only with MindIE SD (not installed here); gelu_tanh is already one kernel unfused on NPU.
-    npu_auto = ("rms_norm", "rope", "mul_add", "swiglu")
+    npu_auto = ("rms_norm", "rope", "swiglu", "mul_add")
     assert auto.resolved_fusions("npu") == npu_auto
     assert auto.resolved_fusions("cpu") == ()
     from ascend_kernels.registry import available_providers
@@ -97,7 +97,7 @@ def test_resolved_fusions_per_platform():
     expected_cuda = tuple(
         f
         for f in NON_NUMERIC
-        if any(p != "native" for p in available_providers({"adaln": "adaln_modulate"}.get(f, f), "cuda"))
+        if any(p != "native" for p in available_providers(FUSION_TO_OP[f], "cuda"))
     )
     assert auto.resolved_fusions("cuda") == expected_cuda
     for plat in ("npu", "cuda", "cpu"):
@@ -260,7 +260,7 @@ def test_auto_picks_up_a_triton_kernel_where_it_runs(monkeypatch):
     monkeypatch.setattr(tri, "triton_available", lambda: True)
     monkeypatch.setattr(tri, "triton_ascend_available", lambda: True)
     auto = AscendConfig()
-    assert auto.resolved_fusions("npu") == ("rms_norm", "rope", "adaln", "mul_add", "swiglu")
+    assert auto.resolved_fusions("npu") == ("rms_norm", "rope", "adaln", "swiglu", "mul_add")
     # On CUDA only kernels measured faster than Inductor's code for their composite: none recorded.
     assert auto.resolved_fusions("cuda") == ()
     faster = measurements.Measurement("adaln_modulate", "cuda", "NVIDIA H100 80GB HBM3", "flux_img", "bf16",

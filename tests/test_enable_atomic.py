@@ -89,7 +89,7 @@ def test_failure_inside_the_layer_swaps(pipe, monkeypatch, low_limit):
     # swaps were made.
     flux_swaps = registry.adapter_swaps()
     monkeypatch.setattr(registry, "adapter_swaps", lambda: tuple(
-        layers.Swap(s.fusion, s.source, s.target, applies=second_processor_fails, processors=True)
+        layers.Swap(s.fusion, s.source, s.target, applies=second_processor_fails)
         if s.source == "FluxAttnProcessor" else s
         for s in flux_swaps
     ))
@@ -186,7 +186,7 @@ def test_failed_reenable_keeps_the_previous_setup(pipe, monkeypatch, low_limit):
 
     swaps = registry.adapter_swaps()  # the rope swaps are the adapters' (Flux's processor)
     monkeypatch.setattr(registry, "adapter_swaps", lambda: tuple(
-        layers.Swap(s.fusion, s.source, broken, processors=True) if s.fusion == "rope" else s for s in swaps
+        layers.Swap(s.fusion, s.source, broken) if s.fusion == "rope" else s for s in swaps
     ))
     with pytest.raises(ImportError, match="no rope today"):
         pipe.enable_ascend_compile(fusions=["rms_norm", "rope"], executor="eager", recompile_limit=32)

@@ -1,3 +1,11 @@
-"""The ``ascend_kernels`` custom ops: one module per op (schema, native impl, fake, autograd)."""
+"""The ``ascend_kernels`` custom ops: one module per op (schema, native impl, fake, autograd).
 
-from . import adaln, gelu, mul_add, rms_norm, rope, swiglu  # noqa: F401  (importing registers the ops)
+Every public module here is imported, which registers its ops: a new op is a new file.
+"""
+
+import importlib as _importlib
+import pkgutil as _pkgutil
+
+for _module in _pkgutil.iter_modules(__path__):
+    if not _module.name.startswith("_"):
+        _importlib.import_module(f"{__name__}.{_module.name}")

@@ -29,11 +29,14 @@ others fall back to the native provider.
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib
 import importlib.util
 import inspect
 import os
+import pkgutil
+import re
 from typing import Callable
 
 import torch
@@ -49,13 +52,30 @@ __all__ = ["DEVICE_TYPES", "KERNELS", "kernel", "planner", "traceable_op", "trit
 # else should change it.
 DEVICE_TYPES: tuple[str, ...] = ("cuda", "npu")
 
+# The modules of this package that hold no kernel.
+_NOT_KERNELS = ("limits", "measurements")
+
+
+def _discover_kernels() -> dict[str, tuple[str, str, Callable[..., bool]]]:
+    # A kernel module declares its op by exporting ``<op>`` and ``plan_<op>`` in its ``__all__``,
+    # read from its source (importing it would import triton); its limits are
+    # ``limits.<op>_supports``. So a new kernel is its module and its limits function.
+    found = {}
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("_") or info.name in _NOT_KERNELS:
+            continue
+        fullname = f"{__name__}.{info.name}"
+        source = info.module_finder.find_spec(fullname).loader.get_source(fullname)
+        match = re.search(r"^__all__ = (\[[^\]]*\])", source, re.MULTILINE)
+        exported = ast.literal_eval(match.group(1)) if match else ()
+        for op in exported:
+            if f"plan_{op}" in exported:
+                found[op] = (info.name, op, getattr(limits, f"{op}_supports"))
+    return found
+
+
 # op -> (kernel module of this package, its launcher with the op's signature, supports_args).
-KERNELS: dict[str, tuple[str, str, Callable[..., bool]]] = {
-    "rms_norm": ("rms_norm", "rms_norm", limits.rms_norm_supports),
-    "rope": ("rope", "rope", limits.rope_supports),
-    "adaln_modulate": ("adaln", "adaln_modulate", limits.adaln_modulate_supports),
-    "mul_add": ("mul_add", "mul_add", limits.mul_add_supports),
-}
+KERNELS: dict[str, tuple[str, str, Callable[..., bool]]] = _discover_kernels()
 
 
 @functools.lru_cache(maxsize=None)

@@ -68,7 +68,7 @@ FLUX = Adapter(
     blocks=("FluxTransformerBlock", "FluxSingleTransformerBlock"),
     # Only diffusers' own class: other modules define look-alikes of the same name
     # (transformer_chronoedit.WanAttnProcessor) whose code this class does not mirror.
-    swaps=(Swap("rope", "FluxAttnProcessor", lambda: FusedRopeFluxAttnProcessor, processors=True,
+    swaps=(Swap("rope", "FluxAttnProcessor", lambda: FusedRopeFluxAttnProcessor,
                 applies=lambda p: type(p).__module__ == "diffusers.models.transformers.transformer_flux"),),
     pattern_forms={"adaln": ("flux", "continuous"), "rms_norm": ("torch",), "rope": ("flux",)},
 )

@@ -1,4 +1,5 @@
-"""Per-model adapters: what is specific to one diffusers model family, keyed by model class name.
+"""Per-model adapters: what is specific to one diffusers model family, keyed by model class name,
+and the generic fallback for any model that declares ``_repeated_blocks``.
 
 Adding a model family is one file in this package (an `Adapter` and a `register_adapter` call)
 plus one line in `_FAMILIES` below. Everything model-independent (fused RMSNorm/GELU modules,
@@ -17,7 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from ..layers import Swap
 
-__all__ = ["Adapter", "adapter_for", "register_adapter", "registered_adapters", "adapter_swaps"]
+__all__ = ["Adapter", "adapter_for", "adapter_swaps", "generic_adapter", "register_adapter", "registered_adapters"]
 
 # One module per family; imported (and so registered) on first use.
 _FAMILIES: tuple[str, ...] = ("flux", "wan", "krea2", "helios", "kandinsky5", "kandinsky6")
@@ -99,16 +100,27 @@ def adapter_swaps() -> tuple["Swap", ...]:
 
 
 def adapter_for(model) -> Adapter | None:
-    """The adapter for `model`: registered by class (MRO), else generic from `_repeated_blocks`, else None.
+    """The adapter for `model`: registered by class (MRO), else `generic_adapter`, else None.
 
     >>> from diffusers_ascend.tiny import tiny_flux_transformer
     >>> adapter_for(tiny_flux_transformer()).name
     'flux'
     """
-    from . import generic
-
     _load_families()
     for cls in type(model).__mro__:
         if cls.__name__ in _ADAPTERS:
             return _ADAPTERS[cls.__name__]
-    return generic.generic_adapter(model)
+    return generic_adapter(model)
+
+
+def generic_adapter(model) -> Adapter | None:
+    """An `Adapter` built from ``type(model)._repeated_blocks`` (no swaps), or None when it declares
+    none. A block name that matches no submodule is reported by the integration
+    (`Adapter.block_modules`).
+
+    >>> from diffusers_ascend.tiny import tiny_wan_transformer
+    >>> generic_adapter(tiny_wan_transformer()).blocks
+    ('WanTransformerBlock',)
+    """
+    blocks = tuple(getattr(model, "_repeated_blocks", None) or ())
+    return Adapter(name=f"generic:{type(model).__name__}", blocks=blocks) if blocks else None

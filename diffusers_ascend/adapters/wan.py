@@ -78,7 +78,7 @@ WAN = Adapter(
     blocks=("WanTransformerBlock",),
     # Only diffusers' own class: other modules define look-alikes of the same name
     # (transformer_chronoedit.WanAttnProcessor) whose code this class does not mirror.
-    swaps=(Swap("rope", "WanAttnProcessor", lambda: FusedRopeWanAttnProcessor, processors=True,
+    swaps=(Swap("rope", "WanAttnProcessor", lambda: FusedRopeWanAttnProcessor,
                 applies=lambda p: type(p).__module__ == "diffusers.models.transformers.transformer_wan"),),
     pattern_forms={"adaln": ("upcast", "upcast_fp32_out"), "rms_norm": ("torch",), "rope": ("wan",)},
     preconditions=(ROPE_PRECONDITION,),

@@ -28,14 +28,15 @@ from typing import Any, Sequence
 
 from ._common import error_line, machine_info, register_ops, stats, text_table, time_ms, write_json
 
-TRITON_FUSIONS = ("rms_norm", "rope", "adaln", "mul_add")  # TODO(fusions.py)
 FULL = dict(dim_head=128, heads=24, img=4096, txt=512, axes_dim=(16, 56, 56))
 
 
 def _variants(device_type: str) -> dict[str, tuple[Any, dict[str, str], bool]]:
     """name -> (fusions for AscendBackend, or None for eager, "inductor" for torch.compile, or
     "inductor_cudagraphs" for its mode="reduce-overhead"; provider choice; graph capture)."""
-    from diffusers_ascend.config import FUSION_TO_OP
+    from diffusers_ascend.fusions import FUSION_TO_OP, triton_fusions
+
+    TRITON_FUSIONS = triton_fusions()
 
     on_cuda = device_type == "cuda"
 

@@ -6,9 +6,10 @@ from typing import Any
 
 import torch
 
+from ..fusions import default_fusions
 from ._common import check_size, machine_info, register_ops
 
-FUSIONS = ("rms_norm", "rope", "gelu_tanh", "adaln", "mul_add")  # TODO(fusions.py)
+FUSIONS = tuple(f for f in default_fusions() if f != "swiglu")  # the blocks here have no SwiGLU
 BLOCKS = ("flux_double", "flux_single", "wan")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 

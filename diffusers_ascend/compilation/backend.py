@@ -70,18 +70,6 @@ def describe_failure(exc: BaseException) -> str:
     return f"{type(cause).__name__}: {lines[0]}" if lines else type(cause).__name__
 
 
-def _coerce_config(config, overrides):
-    from diffusers_ascend.config import AscendConfig
-
-    if hasattr(AscendConfig, "coerce"):
-        return AscendConfig.coerce(config, **overrides)
-    if config is None:
-        return AscendConfig(**overrides)
-    if isinstance(config, dict):
-        return AscendConfig(**{**config, **overrides})
-    return config.replace(**overrides) if overrides else config
-
-
 def _needs_grad(example_inputs) -> bool:
     return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
 
@@ -153,11 +141,12 @@ class AscendBackend:
     """
 
     def __init__(self, config=None, *, verify: bool = True, **overrides) -> None:
+        from diffusers_ascend.config import AscendConfig
         from diffusers_ascend.platform import current_platform, graph_capture_supported
 
         from .passes import ordered_fusions
 
-        self.config = _coerce_config(config, overrides)
+        self.config = AscendConfig.coerce(config, **overrides)
         self.platform = current_platform()
         self.fusions = ordered_fusions(self.config.resolved_fusions(self.platform))
         self.executor = self.config.resolved_executor(self.platform)

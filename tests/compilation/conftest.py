@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from diffusers_ascend.compilation import AscendBackend
+from diffusers_ascend.fusions import FUSION_TO_OP, default_fusions
 
-ALL = ("rms_norm", "rope", "gelu_tanh", "adaln", "mul_add", "swiglu")  # fusions="all"
+ALL = default_fusions()  # fusions="all"
 
 # FINDINGS section 1: replacements per block with these fusions (fp32 and bf16 alike). Flux's and
 # Wan's feed-forwards are tanh-GELU: no SwiGLU site.
@@ -20,10 +21,7 @@ EXPECTED_BLOCK_COUNTS = {
     "wan": {"rms_norm": 4, "rope": 2, "gelu_tanh": 1, "adaln": 2, "mul_add": 2, "swiglu": 0},
 }
 
-FUSED_OP = {
-    "rms_norm": "rms_norm", "rope": "rope", "gelu_tanh": "gelu_tanh", "fast_gelu": "fast_gelu",
-    "adaln": "adaln_modulate", "mul_add": "mul_add", "swiglu": "swiglu",
-}
+FUSED_OP = dict(FUSION_TO_OP)
 
 
 def tolerances(dtype: torch.dtype) -> dict:

@@ -8,6 +8,7 @@ import torch
 
 import ascend_kernels  # noqa: F401
 from ascend_kernels.testing import assert_close
+from diffusers_ascend.adapters.registry import adapter_swaps
 from diffusers_ascend.layers import apply_swaps, restore_swaps
 from diffusers_ascend.tiny import (
     flux_block_inputs,
@@ -49,7 +50,7 @@ def test_swaps_count_numerics_and_restore(kind, dtype):
     params = {k: id(p) for k, p in block.named_parameters()}
     with torch.no_grad():
         ref = block(**inputs)
-    undo, counts = apply_swaps(block, ALL)
+    undo, counts = apply_swaps(block, ALL, extra=adapter_swaps())
     expected = dict(EXPECTED[kind])
     if kind == "wan":
         expected["gelu_tanh"] = sum(
@@ -69,7 +70,7 @@ def test_swaps_count_numerics_and_restore(kind, dtype):
 
 def test_swapped_forward_calls_the_fused_ops():
     double, _ = tiny_flux_blocks()
-    apply_swaps(double, ALL)
+    apply_swaps(double, ALL, extra=adapter_swaps())
     inputs = flux_block_inputs()
     from torch.profiler import profile
 
@@ -88,7 +89,7 @@ def test_swapped_forward_calls_the_fused_ops():
 )
 def test_swaps_honour_fusions(fusions, expected):
     double, _ = tiny_flux_blocks()
-    _, counts = apply_swaps(double, fusions)
+    _, counts = apply_swaps(double, fusions, extra=adapter_swaps())
     assert counts == expected
 
 
@@ -97,7 +98,7 @@ def test_fast_gelu_changes_numerics_as_documented():
     inputs = flux_single_block_inputs()
     with torch.no_grad():
         ref = single(**inputs)
-        undo, _ = apply_swaps(single, ["fast_gelu"])
+        undo, _ = apply_swaps(single, ["fast_gelu"], extra=adapter_swaps())
         out = single(**inputs)
     restore_swaps(undo)
     diff = max((o - r).abs().max().item() for o, r in zip(out, ref))
@@ -109,7 +110,7 @@ def test_user_subclasses_are_left_alone():
         pass
 
     model = torch.nn.Sequential(MyNorm(8), torch.nn.RMSNorm(8), torch.nn.GELU(), torch.nn.GELU(approximate="tanh"))
-    undo, counts = apply_swaps(model, ALL)
+    undo, counts = apply_swaps(model, ALL, extra=adapter_swaps())
     assert counts == {"rms_norm": 1, "gelu_tanh": 1}
     assert [type(m).__name__ for m in model] == ["MyNorm", "FusedRMSNorm", "GELU", "FusedTorchGELU"]
     restore_swaps(undo)
@@ -131,7 +132,7 @@ def test_swapped_block_compiles_fullgraph():
     inputs = flux_single_block_inputs()
     with torch.no_grad():
         ref = single(**inputs)
-    apply_swaps(single, ALL)
+    apply_swaps(single, ALL, extra=adapter_swaps())
     backend = AscendBackend(fusions="all", executor="eager")
     with torch.no_grad():
         out = torch.compile(single, backend=backend, fullgraph=True)(**inputs)
@@ -152,7 +153,7 @@ def test_wan_i2v_processor_branch(dtype):
     inputs = wan_block_inputs(dtype=dtype, txt_len=512 + 4)
     with torch.no_grad():
         ref = block(**inputs)
-    undo, counts = apply_swaps(block, ALL)
+    undo, counts = apply_swaps(block, ALL, extra=adapter_swaps())
     assert counts == {"rms_norm": 5, "gelu_tanh": 1, "rope": 2}  # + norm_added_k
     with torch.no_grad():
         out = block(**inputs)
@@ -166,7 +167,7 @@ def test_flux_processor_with_fused_qkv_projections():
     inputs = flux_block_inputs()
     with torch.no_grad():
         ref = double(**inputs)
-    apply_swaps(double, ALL)
+    apply_swaps(double, ALL, extra=adapter_swaps())
     with torch.no_grad():
         out = double(**inputs)
     for o, r in zip(out, ref):

@@ -147,7 +147,7 @@ def test_krea2_rms_norm_swap_matches_stock(dtype):
     torch.nn.init.normal_(norm.weight, std=0.3)
     x = torch.randn(2, 5, 16).to(dtype)
     ref = norm(x)
-    undo, counts = apply_swaps(norm, ["rms_norm"])
+    undo, counts = apply_swaps(norm, ["rms_norm"], extra=adapter_swaps())
     assert counts == {"rms_norm": 1} and type(norm).__name__ == "FusedKrea2RMSNorm"
     out = norm(x)
     assert out.dtype == ref.dtype == dtype
@@ -162,7 +162,7 @@ def test_swaps_leave_a_look_alike_of_the_same_name_alone():
     from diffusers.models.transformers import transformer_chronoedit
 
     proc = transformer_chronoedit.WanAttnProcessor()
-    undo, counts = apply_swaps(_Holder(proc), ["rope"])
+    undo, counts = apply_swaps(_Holder(proc), ["rope"], extra=adapter_swaps())
     assert counts == {} and type(proc) is transformer_chronoedit.WanAttnProcessor
 
 

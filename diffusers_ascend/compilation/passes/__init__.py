@@ -1,30 +1,18 @@
-"""Fusion passes, one file per fusion, and the registry that wires them to fusion names.
-
-Adding a fusion: one file with ``XxxPattern`` + ``XxxFusionPass`` and one entry in
-`FUSION_PASSES`. Nothing is imported or registered until a backend first compiles a graph.
+"""Fusion passes, one file per fusion (``XxxPattern`` + ``XxxFusionPass``), wired to fusion names
+by `diffusers_ascend.fusions.TABLE`. Nothing is imported or registered until a backend first
+compiles a graph.
 """
 
 from __future__ import annotations
 
 import importlib
 
+from ...fusions import TABLE
+
 __all__ = ["FUSION_PASSES", "PASS_ORDER", "get_pass_class", "ordered_fusions"]
 
-# fusion name -> "module:class" (imported lazily).
-FUSION_PASSES: dict[str, str] = {
-    "rms_norm": "rms_norm:RMSNormFusionPass",
-    "rope": "rope:RopeFusionPass",
-    "fast_gelu": "gelu:FastGeluFusionPass",
-    "gelu_tanh": "gelu:GeluTanhFusionPass",
-    "adaln": "adaln:AdaLNFusionPass",
-    "swiglu": "swiglu:SwiGLUFusionPass",
-    "mul_add": "mul_add:MulAddFusionPass",
-}
-
-# The order passes run in: fast_gelu before gelu_tanh (when a user names both, the explicit
-# approximation wins), swiglu before mul_add (``silu(a) * b + c`` is a SwiGLU feeding an add, not
-# a residual gate), the greedy mul_add last. (`diffusers_ascend.config.FUSIONS` is the order of
-# names in configs, not this one.)
+# fusion name -> "module:class" (imported lazily), in the order the passes run (the table's).
+FUSION_PASSES: dict[str, str] = {name: row.pass_class for name, row in TABLE.items()}
 PASS_ORDER: tuple[str, ...] = tuple(FUSION_PASSES)
 
 

@@ -1,8 +1,8 @@
 """Shared machinery of the fusion passes: pattern variants, lazy registration, match counting.
 
 A fusion is one file here (``XxxPattern`` variants and an ``XxxFusionPass``) plus its row in
-``FUSION_PASSES``. Patterns are traced as their graphs were made (aot without decompositions,
-functionalized): plain ``fwd_only`` keeps in-place ops and silently matches nothing. Besides
+`diffusers_ascend.fusions.TABLE`. Patterns are traced as their graphs were made (aot without
+decompositions, functionalized): plain ``fwd_only`` keeps in-place ops and silently matches nothing. Besides
 Inductor's exact re-trace, every pattern checks under fake tensors that the replacement returns
 the matched code's dtype and shape.
 """
@@ -229,7 +229,7 @@ class FusionPass:
     never share them.
 
     Attributes:
-        fusion: the name in `diffusers_ascend.config.FUSIONS`.
+        fusion: its name in `diffusers_ascend.fusions.TABLE`.
         matched_count: replacements made by this instance over all graphs it ran on."""
 
     fusion: ClassVar[str] = ""

@@ -51,11 +51,10 @@ class FusionPassManager(_compat.custom_graph_pass_base()):
     calls and, where that changed the graph, runs the passes again.
 
     Args:
-        fusions: fusion names (see `diffusers_ascend.config.FUSIONS`).
+        fusions: fusion names (see `diffusers_ascend.fusions.FUSIONS`).
 
     Attributes:
         passes: the `FusionPass` instances (their `matched_count` are this manager's only).
-        last_counts: replacements per fusion made by the last call.
 
     >>> manager = FusionPassManager(["rms_norm", "mul_add"])
     >>> manager.uuid() == FusionPassManager(["mul_add", "rms_norm"]).uuid()
@@ -65,7 +64,6 @@ class FusionPassManager(_compat.custom_graph_pass_base()):
     def __init__(self, fusions) -> None:
         self.fusions = ordered_fusions(fusions)
         self.passes = {f: get_pass_class(f)() for f in self.fusions}
-        self.last_counts: dict[str, int] = {}
 
     def __call__(self, graph: torch.fx.Graph, after_step: Callable[[str, torch.fx.Graph], None] | None = None) -> dict[str, int]:
         """Rewrite `graph` in place; `after_step(name, graph)` is called after each step (graph logs).
@@ -91,7 +89,6 @@ class FusionPassManager(_compat.custom_graph_pass_base()):
             if after_step is not None:
                 after_step("after_cse", graph)
         graph.lint()
-        self.last_counts = counts
         return counts
 
     def _apply(self, graph: torch.fx.Graph, after_step) -> dict[str, int]:
@@ -107,10 +104,6 @@ class FusionPassManager(_compat.custom_graph_pass_base()):
         (`FusionPass.verify`); raises `TorchCompatError` where the engine cannot work."""
         for fusion_pass in self.passes.values():
             fusion_pass.verify()
-
-    @property
-    def matched(self) -> dict[str, int]:
-        return {name: p.matched_count for name, p in self.passes.items()}
 
     def uuid(self) -> str:
         h = hashlib.sha256(repr(self.fusions).encode())

@@ -1,0 +1,75 @@
+"""The fusion table, one row per fusion: config validation, the passes and their order, the
+benchmarks and the tests read it. A new fusion is its op file, its pass file and one row
+(docs/how-fusion-works.md).
+
+>>> from diffusers_ascend.fusions import FUSIONS, TABLE
+>>> TABLE["adaln"].op
+'adaln_modulate'
+>>> FUSIONS[-1]
+'mul_add'
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass
+
+__all__ = ["FUSIONS", "FUSION_TO_OP", "Fusion", "TABLE", "default_fusions", "triton_fusions"]
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """One fusion.
+
+    Args:
+        name: the name configs use (``AscendConfig(fusions=[name])``).
+        op: the ``torch.ops.ascend_kernels`` op its pass substitutes.
+        pass_class: ``"module:Class"`` of its `FusionPass` in `diffusers_ascend.compilation.passes`
+            (imported on first use: the passes import Inductor).
+        changes_numerics: the op computes something other than the code it replaces; such a
+            fusion applies only when named, never under ``"all"`` or ``"auto"``.
+    """
+
+    name: str
+    op: str
+    pass_class: str
+    changes_numerics: bool = False
+
+
+# Row order is the order the passes run in, and the canonical order of a config's fusion list.
+# It matters where two patterns overlap: fast_gelu before gelu_tanh (the explicit approximation
+# wins), swiglu before mul_add (``silu(a) * b + c`` is a SwiGLU feeding an add, not a residual
+# gate), and the greedy mul_add last.
+_ROWS = (
+    Fusion("rms_norm", "rms_norm", "rms_norm:RMSNormFusionPass"),
+    Fusion("rope", "rope", "rope:RopeFusionPass"),
+    Fusion("fast_gelu", "fast_gelu", "gelu:FastGeluFusionPass", changes_numerics=True),
+    Fusion("gelu_tanh", "gelu_tanh", "gelu:GeluTanhFusionPass"),
+    Fusion("adaln", "adaln_modulate", "adaln:AdaLNFusionPass"),
+    Fusion("swiglu", "swiglu", "swiglu:SwiGLUFusionPass"),
+    Fusion("mul_add", "mul_add", "mul_add:MulAddFusionPass"),
+)
+
+TABLE: types.MappingProxyType = types.MappingProxyType({f.name: f for f in _ROWS})
+FUSIONS: tuple[str, ...] = tuple(TABLE)
+FUSION_TO_OP: types.MappingProxyType = types.MappingProxyType({f.name: f.op for f in _ROWS})
+
+
+def default_fusions() -> tuple[str, ...]:
+    """The fusions ``"all"`` means: every row that keeps numerics, in table order.
+
+    >>> "fast_gelu" in default_fusions()
+    False
+    """
+    return tuple(f.name for f in _ROWS if not f.changes_numerics)
+
+
+def triton_fusions() -> tuple[str, ...]:
+    """The fusions whose op has a Triton kernel (`ascend_kernels.triton.KERNELS`), in table order.
+
+    >>> triton_fusions()
+    ('rms_norm', 'rope', 'adaln', 'mul_add')
+    """
+    from ascend_kernels.triton import KERNELS  # lazy: imports torch
+
+    return tuple(f.name for f in _ROWS if f.op in KERNELS)

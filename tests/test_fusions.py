@@ -1,0 +1,63 @@
+"""The fusion table (diffusers_ascend/fusions.py) agrees with the op files, the pass files, the
+Triton kernel files and every name that lists fusions."""
+
+from __future__ import annotations
+
+import pathlib
+import pkgutil
+
+import torch
+
+import ascend_kernels
+from ascend_kernels import triton as triton_kernels
+from diffusers_ascend import config, fusions
+from diffusers_ascend.compilation import passes
+from diffusers_ascend.compilation.passes.base import FusionPass
+
+# Modules of compilation/passes that are machinery, not one fusion's pass.
+PASS_MACHINERY = {"base", "manager", "normalize"}
+
+
+def test_every_row_op_is_registered_and_every_op_has_a_row():
+    ops = {row.op for row in fusions.TABLE.values()}
+    assert ops == set(ascend_kernels.OPS)
+    for op in ops:
+        assert hasattr(torch.ops.ascend_kernels, op)
+
+
+def test_ops_are_the_op_files_registrations():
+    # every op is defined by the native provider of a module of ascend_kernels/ops, and each such
+    # module defines at least one
+    modules = {m.name for m in pkgutil.iter_modules(ascend_kernels.ops.__path__) if not m.name.startswith("_")}
+    defined_in = {op: ascend_kernels.registry._REGISTRY[op]["native"].impl.__module__ for op in ascend_kernels.OPS}
+    assert {m.rpartition(".")[2] for m in defined_in.values()} == modules
+    assert all(m.startswith("ascend_kernels.ops.") for m in defined_in.values())
+
+
+def test_every_row_has_its_pass_and_every_pass_file_a_row():
+    files = {p.stem for p in pathlib.Path(passes.__file__).parent.glob("*.py")} - PASS_MACHINERY - {"__init__"}
+    assert {row.pass_class.split(":")[0] for row in fusions.TABLE.values()} == files
+    for name in fusions.FUSIONS:
+        cls = passes.get_pass_class(name)
+        assert issubclass(cls, FusionPass) and cls.fusion == name
+
+
+def test_every_consumer_reads_the_table_order():
+    assert config.FUSIONS is fusions.FUSIONS and config.FUSION_TO_OP is fusions.FUSION_TO_OP
+    assert passes.PASS_ORDER == fusions.FUSIONS == tuple(passes.FUSION_PASSES)
+    order = fusions.FUSIONS
+    assert order[-1] == "mul_add"  # the greedy residual gate last
+    assert order.index("swiglu") < order.index("mul_add")
+    assert order.index("fast_gelu") < order.index("gelu_tanh")
+    kept = fusions.default_fusions()
+    assert config.AscendConfig(fusions=list(reversed(kept))).fusions == kept == tuple(f for f in order if f in kept)
+    assert config.AscendConfig(fusions="all").resolved_fusions("cpu") == fusions.default_fusions()
+    assert "fast_gelu" not in fusions.default_fusions()
+
+
+def test_triton_kernels_come_from_their_files():
+    kernel_files = {p.stem for p in pathlib.Path(triton_kernels.__file__).parent.glob("*.py")
+                    if not p.stem.startswith("_")} - {"limits", "measurements"}
+    assert {module for module, _, _ in triton_kernels.KERNELS.values()} == kernel_files
+    assert set(triton_kernels.KERNELS) <= set(ascend_kernels.OPS)
+    assert fusions.triton_fusions() == tuple(f for f in fusions.FUSIONS if fusions.FUSION_TO_OP[f] in triton_kernels.KERNELS)
