@@ -5,8 +5,8 @@ benchmarks and the tests read it. A new fusion is its op file, its pass file and
 >>> from diffusers_ascend.fusions import FUSIONS, TABLE
 >>> TABLE["adaln"].op
 'adaln_modulate'
->>> FUSIONS[-1]
-'mul_add'
+>>> FUSIONS[-1], PASS_ORDER[-1]
+('swiglu', 'mul_add')
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import types
 from dataclasses import dataclass
 
-__all__ = ["FUSIONS", "FUSION_TO_OP", "Fusion", "TABLE", "default_fusions", "triton_fusions"]
+__all__ = ["FUSIONS", "FUSION_TO_OP", "PASS_ORDER", "Fusion", "TABLE", "default_fusions", "triton_fusions"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,7 @@ class Fusion:
         op: the ``torch.ops.ascend_kernels`` op its pass substitutes.
         pass_class: ``"module:Class"`` of its `FusionPass` in `diffusers_ascend.compilation.passes`
             (imported on first use: the passes import Inductor).
+        runs: the pass's place in `PASS_ORDER` (lower runs first).
         changes_numerics: the op computes something other than the code it replaces; such a
             fusion applies only when named, never under ``"all"`` or ``"auto"``.
     """
@@ -33,26 +34,28 @@ class Fusion:
     name: str
     op: str
     pass_class: str
+    runs: int
     changes_numerics: bool = False
 
 
-# Row order is the order the passes run in, and the canonical order of a config's fusion list.
-# It matters where two patterns overlap: fast_gelu before gelu_tanh (the explicit approximation
-# wins), swiglu before mul_add (``silu(a) * b + c`` is a SwiGLU feeding an add, not a residual
-# gate), and the greedy mul_add last.
+# Row order is `FUSIONS`, the public order configs store fusion lists in (so their cache keys stay
+# put when a row is added). ``runs`` orders the passes where patterns overlap: fast_gelu before
+# gelu_tanh (the explicit approximation wins), swiglu before mul_add (``silu(a) * b + c`` is a SwiGLU
+# feeding an add, not a residual gate), and the greedy mul_add last.
 _ROWS = (
-    Fusion("rms_norm", "rms_norm", "rms_norm:RMSNormFusionPass"),
-    Fusion("rope", "rope", "rope:RopeFusionPass"),
-    Fusion("fast_gelu", "fast_gelu", "gelu:FastGeluFusionPass", changes_numerics=True),
-    Fusion("gelu_tanh", "gelu_tanh", "gelu:GeluTanhFusionPass"),
-    Fusion("adaln", "adaln_modulate", "adaln:AdaLNFusionPass"),
-    Fusion("swiglu", "swiglu", "swiglu:SwiGLUFusionPass"),
-    Fusion("mul_add", "mul_add", "mul_add:MulAddFusionPass"),
+    Fusion("rms_norm", "rms_norm", "rms_norm:RMSNormFusionPass", runs=0),
+    Fusion("rope", "rope", "rope:RopeFusionPass", runs=1),
+    Fusion("gelu_tanh", "gelu_tanh", "gelu:GeluTanhFusionPass", runs=3),
+    Fusion("fast_gelu", "fast_gelu", "gelu:FastGeluFusionPass", runs=2, changes_numerics=True),
+    Fusion("adaln", "adaln_modulate", "adaln:AdaLNFusionPass", runs=4),
+    Fusion("mul_add", "mul_add", "mul_add:MulAddFusionPass", runs=6),
+    Fusion("swiglu", "swiglu", "swiglu:SwiGLUFusionPass", runs=5),
 )
 
 TABLE: types.MappingProxyType = types.MappingProxyType({f.name: f for f in _ROWS})
 FUSIONS: tuple[str, ...] = tuple(TABLE)
 FUSION_TO_OP: types.MappingProxyType = types.MappingProxyType({f.name: f.op for f in _ROWS})
+PASS_ORDER: tuple[str, ...] = tuple(f.name for f in sorted(_ROWS, key=lambda f: f.runs))
 
 
 def default_fusions() -> tuple[str, ...]:

@@ -12,7 +12,7 @@ import pytest
 from diffusers_ascend.config import CONFIG_NAME, CONFIG_VERSION, FUSION_TO_OP, FUSIONS, AscendConfig
 from diffusers_ascend.platform import override_platform
 
-NON_NUMERIC = ("rms_norm", "rope", "gelu_tanh", "adaln", "swiglu", "mul_add")
+NON_NUMERIC = ("rms_norm", "rope", "gelu_tanh", "adaln", "mul_add", "swiglu")
 
 
 # ----------------------------------------------------------------------------- validation
@@ -89,7 +89,7 @@ def test_resolved_fusions_per_platform():
     auto = AscendConfig()
     # From the registry: torch_npu/aclnn kernels for rms_norm, rope, mul_add (addcmul), swiglu;
     # adaLN only with MindIE SD (not installed here); gelu_tanh is already one kernel unfused on NPU.
-    npu_auto = ("rms_norm", "rope", "swiglu", "mul_add")
+    npu_auto = ("rms_norm", "rope", "mul_add", "swiglu")
     assert auto.resolved_fusions("npu") == npu_auto
     assert auto.resolved_fusions("cpu") == ()
     from ascend_kernels.registry import available_providers
@@ -260,7 +260,7 @@ def test_auto_picks_up_a_triton_kernel_where_it_runs(monkeypatch):
     monkeypatch.setattr(tri, "triton_available", lambda: True)
     monkeypatch.setattr(tri, "triton_ascend_available", lambda: True)
     auto = AscendConfig()
-    assert auto.resolved_fusions("npu") == ("rms_norm", "rope", "adaln", "swiglu", "mul_add")
+    assert auto.resolved_fusions("npu") == ("rms_norm", "rope", "adaln", "mul_add", "swiglu")
     # On CUDA only kernels measured faster than Inductor's code for their composite: none recorded.
     assert auto.resolved_fusions("cuda") == ()
     faster = measurements.Measurement("adaln_modulate", "cuda", "NVIDIA H100 80GB HBM3", "flux_img", "bf16",

@@ -428,9 +428,9 @@ def test_auto_on_npu_is_derived_from_the_registry(torch_npu):
     from diffusers_ascend.config import AscendConfig
 
     auto = AscendConfig()
-    assert auto.resolved_fusions("npu") == ("rms_norm", "rope", "swiglu", "mul_add")  # not gelu_tanh
+    assert auto.resolved_fusions("npu") == ("rms_norm", "rope", "mul_add", "swiglu")  # not gelu_tanh
     with mindiesd_standin():
-        assert auto.resolved_fusions("npu") == ("rms_norm", "rope", "adaln", "swiglu", "mul_add")
+        assert auto.resolved_fusions("npu") == ("rms_norm", "rope", "adaln", "mul_add", "swiglu")
     assert AscendConfig(fusions=["gelu_tanh"]).resolved_fusions("npu") == ("gelu_tanh",)  # by name
 
 
@@ -475,7 +475,7 @@ def test_env_shows_each_provider_and_why(torch_npu, capsys, monkeypatch):
     assert "not in fusions='auto'" in why["gelu_tanh"] and "aclnnGelu" in why["gelu_tanh"]
     assert why["adaln_modulate"].startswith("torch.ops.mindiesd.adaln") and why["mul_add"].startswith("torch.addcmul")
     assert why["swiglu"].startswith("torch_npu.npu_swiglu (aclnnSwiGlu")
-    assert info["auto_fusions"] == ["rms_norm", "rope", "adaln", "swiglu", "mul_add"]
+    assert info["auto_fusions"] == ["rms_norm", "rope", "adaln", "mul_add", "swiglu"]
     assert "  rope                  npu     torch_npu.npu_rotary_mul" in text and "torch_npu failed" not in text
     assert info["mindiesd"] == "installed: torch.ops.mindiesd.adaln registered"
 

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import importlib
 
-from ...fusions import TABLE
+from ...fusions import PASS_ORDER, TABLE
 
 __all__ = ["FUSION_PASSES", "PASS_ORDER", "get_pass_class", "ordered_fusions"]
 
-# fusion name -> "module:class" (imported lazily), in the order the passes run (the table's).
-FUSION_PASSES: dict[str, str] = {name: row.pass_class for name, row in TABLE.items()}
-PASS_ORDER: tuple[str, ...] = tuple(FUSION_PASSES)
+# fusion name -> "module:class" (imported lazily), in the order the passes run.
+FUSION_PASSES: dict[str, str] = {name: TABLE[name].pass_class for name in PASS_ORDER}
 
 
 def get_pass_class(fusion: str):
