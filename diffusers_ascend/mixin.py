@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-import sys
 import threading
 import warnings
 import weakref
@@ -127,13 +126,9 @@ def _models(obj) -> list[tuple[str, torch.nn.Module]]:
 
 def _unwrapped(obj):
     """`obj` without the ``OptimizedModule``s that ``torch.compile(module)`` wraps it in."""
-    if "torch._dynamo" not in sys.modules:  # nothing was compiled: no wrapper exists
-        return obj
-    from torch._dynamo.eval_frame import OptimizedModule
+    from .compilation._compat import unwrap_compiled_module
 
-    while isinstance(obj, OptimizedModule):
-        obj = obj._orig_mod
-    return obj
+    return unwrap_compiled_module(obj)
 
 
 def _outer_compiled(obj) -> set[str]:

@@ -134,7 +134,7 @@ def run(tiny: bool = False, variants: Sequence[str] | None = None) -> dict[str, 
         eager_ms = None
         for name in names:
             fusions, providers, capture = chosen[name]
-            torch._dynamo.reset()
+            torch.compiler.reset()
             try:
                 row = _measure(block, inputs, ref, fusions, providers, capture, device_type, warmup, runs)
             except Exception as e:  # noqa: BLE001  (reported in the row; the command exits 1)
@@ -147,7 +147,7 @@ def run(tiny: bool = False, variants: Sequence[str] | None = None) -> dict[str, 
             if r["block"] == block_name:
                 r["vs_inductor"] = r["median_ms"] / inductor if inductor and r["median_ms"] else None
         del block
-        torch._dynamo.reset()
+        torch.compiler.reset()
     device = torch.cuda.get_device_name(0) if device_type == "cuda" else "cpu"
     return dict(benchmark="blocks", size="tiny" if tiny else "full", dtype=str(dtype).replace("torch.", ""),
                 config=cfg, device=device, machine=machine_info(device_type), rows=rows)

@@ -111,7 +111,7 @@ def run(layers: int = 2, single_layers: int = 4, iters: int = 20, warmup: int = 
             diff = {}
             for name in configs:
                 overrides = CONFIGS[name]
-                torch._dynamo.reset()
+                torch.compiler.reset()
                 if overrides is None:
                     model.compile_repeated_blocks(fullgraph=True)
                 else:
@@ -134,7 +134,7 @@ def run(layers: int = 2, single_layers: int = 4, iters: int = 20, warmup: int = 
                 "max_abs_diff_vs_uncompiled": diff,
                 "ratios": _ratios(ms),
             }
-            torch._dynamo.reset()
+            torch.compiler.reset()
     return result
 
 

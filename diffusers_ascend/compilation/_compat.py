@@ -13,6 +13,7 @@ import contextlib
 import functools
 import inspect
 import re
+import sys
 import warnings
 from typing import Any, Callable, Sequence
 
@@ -567,6 +568,17 @@ def treespec_loads(text: str) -> Any:
     from torch.utils import _pytree
 
     return _pytree.treespec_loads(text)
+
+
+def unwrap_compiled_module(obj: Any) -> Any:
+    """`obj` without the ``OptimizedModule`` wrappers ``torch.compile(module)`` puts around it."""
+    if "torch._dynamo" not in sys.modules:  # nothing was compiled: no wrapper exists
+        return obj
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    while isinstance(obj, OptimizedModule):
+        obj = obj._orig_mod
+    return obj
 
 
 def compile_cache_counters() -> dict[str, int]:
