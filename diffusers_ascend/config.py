@@ -221,7 +221,7 @@ class AscendConfig:
         (`ascend_kernels.registry.auto_provider`). ``graph_capture="graph_only"`` resolves to none.
 
         >>> AscendConfig(fusions="all").resolved_fusions("cpu")
-        ('rms_norm', 'rope', 'gelu_tanh', 'adaln', 'swiglu', 'mul_add')
+        ('rms_norm', 'rope', 'gelu_tanh', 'adaln', 'mul_add', 'swiglu')
         >>> AscendConfig().resolved_fusions("cpu")
         ()
         """
