@@ -1,19 +1,6 @@
-"""Providers of each ``ascend_kernels`` op and the choice among them at call time.
-
-Every op has a ``native`` provider (its PyTorch reference, runs anywhere). Faster providers declare
-where they run (`Provider.supported`, the platform) and which arguments they accept
-(`Provider.supports_args`, the documented shape/dtype limits of the kernel behind them). At each
-call the op asks `select_provider` for the best provider for the input's device and arguments:
-an explicit choice made with `use_providers` (a ``contextvars`` context, so two threads or two
-pipelines never affect each other) or else the first supported one in priority order
-``npu > triton > native``.
-
-The table of providers is static (filled at import from this package's own modules: an op exists
-once its op file registers its ``native`` provider); what varies per call is only the context-local
-choice. `auto_provider` reads the table for
-``fusions="auto"`` (providers flagged `Provider.faster_than_unfused`), `explain` for
-``diffusers-ascend env``.
-"""
+"""Providers of each ``ascend_kernels`` op and the choice among them at call time: the explicit
+`use_providers` choice (context-local), else the first supported one in priority order
+``npu > triton > native`` (``native``, the PyTorch reference, runs anywhere)."""
 
 from __future__ import annotations
 
@@ -62,36 +49,21 @@ class Provider:
         op: the op name (one of `OPS`).
         name: the provider name (``"native"``, ``"npu"``, ``"triton"``).
         impl: callable with the op's exact signature; must return a new tensor (no aliasing).
-        runs_on: ``(device_type) -> bool``, the device types (``tensor.device.type``) it runs on.
-        available: platform check with no arguments (e.g. "torch_npu importable"); evaluated at
-            call time, so importing `ascend_kernels` never imports the backing package.
+        runs_on: ``(device_type) -> bool``, the device types it runs on.
+        available: ``() -> bool`` platform check, evaluated at call time so that importing
+            `ascend_kernels` never imports the backing package.
         supports_args: ``(*op_args) -> bool``, the kernel's documented shape/dtype limits.
-        faster_than_unfused: whether a call through this provider beats the unfused aten ops it
-            replaces on its devices (fewer kernels launched, less memory traffic): what
-            ``fusions="auto"`` needs before it turns the fusion on. False for a provider that
-            removes nothing, e.g. ``npu_gelu`` for ``gelu_tanh`` (the unfused
-            ``aten.gelu(approximate="tanh")`` is already one kernel on NPU). A ``() -> bool``
-            when it depends on the installed stack (e.g. the torch_npu build runs the layout
-            Flux/Wan use); evaluated only where the provider is available, else taken as True
-            (the platform's documented default). The ``native`` provider never counts.
-        extras: optional packages the provider needs besides its device runtime (e.g.
-            ``("mindiesd",)``); ``fusions="auto"`` resolved for a platform this process does not
-            run on still requires them to be installed here.
-        describe: optional ``() -> str``: which kernel the provider calls and what the installed
-            stack offers (torch_npu schema, SoC, compile mode), shown by ``diffusers-ascend env``.
-        compiler_op: optional ``(device_type) -> OpOverload | None``: the provider's kernel as an op
-            that a compiler traces into (a ``torch.library.triton_op``, same schema as the op), or
-            None on a device type where there is none. The inductor executor binds a node whose
-            provider has one to it, so that Inductor launches the kernel from its own generated
-            code instead of calling the op through the dispatcher and this registry.
-        capturable: ``(*op_args) -> bool``: whether the kernel this call would launch can be
-            captured in a device graph (NPU graphs capture aclnn kernels only, not the ``acl_op``
-            fallbacks some torch_npu ops take). Inside `capturing` a provider that says False is
-            skipped for the next one (``native``: plain aten ops).
-        opt_in: optional ``(device_type) -> str | None``: for a provider that can run on
-            ``device_type`` but whose ``runs_on`` declines it unless chosen with `use_providers`
-            (a policy, not an inability), why it is not picked by default there; None where it
-            cannot run. `explain` shows it, so a host is not told that no kernel runs on it.
+        faster_than_unfused: it beats the unfused aten ops it replaces (``fusions="auto"`` needs
+            this); a ``() -> bool`` when that depends on the installed stack (checked only where
+            available). The ``native`` provider never counts.
+        extras: packages it needs besides its device runtime (e.g. ``("mindiesd",)``).
+        describe: ``() -> str``: the kernel it calls, shown by ``diffusers-ascend env``.
+        compiler_op: ``(device_type) -> OpOverload | None``: its kernel as an op Inductor traces into
+            and launches from its own code (a ``torch.library.triton_op``).
+        capturable: ``(*op_args) -> bool``: the call's kernel can be captured in a device graph (NPU
+            graphs capture aclnn kernels only); inside `capturing` one that says False is skipped.
+        opt_in: ``(device_type) -> str | None``: why a provider that could run there is picked only
+            through `use_providers` (a policy); `explain` shows it.
     """
 
     op: str
@@ -122,13 +94,12 @@ _REGISTRY: dict[str, dict[str, Provider]] = {}
 
 
 def __getattr__(name: str):
-    # `OPS`: the ops the op files registered, read when asked (they register as ``ops/`` is imported).
+    # `OPS` is read when asked: the op files register as ``ops/`` is imported.
     if name == "OPS":
         return tuple(_REGISTRY)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-# Set while a device graph is warmed up and captured (`capturing`): providers whose kernel cannot
-# be captured are skipped.
+# Set while a device graph is warmed up and captured (`capturing`).
 _CAPTURING: contextvars.ContextVar[bool] = contextvars.ContextVar("ascend_kernels_capturing", default=False)
 
 # op -> provider name chosen explicitly by `use_providers` in the current context.
@@ -138,8 +109,7 @@ _CHOICE: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
 
 
 def register_provider(provider: Provider) -> Provider:
-    """Adds ``provider`` to the table (used by this package's op and provider modules); a
-    ``native`` provider defines its op.
+    """Adds ``provider`` to the table; a ``native`` provider defines its op.
 
     Raises:
         ValueError: unknown op, or a provider of that name already registered for the op.
@@ -175,7 +145,6 @@ def available_providers(op: str, device_type: str) -> list[str]:
         list of provider names; always ends with ``"native"``.
 
     Example:
-        >>> from ascend_kernels.registry import available_providers
         >>> available_providers("rms_norm", "cpu")
         ['native']
     """
@@ -183,8 +152,7 @@ def available_providers(op: str, device_type: str) -> list[str]:
 
 
 def _extras_installed(p: Provider) -> bool:
-    # Installed means importable: MindIE SD's op plugin is built for some torch releases only and
-    # raises at import on the others, which must not turn its fusion on for "auto".
+    # Installed means importable: MindIE SD's plugin raises at import on torch releases it was not built for.
     return all(sys.modules.get(name) is not None or _imports(name) for name in p.extras)
 
 
@@ -202,18 +170,14 @@ def _imports(name: str) -> bool:
 def auto_provider(op: str, platform: str) -> Provider | None:
     """The provider that makes ``fusions="auto"`` turn on the fusion of ``op`` on ``platform``.
 
-    That is the best non-native provider that runs on ``platform``, is `Provider.faster_than_unfused`
-    and is available: on this machine when it runs here, else (resolving ``"auto"`` for another
-    platform, e.g. ``override_platform("npu")`` on a CPU machine) the platform's own provider
-    (``npu`` on ``"npu"``: it exists wherever the platform does) with its `Provider.extras`
-    installed here. None when there is none: ``"auto"`` leaves the fusion out.
+    The best non-native, `Provider.faster_than_unfused` provider that runs on ``platform`` and is
+    available here, or (for another platform) is that platform's own with its extras installed.
 
     Args:
         op: an op name of `OPS`.
         platform: ``"npu"``, ``"cuda"`` or ``"cpu"``.
 
     Example:
-        >>> from ascend_kernels.registry import auto_provider
         >>> auto_provider("rms_norm", "cpu") is None
         True
     """
@@ -228,12 +192,9 @@ def auto_provider(op: str, platform: str) -> Provider | None:
 def explain(op: str, device_type: str) -> tuple[str, str]:
     """``(provider name, why)``: the provider a typical call of ``op`` on ``device_type`` uses here.
 
-    "Typical" means arguments inside every provider's `Provider.supports_args`; a call outside
-    them falls back to the next provider. The reason names the kernel (from `Provider.describe`)
-    and says when the provider is not one ``fusions="auto"`` relies on.
+    "Typical": arguments inside every provider's `Provider.supports_args`.
 
     Example:
-        >>> from ascend_kernels.registry import explain
         >>> explain("rms_norm", "cpu")[0]
         'native'
     """
@@ -263,9 +224,8 @@ def explain(op: str, device_type: str) -> tuple[str, str]:
 def use_providers(**choice: str) -> Iterator[None]:
     """Chooses providers explicitly for the calls made inside the ``with`` block.
 
-    The choice is context-local (``contextvars``): it does not leak to other threads or to code
-    outside the block, and nested blocks extend the outer choice. A chosen provider that cannot
-    run the call (wrong device, unsupported arguments) raises instead of silently falling back.
+    Context-local (nested blocks extend the outer choice). A chosen provider that cannot run a
+    call raises instead of falling back.
 
     Args:
         **choice: ``op_name=provider_name``, e.g. ``rms_norm="native"``.
@@ -274,8 +234,7 @@ def use_providers(**choice: str) -> Iterator[None]:
         ValueError: unknown op or provider name (the message lists the valid ones).
 
     Example:
-        >>> import torch, ascend_kernels
-        >>> from ascend_kernels.registry import use_providers
+        >>> import ascend_kernels
         >>> with use_providers(rms_norm="native"):
         ...     y = torch.ops.ascend_kernels.rms_norm(torch.randn(2, 8), None, 1e-6)
     """
@@ -293,12 +252,11 @@ def use_providers(**choice: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def capturing() -> Iterator[None]:
-    """Marks the calls inside the ``with`` block as running under device-graph capture (context-local):
-    each op then picks a provider whose `Provider.capturable` accepts the call.
+    """Marks the calls inside the ``with`` block as under device-graph capture (context-local): each
+    op then picks a provider whose `Provider.capturable` accepts the call.
 
     Example:
-        >>> import torch, ascend_kernels
-        >>> from ascend_kernels.registry import capturing
+        >>> import ascend_kernels
         >>> with capturing():
         ...     y = torch.ops.ascend_kernels.rms_norm(torch.randn(2, 8), None, 1e-6)
     """
@@ -317,8 +275,8 @@ def _device_type(args: tuple) -> str:
 
 
 def select_provider(op: str, *args: Any) -> Provider:
-    """The provider that runs ``op(*args)``: the explicit `use_providers` choice, else the best
-    supported one for the device of the first tensor argument and these arguments.
+    """The provider that runs ``op(*args)``: the `use_providers` choice, else the best supported
+    one for the first tensor's device and these arguments.
 
     Raises:
         RuntimeError: the explicitly chosen provider cannot run this call.

@@ -1,12 +1,8 @@
-"""The fusion table, one row per fusion: config validation, the passes and their order, the
-benchmarks and the tests read it. A new fusion is its op file, its pass file and one row
-(docs/how-fusion-works.md).
+"""The fusion table that config, passes, benchmarks and tests read: a new fusion is its op file,
+its pass file and one row (docs/how-fusion-works.md).
 
->>> from diffusers_ascend.fusions import FUSIONS, TABLE
->>> TABLE["adaln"].op
-'adaln_modulate'
->>> FUSIONS[-1], PASS_ORDER[-1]
-('swiglu', 'mul_add')
+>>> TABLE["adaln"].op, FUSIONS[-1], PASS_ORDER[-1]
+('adaln_modulate', 'swiglu', 'mul_add')
 """
 
 from __future__ import annotations
@@ -22,13 +18,11 @@ class Fusion:
     """One fusion.
 
     Args:
-        name: the name configs use (``AscendConfig(fusions=[name])``).
+        name: the name configs use.
         op: the ``torch.ops.ascend_kernels`` op its pass substitutes.
-        pass_class: ``"module:Class"`` of its `FusionPass` in `diffusers_ascend.compilation.passes`
-            (imported on first use: the passes import Inductor).
+        pass_class: ``"module:Class"`` of its `FusionPass` in `diffusers_ascend.compilation.passes`.
         runs: the pass's place in `PASS_ORDER` (lower runs first).
-        changes_numerics: the op computes something other than the code it replaces; such a
-            fusion applies only when named, never under ``"all"`` or ``"auto"``.
+        changes_numerics: the op is not exact; it applies only when named, never under "all"/"auto".
     """
 
     name: str
@@ -38,10 +32,9 @@ class Fusion:
     changes_numerics: bool = False
 
 
-# Row order is `FUSIONS`, the public order configs store fusion lists in (so their cache keys stay
-# put when a row is added). ``runs`` orders the passes where patterns overlap: fast_gelu before
-# gelu_tanh (the explicit approximation wins), swiglu before mul_add (``silu(a) * b + c`` is a SwiGLU
-# feeding an add, not a residual gate), and the greedy mul_add last.
+# Rows in the public `FUSIONS` order (stored configs keep their cache keys). ``runs`` orders
+# overlapping patterns: fast_gelu before gelu_tanh, swiglu before mul_add (``silu(a) * b + c`` is a
+# SwiGLU feeding an add), the greedy mul_add last.
 _ROWS = (
     Fusion("rms_norm", "rms_norm", "rms_norm:RMSNormFusionPass", runs=0),
     Fusion("rope", "rope", "rope:RopeFusionPass", runs=1),

@@ -1,25 +1,6 @@
-"""Fused layers swapped into diffusers models: RMSNorm (torch's and diffusers' classes) and GELU-tanh.
-
-A swap changes only the class of an existing object (``module.__class__ = Fused...``), never the
-object: parameters, buffers, hooks (accelerate offload, diffusers hooks, PEFT/LoRA children)
-and state-dict keys stay exactly as they were, and `restore` puts the original class back. The
-fused classes subclass the diffusers/torch classes they replace, so ``isinstance`` checks in
-diffusers keep working.
-
-These swaps are the only acceleration under ``compile="none"``; under compilation they put the
-fused op straight into the traced graph (the fusion passes then find nothing left to match for
-that fusion, and `FusionReport.swaps` records the modules instead).
-
-Which class is swapped for what lives in one table, `SWAPS`, keyed by class name. Only
-model-independent modules live here; family-specific swaps (Flux's and Wan's attention processors
-with fused RoPE) are declared by the model adapters (`diffusers_ascend.adapters`, `Adapter.swaps`),
-and the enable path passes them to `apply_swaps`: this module never imports the adapters.
-
-Every fused class is a module attribute (``diffusers_ascend.layers.FusedGELU``, the adapters'
-processors in their adapter module), so an enabled model pickles and ``torch.save``s. Those
-subclassing diffusers classes are built on first access (module ``__getattr__``): importing this
-module does not import diffusers models.
-"""
+"""Fused layers swapped into diffusers models (RMSNorm, GELU-tanh) and the swap mechanism: a swap
+changes only an object's class, so parameters, hooks and state-dict keys stay as they were
+(docs/how-fusion-works.md#layer-swaps-vs-graph-passes)."""
 
 from __future__ import annotations
 
@@ -52,7 +33,6 @@ def _ops():
     return torch.ops.ascend_kernels
 
 
-# -- modules -------------------------------------------------------------------------------------
 class FusedRMSNorm(torch.nn.RMSNorm):
     """`torch.nn.RMSNorm` computed by ``ascend_kernels.rms_norm`` (fp32 inside, output in x's dtype).
 
@@ -113,13 +93,9 @@ def _fused_diffusers_rms_norm_class():
     from diffusers.models.normalization import RMSNorm
 
     class FusedDiffusersRMSNorm(RMSNorm):
-        """diffusers' `RMSNorm` computed by ``ascend_kernels.rms_norm``, with the output dtype of
-        the stock class: the weight's when it is fp16/bf16, else fp32 promoted with the weight's
-        (weightless: the input's). The op computes in fp32 like the stock class; the one
-        difference is that the weight multiplies before the single cast (the stock class rounds
-        to the weight's low-precision dtype first), which is never less precise.
-        Modules with a bias, or normalizing more than the last dimension, run the stock code.
-        """
+        """diffusers' `RMSNorm` computed by ``ascend_kernels.rms_norm`` with the stock output dtype
+        (the weight multiplies before the single cast: never less precise). Modules with a bias,
+        or normalizing more than the last dimension, run the stock code."""
 
         def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
             if self.bias is not None or len(self.dim) != 1:
@@ -136,7 +112,6 @@ def _fused_diffusers_rms_norm_class():
     return FusedDiffusersRMSNorm
 
 
-# -- the swap table ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Swap:
     """One swap: objects whose class is named `source` (exactly, not subclasses) get `target()`.
@@ -181,8 +156,7 @@ _LAZY_CLASSES: dict[str, Callable[[], type]] = {
 
 
 def _cached(factory: Callable[[], type]) -> type:
-    # The diffusers-based classes are built once per process so Dynamo sees one class per swap,
-    # and published as module attributes so pickle finds them by name (`module.qualname`).
+    # Built once per process (Dynamo sees one class per swap), published so pickle finds them.
     if factory not in _CLASS_CACHE:
         cls = _CLASS_CACHE[factory] = factory()
         if _LAZY_CLASSES.get(cls.__name__) is factory:
@@ -192,8 +166,7 @@ def _cached(factory: Callable[[], type]) -> type:
 
 
 def __getattr__(name: str) -> type:
-    # PEP 562: builds a diffusers-based fused class on first access (unpickling an enabled model
-    # in a fresh process lands here).
+    # PEP 562: builds a diffusers-based class on first access (also when unpickling a model).
     if name in _LAZY_CLASSES:
         return _cached(_LAZY_CLASSES[name])
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -211,24 +184,20 @@ def apply_swaps(model: torch.nn.Module, fusions: Iterable[str],
                 skipped: list[tuple[str, str, str]] | None = None,
                 extra: Iterable[Swap] = ()) -> tuple[list[tuple[object, type]], dict[str, int]]:
     """Swaps the fused classes into `model` for every enabled fusion that has a swap: `SWAPS`,
-    then `extra` (matched by exact class name, so a family's swap only ever meets that family's
-    objects).
+    then `extra`, matched by exact class name.
 
     Args:
         model: a diffusers model or block (every submodule and attention processor is considered).
         fusions: the resolved fusion names (``AscendConfig.resolved_fusions()``).
-        skipped: if a list, gets ``(fusion, name, class name, patch)`` for each object left
-            unswapped because its swap would be counted and never run: an instance ``forward``
-            (``patch`` None; a hook such as leaf-level group offloading calls the original
-            class's forward), or a method the fused class overrides was patched in from another
-            file (``patch`` says which, e.g. cache-dit's async Ulysses ``__call__``).
+        skipped: if a list, gets ``(fusion, name, class name, patch)`` for each object whose swap
+            would never run: it has an instance ``forward`` (``patch`` None; e.g. group offloading)
+            or a method patched in from another file (``patch`` says which).
         extra: family-specific swaps, given by the caller that knows the adapters
             (`diffusers_ascend.adapters.registry.adapter_swaps`).
 
     Returns:
-        ``(undo, counts)``: the list of ``(object, original class)`` that `restore_swaps` takes, and
-        swaps per fusion for `FusionReport.record_swaps`. On any exception every swap made so
-        far is undone before it propagates.
+        ``(undo, counts)``: the ``(object, original class)`` list `restore_swaps` takes, and swaps
+        per fusion. On an exception every swap made so far is undone first.
 
     >>> from diffusers_ascend.tiny import tiny_flux_transformer
     >>> undo, counts = apply_swaps(tiny_flux_transformer(), ["rms_norm", "gelu_tanh"])
@@ -268,7 +237,7 @@ def apply_swaps(model: torch.nn.Module, fusions: Iterable[str],
                 counts[name] = counts.get(name, 0) + 1
                 break
     except BaseException:
-        # All or nothing: the caller never sees a half-swapped model it has no undo list for.
+        # All or nothing: the caller has no undo list for a half-swapped model.
         restore_swaps(undo)
         raise
     return undo, counts

@@ -1,12 +1,5 @@
 """`enable_ascend_compile` / `disable_ascend_compile` / `ascend_report` for diffusers pipelines and models.
-
-Per-object state lives on the object (`_ascend_state`); nothing here is process-global except
-`torch._dynamo.config.recompile_limit`, which dynamo itself keeps process-wide: it is raised
-while an enabled model needs it and restored when the last one is disabled (see `_hold_recompile_limit`).
-
-Enable is all-or-nothing: a failure at any step (layer swaps, attention backend, compile setup,
-config registration) leaves the object and the process-wide dynamo settings as they were.
-"""
+State lives on the object; enable is all-or-nothing (docs/configuration.md#enable-is-all-or-nothing)."""
 
 from __future__ import annotations
 
@@ -22,8 +15,7 @@ import torch
 
 ASCEND_CONFIG_KEY = "_ascend_config"
 _DYNAMO_DEFAULT_RECOMPILE_LIMIT = 8
-# Set while a pipeline loads its components, so each model's from_pretrained does not apply the
-# config a second time (the pipeline applies it once at the end).
+# Set while a pipeline loads its components: the pipeline applies the config once, at the end.
 _LOADING_PIPELINE = contextvars.ContextVar("diffusers_ascend_loading_pipeline", default=False)
 
 
@@ -46,11 +38,8 @@ class _State:
         self.packages_passed_on = 0  # calls of a packaged class that no package took
 
     def __getstate__(self):
-        # Pickling an enabled model (pickle, torch.save) keeps the config, the layer swaps (the
-        # fused classes are importable by name) and the attention backends, so the loaded model
-        # computes the same and `disable_ascend_compile` restores it. Like torch's own in-place
-        # `Module.compile()` (whose __getstate__ drops `_compiled_call_impl`), compilation does
-        # not travel: the loaded model runs its blocks uncompiled until enabled again.
+        # A pickled model keeps its config, swaps and attention backends; like torch's in-place
+        # `Module.compile()`, compilation does not travel (blocks run uncompiled until enabled again).
         state = dict(self.__dict__)
         state["backend"] = None
         state["compiled"] = []
@@ -64,15 +53,10 @@ class _Backends:
     """The backends a model was enabled with, one per (config, platform), kept across
     enable/disable on the model (``model.__dict__["_ascend_backends"]``).
 
-    Dynamo keeps every compiled graph of a block class in the cache of the class's ``forward``
-    code object, guarded by the backend's identity, and keeps each backend alive (its
-    ``cached_backends``) until dynamo's reset (``torch.compiler.reset()``). A new backend per enable would add
-    entries every enable/disable cycle until the recompile limit, after which dynamo runs the
-    blocks eager without a word (and memory grows with every backend). Enabling again with an
-    equal config reuses the backend, so dynamo's entries hit and its report still lists the
-    graphs that run. Each entry also keeps the call signatures recorded for `save_ascend_cache`:
-    a call that hits dynamo's cache compiles nothing and records nothing again; and the dynamo
-    wrapper of each compiled module.
+    Dynamo guards compiled graphs on the backend's identity and keeps every backend until
+    ``torch.compiler.reset()``: a new backend per enable would add entries every cycle until the
+    recompile limit, after which dynamo silently runs eager. Each entry also keeps the recorded
+    call signatures (a cache hit records nothing again) and the dynamo wrapper of each module.
 
     Not pickled or deep-copied (a copy is another module: it compiles its own graphs).
     """
@@ -82,8 +66,7 @@ class _Backends:
 
     def get(self, cfg, verify: bool):
         """``(backend, signatures, wrappers)`` for `cfg` on the current platform: the ones made
-        before unless dynamo was reset since (its graphs are gone: a fresh backend reports the
-        recompiles). ``wrappers``: the dynamo wrapper of each compiled module (`_compile_in_place`)."""
+        before unless dynamo was reset since (its graphs are gone)."""
         from .compilation import AscendBackend
         from .platform import current_platform
 
@@ -150,12 +133,8 @@ def _set_config_key(obj, value) -> None:
     obj._internal_dict = FrozenDict(d)
 
 
-# -- dynamo's process-wide recompile limit -----------------------------------------------------------
-# Each enabled model that needs a higher limit holds one (keyed weakly by its `_State`, so a model
-# dropped without disable lets go too). The limit is the largest of the holds and the value found
-# before the first one; when a hold is released it goes back down to that, and to the original
-# value when the last is released. A value someone else set meanwhile is theirs: it becomes the
-# new baseline and is never overwritten on release.
+# Dynamo's process-wide recompile limit: the largest of the holds (weak: a dropped model lets go)
+# and the baseline found before them. A value someone else set meanwhile becomes the new baseline.
 _LIMIT_LOCK = threading.Lock()
 _LIMIT_HOLDS: "weakref.WeakKeyDictionary[_State, int]" = weakref.WeakKeyDictionary()
 _LIMIT = {"baseline": None, "applied": None}
@@ -199,16 +178,15 @@ def _release_recompile_limit(state: _State) -> None:
 def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg, lazy: bool = False) -> None:
     """Like `module.compile(...)` (no `_orig_mod.` keys), with per-module fallback at first call.
 
-    `lazy`: make the dynamo wrapper at the first call that needs it (block packages were loaded,
-    which may take every call: the wrapper's imports, ~0.2 s, are then never paid)."""
+    `lazy`: make the dynamo wrapper at the first call that needs it (loaded block packages may
+    take every call)."""
     from .compilation._compat import TorchCompatError
     from .compilation.backend import compiled_graphs, graph_label, root_cause
     from .warm_start import MISS
     from .warm_start import plain_call as _plain_call
 
     def make():
-        # One dynamo wrapper per module and backend, kept across enable/disable (`_Backends`):
-        # dynamo keeps every wrapper it is handed (``cached_backends``) until torch.compiler.reset().
+        # One dynamo wrapper per module and backend, kept across enable/disable (`_Backends`).
         with _BOOKKEEPING:
             made = state.wrappers.get(id(module))
             if made is None or made[0] is not module:
@@ -469,12 +447,9 @@ def _enable_model(model, cfg, name: str = "", verify: bool = True, lazy_compile:
         state.fallbacks.append({"module": f"{name + '.' if name else ''}<{fusion} swaps>", "reason": reason,
                                 "lost": {fusion: len(mods)}})
     _set_attention(model, cfg, state)
-    # Every block compiled in place shares the code object `Module._call_impl`, hence one dynamo
-    # cache and one recompile budget for all block classes: a Flux model spends 6 of the default 8
-    # entries after one resolution change, and past the limit dynamo silently
-    # runs eager. So under compile="blocks" each block class gets the default budget, plus one
-    # entry per block where dynamo may compile every block instance on its own (torch < 2.8: the
-    # processors are shared below, but a block may reach another per-instance object).
+    # Blocks compiled in place share `Module._call_impl`, hence one recompile budget, past which
+    # dynamo silently runs eager: each block class gets the default, plus one per block where
+    # dynamo may compile every instance on its own (torch < 2.8).
     found, missing = adapter.block_modules(model) if cfg.compile == "blocks" else ([], [])
     per_blocks = None
     from .compilation._compat import compiled_blocks_share_graphs
@@ -590,9 +565,7 @@ def enable_ascend_compile(pipe_or_model, config=None, *, cache=None, trust_remot
     trusted_opt_in(trust_remote_artifacts)  # only the bool True opts in, with or without `cache`
     if cache is not None:  # validated (and refused, for a remote source without opt-in) before anything changes
         loaded = load_ascend_cache(cache, cfg, trust_remote_artifacts=trust_remote_artifacts)
-    # Artifacts that match this process were built by these passes on this torch, which verified
-    # them there: pattern registration (seconds) waits for the first graph that is not in them.
-    # Otherwise a broken engine raises here, before any model is touched.
+    # Matching artifacts were verified when built: pattern registration waits for a graph they lack.
     verify = loaded is None
     if probe is not None and verify:
         probe.ensure_verified()

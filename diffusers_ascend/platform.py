@@ -1,10 +1,5 @@
-"""Which accelerator this process runs on: ``"npu"`` (Ascend via torch_npu), ``"cuda"`` or ``"cpu"``.
-
-Detection is lazy (nothing is imported until first asked) and cached per process: it is a fact
-about the machine, not configuration. A torch_npu that is installed but fails to import is
-reported by `platform_info()` and never raised. Tests can exercise NPU-only branches on any machine
-with `override_platform`, which is context-local (``contextvars``), not process-global.
-"""
+"""Platform facts: which accelerator this process runs on (``"npu"``, ``"cuda"`` or ``"cpu"``,
+detected lazily, once) and what each one defaults to. A new device is added here."""
 
 from __future__ import annotations
 
@@ -35,7 +30,7 @@ _override: contextvars.ContextVar[str | None] = contextvars.ContextVar("diffuser
 
 @functools.lru_cache(maxsize=1)
 def _detect() -> tuple[str, str | None]:
-    """Returns (platform, torch_npu import error or None). Cached: the hardware does not change."""
+    """(platform, torch_npu import error or None)."""
     import torch
 
     npu_error = None
@@ -76,13 +71,11 @@ def current_platform() -> str:
 def override_platform(platform: str) -> Iterator[str]:
     """Makes `current_platform()` return ``platform`` inside the ``with`` block (context-local).
 
-    Meant for tests of platform-dependent decisions (e.g. ``fusions="auto"`` on NPU); it does not
-    make NPU kernels runnable.
+    For tests of platform-dependent decisions; it does not make NPU kernels runnable.
 
     Args:
         platform: one of `PLATFORMS`.
 
-    >>> from diffusers_ascend.platform import current_platform, override_platform
     >>> with override_platform("npu"):
     ...     current_platform()
     'npu'
@@ -101,7 +94,6 @@ def platform_info() -> dict[str, Any]:
         dict with ``platform``, ``detected``, ``overridden``, ``torch_npu_installed``,
         ``torch_npu_error`` (the import error string or None), ``graph_capture_supported``.
 
-    >>> from diffusers_ascend.platform import platform_info
     >>> sorted(platform_info())[:2]
     ['detected', 'graph_capture_supported']
     """
@@ -118,20 +110,16 @@ def platform_info() -> dict[str, Any]:
 
 
 def auto_attention(platform: str | None = None, *, graph_capture: str | None = None, ring: bool = False) -> str | None:
-    """The attention backend ``attention="auto"`` picks: the one place this is decided.
+    """The attention backend ``attention="auto"`` picks (None: the model's own is kept).
 
-    On NPU: ``"npu_fia"`` (``npu_fused_infer_attention_score``) when graph capture is on (diffusers'
-    ``"_native_npu"`` calls ``npu_fusion_attention``, which torch_npu documents as not capturable)
-    or when the model runs ring attention (which needs the log-sum-exp only FIA returns);
-    ``"_native_npu"`` otherwise, until a 910B measurement shows FIA faster there too
-    (tests/kernels/test_npu_hardware.py has the row). Elsewhere None: the model's backend is kept.
+    On NPU ``"npu_fia"`` under graph capture (``npu_fusion_attention``, behind ``"_native_npu"``,
+    cannot be captured) or ring attention (which needs the log-sum-exp only FIA returns).
 
     Args:
         platform: one of `PLATFORMS` (default: current).
         graph_capture: the config's ``graph_capture`` (None when off).
         ring: the model runs diffusers' context parallelism with ``ring_degree > 1``.
 
-    >>> from diffusers_ascend.platform import auto_attention
     >>> auto_attention("npu"), auto_attention("npu", graph_capture="graph_with_compile"), auto_attention("cpu")
     ('_native_npu', 'npu_fia', None)
     """
@@ -141,12 +129,9 @@ def auto_attention(platform: str | None = None, *, graph_capture: str | None = N
 
 
 def default_executor(platform: str | None = None) -> str:
-    """What ``executor="auto"`` runs on ``platform`` (default: current).
+    """What ``executor="auto"`` runs on ``platform`` (default: current): ``"eager"`` on NPU, where
+    Inductor's code runs diffusion models slower (docs/npu-notes.md), ``"inductor"`` elsewhere.
 
-    ``"eager"`` on NPU, where Inductor's default code runs diffusion models slower than eager
-    (docs/npu-notes.md); ``"inductor"`` elsewhere.
-
-    >>> from diffusers_ascend.platform import default_executor
     >>> default_executor("npu"), default_executor("cuda")
     ('eager', 'inductor')
     """
@@ -156,7 +141,6 @@ def default_executor(platform: str | None = None) -> str:
 def graph_capture_supported(platform: str | None = None) -> bool:
     """Whether device graphs (NPUGraph / CUDAGraph) exist on ``platform`` (default: current).
 
-    >>> from diffusers_ascend.platform import graph_capture_supported
     >>> graph_capture_supported("cpu")
     False
     """
@@ -166,7 +150,6 @@ def graph_capture_supported(platform: str | None = None) -> bool:
 def graph_class(platform: str | None = None):
     """The device-graph class of ``platform``: ``torch.npu.NPUGraph``, ``torch.cuda.CUDAGraph`` or None.
 
-    >>> from diffusers_ascend.platform import graph_class
     >>> graph_class("cpu") is None
     True
     """
@@ -186,10 +169,9 @@ class GraphAPI:
 
     Attributes:
         device_type: ``"cuda"`` or ``"npu"``: every tensor a captured graph reads must be there.
-        graph_class: ``torch.cuda.CUDAGraph`` / ``torch.npu.NPUGraph`` (``replay()``, ``reset()``).
-        capture: ``(graph, pool, stream) -> context manager`` capturing the work run inside it:
-            ``torch.cuda.graph(cuda_graph, pool=, stream=)`` / ``torch.npu.graph(npu_graph, pool=, stream=)``.
-        pool_handle: a new memory-pool token (``graph_pool_handle``), shared by one backend's graphs.
+        graph_class: ``torch.cuda.CUDAGraph`` / ``torch.npu.NPUGraph``.
+        capture: ``(graph, pool, stream) -> context manager`` capturing the work run inside it.
+        pool_handle: a new memory-pool token, shared by one backend's graphs.
         new_stream: a side stream for warm-up and capture.
         use_stream: ``stream -> context manager`` making it current.
         current_stream: the current stream (``wait_stream`` joins the side stream to it).
@@ -207,11 +189,8 @@ class GraphAPI:
 def graph_api(platform: str | None = None) -> GraphAPI | None:
     """The device-graph API of ``platform`` (default: current), or None where there is none (CPU).
 
-    NPU: ``torch.npu.graph(npu_graph, pool=None, stream=None, auto_dispatch_capture=False,
-    capture_error_mode="global")`` in torch_npu's ``torch_npu/npu/graphs.py`` (the keyword is
-    ``npu_graph``, not ``cuda_graph``). Nothing is imported or initialised until a capture starts.
+    Nothing is initialised until a capture starts.
 
-    >>> from diffusers_ascend.platform import graph_api
     >>> graph_api("cpu") is None
     True
     """
@@ -231,7 +210,7 @@ def graph_api(platform: str | None = None) -> GraphAPI | None:
     if platform == "npu":
         npu = getattr(torch, "npu", None)
         if npu is None or not hasattr(npu, "NPUGraph"):
-            return None  # torch_npu older than its NPUGraph (2025-03)
+            return None  # a torch_npu without NPUGraph
         return GraphAPI(
             device_type="npu",
             graph_class=npu.NPUGraph,
@@ -247,11 +226,9 @@ def graph_api(platform: str | None = None) -> GraphAPI | None:
 def device_capability(platform: str | None = None) -> str:
     """What compiled code is specific to beyond the architecture, for warm-start cache keys.
 
-    Inductor builds CPU code (C++ kernels, AOTInductor packages and their host side) with
-    ``-march=native``, so ATen's CPU capability and a hash of the CPU's feature flags must both
-    match; on an accelerator, its generation too.
+    Inductor builds CPU code with ``-march=native``, so the CPU's features count as well as the
+    accelerator's generation.
 
-    >>> from diffusers_ascend.platform import device_capability
     >>> device_capability("cpu").startswith("cpu:")
     True
     """
@@ -268,8 +245,7 @@ def device_capability(platform: str | None = None) -> str:
 
 
 def _cpu_features() -> str:
-    """A short hash of the CPU's feature flags (``/proc/cpuinfo``: ``flags`` on x86, ``Features``
-    on Arm), else of the processor name."""
+    """A short hash of the CPU's feature flags (``flags`` on x86, ``Features`` on Arm)."""
     import hashlib
     import platform as host
 

@@ -1,26 +1,5 @@
-"""``triton`` providers: Triton kernels for CUDA GPUs, and for Ascend NPUs through triton-ascend.
-
-Kernels (forward only; the backward of every op stays the native composite, see
-`ascend_kernels.ops._autograd`): ``rms_norm``, ``rope`` (both layouts), ``adaln_modulate`` and
-``mul_add``, one module each in this package. Importing this package imports neither ``triton``
-nor a kernel module: a kernel module is imported on the first call that runs it, and
-`triton_available` / `triton_ascend_available` only look for the installed packages.
-
-Where the provider runs (`Provider.supported`):
-
-- ``npu``: when triton-ascend is installed. The alternative there is the native composite
-  dispatched op by op (torch_npu has no adaLN or multiply-add kernel), which a single kernel
-  replaces.
-- ``cuda``: for an op measured faster than Inductor's own code for the same composite at the
-  model sizes (`ascend_kernels.triton.measurements`: none is yet, on an H100, so today the
-  provider runs on CUDA only when chosen explicitly, ``use_providers(rms_norm="triton")``). On
-  CUDA the alternative to a fused op is not eager but Inductor's fused code, and an opaque op
-  also keeps Inductor from fusing neighbouring pointwise ops into it, so a kernel must be
-  measured before ``fusions="auto"`` (which asks the registry) picks its fusion.
-
-Each provider's ``supports_args`` (`ascend_kernels.triton.limits`) accepts the fp16/bf16/fp32
-calls its kernel handles (rows up to `limits.max_row`, at most 4 dims, row-major strides);
-others fall back to the native provider.
+"""``triton`` providers: forward Triton kernels for Ascend NPUs (through triton-ascend) and, where
+measured faster than Inductor's code, CUDA GPUs (docs/triton.md). Importing this imports no triton.
 
 >>> from ascend_kernels.registry import available_providers
 >>> available_providers("adaln_modulate", "cpu")
@@ -47,9 +26,7 @@ from . import limits, measurements
 
 __all__ = ["DEVICE_TYPES", "KERNELS", "kernel", "planner", "traceable_op", "triton_ascend_available", "triton_available"]
 
-# Device types the kernels can take tensors of. The interpreter tests (tests/triton) widen it to
-# "cpu" under TRITON_INTERPRET=1, as the npu contract tests widen the npu providers' list; nothing
-# else should change it.
+# Device types the kernels take tensors of; only the interpreter tests widen it (to "cpu").
 DEVICE_TYPES: tuple[str, ...] = ("cuda", "npu")
 
 # The modules of this package that hold no kernel.
@@ -57,9 +34,8 @@ _NOT_KERNELS = ("limits", "measurements")
 
 
 def _discover_kernels() -> dict[str, tuple[str, str, Callable[..., bool]]]:
-    # A kernel module declares its op by exporting ``<op>`` and ``plan_<op>`` in its ``__all__``,
-    # read from its source (importing it would import triton); its limits are
-    # ``limits.<op>_supports``. So a new kernel is its module and its limits function.
+    # A kernel module exports ``<op>`` and ``plan_<op>`` in ``__all__``, read from its source
+    # (importing it would import triton); its limits are ``limits.<op>_supports``.
     found = {}
     for info in pkgutil.iter_modules(__path__):
         if info.name.startswith("_") or info.name in _NOT_KERNELS:
@@ -92,9 +68,7 @@ def triton_available() -> bool:
 def triton_ascend_available() -> bool:
     """Whether triton-ascend (the Triton compiler for Ascend NPUs) is installed (not imported).
 
-    Community ``triton`` and triton-ascend both install the ``triton`` module; only the
-    distribution's name tells them apart (from 3.2.1, triton-ascend even depends on community
-    triton and overwrites its directory).
+    Both install the ``triton`` module; only the distribution's name tells them apart.
 
     >>> isinstance(triton_ascend_available(), bool)
     True
@@ -109,7 +83,6 @@ def triton_ascend_available() -> bool:
 
 
 def _chosen_explicitly(op: str) -> bool:
-    # An explicit `use_providers(op="triton")` (context-local) opts in where no measurement does.
     return registry._CHOICE.get().get(op) == "triton"
 
 
@@ -140,8 +113,7 @@ def _opt_in(op: str) -> Callable[[str], str | None]:
 def kernel(op: str) -> Callable[..., torch.Tensor]:
     """The Triton launcher of ``op``, with the op's signature (imports triton and the kernel module).
 
-    Calls it directly, bypassing the registry (benchmarks, tests); it accepts only the arguments
-    its provider's ``supports_args`` accepts.
+    It bypasses the registry (benchmarks, tests) and takes only what ``supports_args`` accepts.
 
     Args:
         op: one of `KERNELS`.
@@ -158,9 +130,8 @@ def kernel(op: str) -> Callable[..., torch.Tensor]:
 
 @functools.lru_cache(maxsize=None)
 def planner(op: str) -> Callable[..., tuple]:
-    """The launch planner of ``op``'s kernel, with the op's signature: ``plan_<name>`` of its module,
-    which returns the output (allocated, not written) and the ``_common.Launch`` that fills it.
-    It reads tensor metadata only (meta tensors work), and launches nothing.
+    """The launch planner of ``op``'s kernel: returns the output (allocated, not written) and the
+    ``_common.Launch`` that fills it, from tensor metadata only (meta tensors work).
 
     Args:
         op: one of `KERNELS`.
@@ -185,13 +156,9 @@ def _kernel_module(op: str):
 def traceable_op(op: str) -> torch._ops.OpOverload:
     """``torch.ops.ascend_kernels_triton.<op>``: ``op``'s kernel as a ``torch.library.triton_op``.
 
-    Same schema and semantics as ``torch.ops.ascend_kernels.<op>``, but backed by exactly one Triton
-    launch (no provider choice). A compiler traces into it: in Inductor's functional re-trace of a
-    graph it becomes the ``triton_kernel_wrapper_functional`` higher-order op, with the grid and
-    the scalar arguments planned once from the fake tensors, and Inductor's wrapper code launches
-    the compiled kernel itself. That skips, per call, the dispatcher, the registry's choice and the
-    Python launch planning that an opaque ``ascend_kernels`` op pays on every run. Called eagerly
-    it launches the kernel. Registered on first use (it imports triton and the kernel module).
+    Same schema as ``torch.ops.ascend_kernels.<op>``, backed by one Triton launch: Inductor traces
+    into it and launches the kernel from its own code, skipping the dispatcher, the registry and
+    the Python launch planning an opaque op pays per call. Registered on first use.
 
     Args:
         op: one of `KERNELS`.
@@ -219,9 +186,8 @@ def traceable_op(op: str) -> torch._ops.OpOverload:
 
 def _compiler_op(op: str) -> Callable[[str], "torch._ops.OpOverload | None"]:
     def compiler_op(device_type: str):
-        # CUDA only: Inductor compiles and launches user Triton kernels there (torch_npu's Inductor
-        # backend with triton-ascend is unchecked, so an NPU graph keeps the op and its provider).
-        # Not under TRITON_INTERPRET=1: the kernels are interpreter functions, which no compiler takes.
+        # CUDA only (torch_npu's Inductor with triton-ascend is unchecked); interpreter kernels
+        # (TRITON_INTERPRET=1) are no compiler's input.
         if device_type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
             return None
         return traceable_op(op)
@@ -239,7 +205,6 @@ def _provider(op: str) -> Provider:
                     supports_args=KERNELS[op][2], compiler_op=_compiler_op(op), opt_in=_opt_in(op))
 
 
-# No kernel for gelu_tanh / fast_gelu: one pointwise op, which torch and Inductor already run at
-# about memory bandwidth (docs/triton.md).
+# No GELU kernel: one pointwise op already runs at about memory bandwidth (docs/triton.md).
 for _op in KERNELS:
     register_provider(_provider(_op))

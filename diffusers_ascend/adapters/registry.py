@@ -1,11 +1,5 @@
-"""Per-model adapters: what is specific to one diffusers model family, keyed by model class name,
-and the generic fallback for any model that declares ``_repeated_blocks``.
-
-Adding a model family is one file in this package (an `Adapter` and a `register_adapter` call)
-plus one line in `_FAMILIES` below. Everything model-independent (fused RMSNorm/GELU modules,
-the swap machinery) lives in `diffusers_ascend.layers`; the fusion patterns in
-`diffusers_ascend.compilation.passes`.
-"""
+"""Per-model adapters keyed by model class name, and the generic one for any model with
+``_repeated_blocks``. A new family is one file here plus its line in `_FAMILIES`."""
 
 from __future__ import annotations
 
@@ -31,13 +25,10 @@ class Adapter:
     Args:
         name: family name used in reports.
         blocks: class names of the repeated blocks compiled in place under ``compile="blocks"``.
-        swaps: family-specific `diffusers_ascend.layers.Swap`s (attention processors with fused
-            RoPE); matched by exact class name, so they never touch another family's objects.
-        pattern_forms: fusion -> the written forms (``FusionPattern.FORMS`` of that fusion's
-            pattern) its blocks use; documentation (tests check the names are real forms).
+        swaps: family-specific `diffusers_ascend.layers.Swap`s, matched by exact class name.
+        pattern_forms: fusion -> the ``FusionPattern.FORMS`` its blocks use (documentation).
         preconditions: facts the fusions rely on that no pass can check at compile time.
 
-    >>> from diffusers_ascend.adapters import Adapter
     >>> Adapter(name="mine", blocks=("MyBlock",)).blocks
     ('MyBlock',)
     """
@@ -68,7 +59,6 @@ _ADAPTERS: dict[str, Adapter] = {}
 def register_adapter(model_class_name: str, adapter: Adapter) -> None:
     """Registers `adapter` for models whose class (or a base class) is named `model_class_name`.
 
-    >>> from diffusers_ascend.adapters import Adapter, register_adapter
     >>> register_adapter("MyTransformer2DModel", Adapter(name="mine", blocks=("MyBlock",)))
     """
     _ADAPTERS[model_class_name] = adapter
@@ -79,8 +69,7 @@ def _load_families() -> None:
         try:
             importlib.import_module(f"{__package__}.{family}")
         except ImportError as e:
-            # A diffusers without this family's module has none of its models either; anything
-            # else (a module of ours that fails) must surface.
+            # A diffusers without this family has none of its models; our own failures surface.
             if not (e.name or "").startswith("diffusers"):
                 raise
 
@@ -114,9 +103,7 @@ def adapter_for(model) -> Adapter | None:
 
 
 def generic_adapter(model) -> Adapter | None:
-    """An `Adapter` built from ``type(model)._repeated_blocks`` (no swaps), or None when it declares
-    none. A block name that matches no submodule is reported by the integration
-    (`Adapter.block_modules`).
+    """An `Adapter` built from ``type(model)._repeated_blocks`` (no swaps), or None without them.
 
     >>> from diffusers_ascend.tiny import tiny_wan_transformer
     >>> generic_adapter(tiny_wan_transformer()).blocks

@@ -1,9 +1,5 @@
-"""Benchmarks of diffusers-ascend: real measurements on the current machine, nothing hard-coded.
-
-``diffusers-ascend bench`` runs `BENCHMARKS` (ops_per_block, compile_time, recompiles, latency;
-``size="tiny"`` or ``"small"``) through `run_benchmarks`; ``diffusers-ascend bench <name>`` runs
-``bench_<name>.py`` (e2e, blocks, kernels, graph_capture, host_path, warm_start). All time through
-`_common.time_ms` and write JSON through `_common.write_json`.
+"""Benchmarks measured on the current machine: ``diffusers-ascend bench`` runs `BENCHMARKS` through
+`run_benchmarks`, ``diffusers-ascend bench <name>`` runs ``bench_<name>.py`` (docs/benchmarks.md).
 
 >>> from diffusers_ascend.benchmarks import run_benchmarks
 >>> results = run_benchmarks(["ops_per_block"], size="tiny", out_dir="bench-results")

@@ -23,9 +23,7 @@ def check_size(size: str) -> str:
 
 
 def register_ops() -> None:
-    """Registers ``torch.ops.ascend_kernels``: the fusion passes' replacements call those ops, and
-    a process that compiles before anything imported `ascend_kernels` would otherwise rewrite
-    nothing (every replacement fails and the graph runs unfused, with a warning)."""
+    """Registers ``torch.ops.ascend_kernels``, which the passes' replacements call (else nothing fuses)."""
     import ascend_kernels  # noqa: F401
 
 
@@ -71,7 +69,7 @@ def machine_info(device: str = "cpu") -> dict[str, Any]:
         torch=torch.__version__,
         diffusers=diffusers.__version__,
         device=device,
-        # Other processes on the machine distort timings: the load when the numbers were taken.
+        # Other processes distort timings.
         load_avg_1m=round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     )
@@ -81,8 +79,7 @@ def machine_info(device: str = "cpu") -> dict[str, Any]:
 def cold_compile():
     """A fresh dynamo state and an empty, temporary Inductor/AOT cache: what a first run pays.
 
-    Without the temporary cache, the second of two compiles of the same graph is a cache hit and
-    the comparison measures the cache, not the compiler.
+    Else the second compile of a graph is a cache hit, measuring the cache, not the compiler.
     """
     from diffusers_ascend.compilation._compat import fresh_inductor_cache
 
@@ -117,7 +114,6 @@ def error_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}".splitlines()[0][:300]
 
 
-# -- timing ----------------------------------------------------------------------------------------
 
 
 def synchronize(device: str) -> Callable[[], None]:
@@ -147,8 +143,7 @@ def time_ms(fn: Callable[[], Any], runs: int = 20, warmup: int = 3, device: str 
             before: Callable[[], Any] | None = None) -> list[float]:
     """Milliseconds of each of `runs` calls of `fn`, after `warmup` untimed calls.
 
-    On ``"cuda"`` and ``"npu"`` the device's timing events bracket each call (the time of the work
-    it queued, its launches included); elsewhere the host clock does.
+    On ``"cuda"`` and ``"npu"`` device timing events bracket each call; elsewhere the host clock.
 
     Args:
         fn: the call to time.
@@ -197,9 +192,8 @@ def stats(times: Sequence[float]) -> dict[str, float]:
 
 
 def warm_up_compiler(inductor: bool = True) -> None:
-    """Pays the once-per-process costs (importing Inductor, registering the fusion patterns,
-    building the C++ toolchain check) outside any measurement, so the first measured variant is
-    not penalised for running first."""
+    """Pays the once-per-process costs (Inductor import, pattern registration, toolchain check)
+    outside any measurement, so the first variant measured is not penalised."""
     from diffusers_ascend.compilation import AscendBackend
     from diffusers_ascend.tiny import flux_single_block_inputs, tiny_flux_blocks
 
@@ -213,7 +207,6 @@ def warm_up_compiler(inductor: bool = True) -> None:
             torch.compile(torch.nn.Linear(4, 4))(torch.randn(2, 4))
 
 
-# -- tables ------------------------------------------------------------------------------------------
 
 
 def _get(row: dict[str, Any], key: str) -> Any:

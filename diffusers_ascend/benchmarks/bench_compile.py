@@ -27,8 +27,7 @@ def compile_time(size: str = "small", executors: Sequence[str] | None = None) ->
     """Cold compile time of ``compile="blocks"`` (each repeated block compiled in place, one shared
     backend) vs ``compile="model"`` (the whole transformer as one graph) on a Flux-shaped model.
 
-    Each measurement starts cold (`cold_compile`) after a `warm_up_compiler`; the compile time is
-    the first call minus a steady-state call.
+    Each starts cold (`cold_compile`); compile time is the first call minus a steady-state call.
 
     Args:
         size: ``"tiny"`` (1 double + 2 single blocks, eager executor only) or ``"small"`` (4 + 4

@@ -18,9 +18,7 @@ own compute):
   them), which its default eager executor pays on every call. The batch-2 rows are the forms that
   take batch tiles, and q of a fused QKV projection the form that takes rms_norm's token tiles.
 
-Under the inductor executor a node bound to the kernel's ``triton_op`` pays none of these at run
-time (`diffusers_ascend.compilation.backend.bind_compiler_ops`): Inductor planned the launch once
-and its code launches the kernel. Medians of ``--repeat`` runs of ``--calls`` calls each.
+The inductor executor pays none of these (`bind_compiler_ops`). Medians of ``--repeat`` runs.
 """
 
 from __future__ import annotations
@@ -40,8 +38,7 @@ def _cases() -> list[tuple[str, str, tuple]]:
     def rand(*shape, dtype=bf):
         return torch.randn(*shape, dtype=dtype)
 
-    # Flux's forms at 4 tokens (the host path does not depend on the token count; the native
-    # composite's compute, which does, stays small).
+    # Flux's forms at 4 tokens: the host path does not depend on the token count.
     x, h, table = rand(1, 4, 24, 128), rand(1, 4, 3072), rand(1, 4, 1, 128, dtype=f32)
     x2, h2 = rand(2, 4, 24, 128), rand(2, 4, 3072)  # two images a prompt, or a batched CFG
     q2 = rand(2, 4, 3 * 3072)[..., :3072].unflatten(-1, (24, 128))  # q of fused QKV projections

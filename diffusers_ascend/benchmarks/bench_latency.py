@@ -38,8 +38,8 @@ VARIANTS: dict[str, tuple[str, Callable]] = {
                          _ascend(fusions="all", executor="eager")),
 }
 
-# "small": a Flux-shaped transformer at dim 256 (4 heads of 64) with 896 image + 128 text = 1024
-# tokens. "tiny" skips the Inductor variants: their cold compile takes over a minute on 2 cores.
+# "small": a Flux-shaped transformer at dim 256 with 1024 tokens. "tiny" skips the Inductor
+# variants: their cold compile is too slow for a test.
 _SMALL_FLUX = dict(patch_size=1, in_channels=64, num_layers=2, num_single_layers=2, attention_head_dim=64,
                    num_attention_heads=4, joint_attention_dim=256, pooled_projection_dim=256,
                    axes_dims_rope=[16, 24, 24])
@@ -74,9 +74,9 @@ def latency(size: str = "small", variants: Sequence[str] | None = None, runs: in
 
     Returns:
         ``{"benchmark", "size", "rows", "columns", "machine", "model"}``; one row per variant with
-        ``median_ms``, ``min_ms``, ``eager_median_ms`` (the paired eager calls), ``vs_eager`` (median / paired eager median),
-        ``speedup`` (its inverse),
-        ``first_call_s``, ``graphs_compiled``, ``fusions``, ``executor`` and ``max_abs_diff``.
+        ``median_ms``, ``min_ms``, ``eager_median_ms`` (the paired eager calls), ``vs_eager`` (median
+        / paired eager median), ``speedup`` (its inverse), ``first_call_s``, ``graphs_compiled``,
+        ``fusions``, ``executor`` and ``max_abs_diff``.
 
     >>> rows = latency(size="tiny")["rows"]
     >>> [r["variant"] for r in rows]
@@ -96,11 +96,8 @@ def latency(size: str = "small", variants: Sequence[str] | None = None, runs: in
     inputs = flux_model_inputs(preset["height"], preset["width"], txt_len=preset["txt_len"], config=config)
     register_ops()
 
-    # Each variant is compiled alone, from a fresh dynamo state, as a user would get it (variants
-    # sharing dynamo's cache change each other's graphs: automatic dynamic shapes are per code
-    # object). Its calls alternate with calls of one eager model, and its ratio is taken against
-    # those paired eager calls, so load from other processes during one variant's window affects
-    # both sides of its ratio alike.
+    # A fresh dynamo state per variant: variants sharing dynamo's cache change each other's graphs
+    # (automatic dynamic shapes are per code object).
     def build():
         return tiny_flux_transformer(**config) if preset["config"] else tiny_flux_transformer()
 

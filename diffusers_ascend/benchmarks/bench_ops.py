@@ -51,12 +51,10 @@ def _block_and_inputs(block: str, dtype: torch.dtype, size: str):
 
 
 def ops_per_block(size: str = "small") -> dict[str, Any]:
-    """Counts the operators each block dispatches before and after the five fusions.
+    """Counts the operators each block dispatches before and after ``fusions="all"``.
 
-    Each block (Flux double-stream, Flux single-stream, Wan) is compiled alone, in fp32 and in bf16,
-    with ``AscendBackend(fusions="all", executor="eager")``; the backend's `FusionReport` gives the
-    operator calls (non-view aten ops) of the graph before and after rewriting, and the replacements
-    made per fusion. Nothing is timed.
+    Each block (Flux double-stream, Flux single-stream, Wan) is compiled alone, in fp32 and bf16,
+    with the eager executor; its `FusionReport` gives the counts. Nothing is timed.
 
     Args:
         size: ``"tiny"`` (the widths of `diffusers_ascend.tiny`, seconds) or ``"small"`` (dim 256,

@@ -40,12 +40,9 @@ def _model_and_inputs(name: str):
 
 
 def recompiles(size: str = "small", models: Sequence[str] | None = None) -> dict[str, Any]:
-    """Feeds four resolutions in a row through a model compiled per block
-    (``enable_ascend_compile(fusions="all", executor="eager", compile="blocks")``, default
-    ``dynamic=None``) and records the graphs compiled after each.
-
-    ``recompiles`` counts the graphs compiled after the first resolution, i.e. because the shape
-    changed (dynamo's automatic dynamic shapes: the second recompiles dynamic, later ones reuse it).
+    """Feeds four resolutions in a row through a model compiled per block (``fusions="all"``,
+    eager executor, ``dynamic=None``) and records the graphs compiled after each; ``recompiles``
+    counts those after the first resolution (the second recompiles dynamic, later ones reuse it).
 
     Args:
         size: ``"tiny"`` (Wan only, small latents: its graphs compile fastest) or ``"small"`` (Flux

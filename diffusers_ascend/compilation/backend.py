@@ -1,25 +1,6 @@
-"""`AscendBackend`: the torch.compile backend that rewrites aot graphs into fused Ascend ops.
-
-Pipeline per graph dynamo hands over:
-
-    aot_autograd -> no-op elimination -> one pass per enabled fusion (mul_add last)
-                 -> executor: "eager" (the rewritten GraphModule runs op by op, the way MindIE SD
-                    and vllm-ascend run on NPU, each fused op bound to its provider at compile
-                    time, see `bind_providers`) or "inductor" (the rewritten graph goes to
-                    Inductor's `compile_fx`; a fused op whose provider is a Triton kernel is
-                    first bound to the kernel's `triton_op`, which Inductor launches itself,
-                    see `bind_compiler_ops`).
-
-Inference (no input requires grad, or grad mode off) is the fast path: the forward graph
-`aot_autograd` produces is rewritten in its `fw_compiler`.
-
-Training cannot rewrite the partitioned forward graph: the intermediates a pattern removes are saved
-for the backward. So with grads, the backend first traces the dynamo graph to a functional aten
-graph without autograd, rewrites that into the fused ops (each has a registered autograd formula),
-and only then runs `aot_autograd` (or Inductor) on the rewritten graph, which derives the backward
-through the fused ops. Graphs whose inference trace mutates or aliases inputs are compiled without
-fusion, with a warning and a `fallbacks` entry (never with wrong gradients).
-"""
+"""`AscendBackend`: the torch.compile backend that rewrites aot graphs into fused ``ascend_kernels``
+ops and runs them with the eager or the Inductor executor; inference rewrites aot's forward graph,
+training the functional graph before aot (docs/how-fusion-works.md#the-backend-pipeline)."""
 
 from __future__ import annotations
 
@@ -37,18 +18,14 @@ from .report import FusionReport
 
 __all__ = ["AscendBackend", "compiled_graphs", "describe_failure", "graph_label", "root_cause"]
 
-# What the caller is compiling (e.g. the block class), set around a compiled call by the
-# integration so report entries and graph logs say "FluxTransformerBlock" rather than only "g000".
+# What the caller compiles (e.g. the block class), so reports and graph logs name it.
 graph_label: contextvars.ContextVar[str | None] = contextvars.ContextVar("diffusers_ascend_graph_label", default=None)
-# A list set around a compiled call gets the report entry of each graph that call compiles: other
-# threads compile meanwhile, so the entries after an index are not all this call's.
+# Gets the report entry of each graph the call compiles (other threads compile meanwhile).
 compiled_graphs: contextvars.ContextVar[list | None] = contextvars.ContextVar("diffusers_ascend_compiled_graphs", default=None)
 
 
 def root_cause(exc: BaseException) -> BaseException:
-    """The exception behind dynamo's wrappers: ``BackendCompilerFailed`` (whose message starts
-    with the backend's repr and cuts the real error off) and the other ``torch._dynamo.exc``
-    errors that only re-raise one."""
+    """The exception behind dynamo's wrappers (``BackendCompilerFailed``'s message cuts it off)."""
     seen = set()
     while id(exc) not in seen and type(exc).__module__.startswith("torch._dynamo"):
         seen.add(id(exc))
@@ -92,34 +69,22 @@ class AscendBackend:
     Args:
         config: an `AscendConfig`, a dict of its fields, a local directory or Hub id with an
             ``ascend_config.json``, or None for the defaults.
-        verify: check the torch APIs, register and probe every pattern now (the default: a broken
-            engine raises before any model is touched). ``False`` defers it to the first graph:
-            `enable_ascend_compile` does so when it loaded artifacts these passes built on this
-            torch, whose blocks may never need a graph compiled.
+        verify: check the torch APIs, register and probe every pattern now, so a broken engine
+            raises before any model is touched. ``False`` defers it to the first graph (warm start
+            may never compile one).
         **overrides: `AscendConfig` fields replacing those of `config`.
 
-    The config fields the backend uses:
+    The config fields the backend uses (docs/configuration.md):
         fusions: which passes run (`config.resolved_fusions(platform)`).
         executor: ``"eager"`` | ``"inductor"`` | ``"auto"`` (`config.resolved_executor(platform)`).
-        mode: Inductor mode (``"max-autotune"``...); torch.compile refuses ``mode=`` with a custom
-            backend, so the backend passes it to Inductor itself. Ignored by the eager executor.
-        freezing: inference only. After fusion, parameters are folded into the graph as constants
-            and constant-folded (`_fold_parameters`), so the compiled code no longer reads the
-            module's weights: later weight changes (loading,
-            fusing or hot-swapping a LoRA, `load_state_dict`, offloading that moves weights) are
-            not guaranteed to be seen until the model is compiled again (folded constants are
-            copies). Dynamo lifts parameters into the graph
-            only while the process-wide ``torch._inductor.config.freezing`` is set as it traces:
-            `enable_ascend_compile(compile="model", freezing=True)` sets it around its own calls
-            only; standalone, wrap the first call in ``torch._inductor.config.patch(freezing=True)``
-            (without it the backend raises rather than silently not freezing). Not with
-            ``compile="blocks"``: every block of a class shares one graph that takes the block's
-            weights as inputs.
+        mode: Inductor mode, passed by the backend (torch.compile refuses ``mode=`` with a custom
+            backend). Ignored by the eager executor.
+        freezing: inference only: parameters folded into the graph as constants, so later weight
+            changes are not seen. Dynamo lifts parameters only while
+            ``torch._inductor.config.freezing`` is set as it traces (the backend raises otherwise).
         graph_log_dir: write each graph's code before and after every pass there.
         graph_capture: ``"graph_only"`` (no fusion passes) or ``"graph_with_compile"``: each compiled
-            graph replays as a device graph (CUDAGraph / NPUGraph), see `graph_capture.py` and
-            docs/graph-capture.md; with ``safe_output`` and ``max_captured_graphs``. Inference only;
-            not available on CPU (a clear error at construction).
+            graph replays as a device graph (docs/graph-capture.md). Inference only; not on CPU.
         on_error: ``"fallback"`` (a graph whose rewrite fails runs unfused, with a warning and a
             `report.fallbacks` entry) or ``"raise"``.
 
@@ -128,8 +93,8 @@ class AscendBackend:
         fusions: the fusions it applies, in pass order.
         executor: the resolved executor.
         graph_capture: the `GraphCaptureManager` holding this backend's device graphs, or None.
-        deferred_caches: called before the first graph is compiled (set by `enable_ascend_compile`
-            to hand loaded compile caches to torch only when a graph needs them), or None.
+        deferred_caches: called before the first graph is compiled (hands loaded compile caches
+            to torch only when a graph needs them), or None.
 
     >>> import torch
     >>> from diffusers_ascend.compilation import AscendBackend
@@ -178,19 +143,15 @@ class AscendBackend:
         """Checks the torch APIs, registers and probes every pattern, unless that already ran."""
         if self._verified:
             return
-        # A torch whose private APIs moved is a broken engine: say so now, before any model is
-        # touched, rather than compile every graph unfused. Registration is once per process.
-        # Deferred (verify=False), this runs at the first graph, outside dynamo's fake mode and
-        # tracing context: the probes trace real patterns of their own.
+        # Outside dynamo's fake mode and tracing context when deferred: the probes trace real patterns.
         with _compat.unset_fake_mode(), _compat.no_tracing_context():
             _compat.check_engine(fusions=bool(self.fusions))
             self.manager.verify()
         self._verified = True
 
     def reset(self) -> None:
-        """Called by dynamo's reset (``torch.compiler.reset()``) on every backend it holds: the
-        graphs compiled with this backend are gone. Its device graphs are dropped; `report` keeps what was
-        compiled, and `enable_ascend_compile` makes a new backend rather than reuse this one."""
+        """Called by ``torch.compiler.reset()``: this backend's graphs are gone, so are its device
+        graphs; `report` stays."""
         self.was_reset = True
         if self.graph_capture is not None:
             self.graph_capture.clear()
@@ -198,7 +159,6 @@ class AscendBackend:
     def __repr__(self) -> str:
         return f"AscendBackend(fusions={list(self.fusions)}, executor={self.executor!r}, platform={self.platform!r})"
 
-    # -- torch.compile entry point -----------------------------------------------------------------
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         if self.deferred_caches is not None:
             self.deferred_caches()  # torch's caches, before the first lookup in them
@@ -227,7 +187,6 @@ class AscendBackend:
 
         return _compat.aot_autograd(fw_compiler=fw_compiler)(gm, example_inputs)
 
-    # -- helpers ---------------------------------------------------------------------------------
     def _graph_name(self, index: int) -> str:
         compile_id = _compat.current_compile_id()
         label = graph_label.get()
@@ -266,8 +225,7 @@ class AscendBackend:
             sink.append(self.report.graphs[-1])  # dynamo's compile lock: no other graph came in between
 
     def _execute(self, gm: torch.fx.GraphModule, example_inputs, keep: list[int] | None = None) -> Callable:
-        """Runs the rewritten `gm` with the executor (under graph capture when configured); `keep`: the
-        inputs a frozen graph still takes."""
+        """Runs the rewritten `gm` with the executor; `keep`: the inputs a frozen graph still takes."""
         fn = self._executor_callable(gm, example_inputs, keep)
         if self.graph_capture is None:
             return fn
@@ -300,8 +258,7 @@ class AscendBackend:
         except Exception as e:
             if not graph["bound_providers"] or self.config.on_error == "raise":
                 raise
-            # Inductor could not compile a kernel launch it was handed: the fused nodes go back to
-            # being ops (which then call the same kernels through the dispatcher).
+            # The fused nodes go back to being ops, which call the same kernels through the dispatcher.
             reason = describe_failure(e)
             warnings.warn(f"AscendBackend: Inductor could not launch the Triton kernels of graph {graph['name']} "
                           f"itself ({reason}); they run as ascend_kernels ops instead.")
@@ -344,8 +301,7 @@ class AscendBackend:
     @staticmethod
     def _functional_graph(gm: torch.fx.GraphModule, example_inputs):
         """The functional aten graph of `gm` without autograd, or (None, reason) when it cannot stand
-        in for `gm` (input mutations or outputs aliasing inputs are handled by aot's runtime
-        wrappers, outside the graph)."""
+        in for `gm` (aot handles input mutations and aliasing outputs outside the graph)."""
         captured = {}
 
         def capture(aot_gm, aot_inputs):
@@ -407,8 +363,7 @@ def _full_args(node: torch.fx.Node) -> list | None:
 
 def _static_op_nodes(gm: torch.fx.GraphModule):
     """``(node, op name, full args, fake values)`` of each forward ``ascend_kernels`` op node whose
-    arguments all carry fake values of static shape (symbolic shapes are left to run-time dispatch:
-    a provider's `supports_args` limits cannot be decided for every size)."""
+    arguments all have static shapes (`supports_args` cannot be decided for every size)."""
     for node in gm.graph.nodes:
         target = node.target
         if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
@@ -429,13 +384,9 @@ def _static_op_nodes(gm: torch.fx.GraphModule):
 def bind_providers(gm: torch.fx.GraphModule) -> dict[str, str]:
     """Eager executor, inference graphs: each ``ascend_kernels`` op node calls its provider directly.
 
-    The provider is selected once here, from the node's fake arguments (device, dtypes, static
-    shapes), exactly as `ascend_kernels.registry.select_provider` would at run time, so replays skip
-    the custom-op dispatcher: measured 45 us of a 80 us `mul_add` call on the 2-core CPU container,
-    a cost an NPU pays per fused op on the host. Nodes with symbolic shapes (a provider's
-    `supports_args` limits cannot be decided for every size) keep the op and dispatch at run time.
-    A `use_providers` choice active while compiling is honoured, and then fixed for that graph.
-    Training graphs keep the ops: their autograd formulas live on the ops.
+    The provider is selected once, from the node's fake arguments, as `select_provider` would at
+    run time (a `use_providers` choice included), so replays skip the custom-op dispatcher. Nodes
+    with symbolic shapes, and training graphs, keep the op.
 
     Returns:
         ``{node name: provider name}`` for the bound nodes.
@@ -460,17 +411,9 @@ def bind_compiler_ops(gm: torch.fx.GraphModule) -> dict[str, str]:
     `Provider.compiler_op` (the ``triton`` kernels, on CUDA) becomes that op, which Inductor traces
     into and launches from its own generated code.
 
-    An ``ascend_kernels`` op is opaque to Inductor: its generated code calls it through the
-    dispatcher, and each call pays the registry's choice and the provider's Python launch planning
-    on the host (measured with the Triton kernels on an H100 host: 110-280 us per call, which made
-    every uncaptured Triton fusion slower than Inductor's own code at block level). A
-    ``torch.library.triton_op`` instead decomposes, in the functional re-trace that `compile_fx`
-    runs, into the kernel launch itself, planned once from the fake tensors. The provider is
-    selected here as in `bind_providers` (static shapes only, a `use_providers` choice active while
-    compiling is honoured and then fixed for that graph); nodes whose provider has no compiler op
-    (the native composite, torch_npu kernels) stay ops. Should Inductor fail on the bound graph,
-    the executor warns, restores the ops (`unbind_compiler_ops`) and compiles again, unless
-    ``on_error="raise"``.
+    An opaque ``ascend_kernels`` op costs a dispatcher call and Python launch planning per run; a
+    ``torch.library.triton_op`` is traced into the kernel launch itself, planned once. Providers
+    are selected as in `bind_providers`; nodes without a compiler op stay ops.
 
     Returns:
         ``{node name: provider name}`` for the bound nodes.
@@ -509,10 +452,8 @@ def _fold_parameters(aot_gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule
     """Inductor's freezing minus its CPU-Inductor layout passes: parameters become constants, then
     constant folding. Returns the graph and the indices of the inputs it still takes.
 
-    `torch._inductor.freezing.freeze` also runs `freezing_passes` (mkldnn weight prepacking on CPU,
-    registered once per process and then applied to every frozen graph), whose ops neither the
-    eager executor on NPU nor a later `compile_fx` of the frozen graph can take; and it may discard
-    the module's parameters, which `disable_ascend_compile` needs back.
+    `torch._inductor.freezing.freeze` also prepacks CPU weights (ops neither executor can take) and
+    may discard the parameters `disable_ascend_compile` needs back.
     """
     keep = _compat.fold_parameters(aot_gm)
     return aot_gm, keep

@@ -1,9 +1,5 @@
-"""`FusionPassManager`: the whole rewrite of one backend (no-op elimination, then one pass per fusion).
-
-It is a `torch._inductor.custom_graph_pass.CustomGraphPass` whose `uuid()` is derived from the fusion
-set and the source of every pattern, so a cache keyed on it (Inductor's FX graph cache) never serves
-a graph rewritten with other fusions. Imported lazily: it imports Inductor.
-"""
+"""`FusionPassManager`: the whole rewrite of one backend, a ``CustomGraphPass`` whose `uuid()` hashes
+the fusion set and every pattern's source, so no cache serves a graph rewritten with other fusions."""
 
 from __future__ import annotations
 
@@ -23,18 +19,13 @@ __all__ = ["FusionPassManager", "count_ops", "eliminate_common_subexpressions", 
 
 
 def count_ops(graph: torch.fx.Graph) -> int:
-    """Operator calls that dispatch work: call_function nodes of an OpOverload that is not a view
-    and returns tensors.
-
-    Views (and ``getitem`` of multi-output ops) only change metadata, and symbolic-size queries
-    of dynamic graphs (``sym_size``) are host arithmetic: they are left out.
-    """
+    """Operator calls that dispatch work: OpOverload calls returning tensors, views left out
+    (metadata only), as are ``getitem`` and ``sym_size`` (host arithmetic)."""
     n = 0
     for node in graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
-        # `_unsafe_view` is a view without the alias annotation (a reshape of a fresh tensor): 2.15's
-        # aot graphs write it where 2.14's wrote `view` (12 of the 35 in a Flux double block).
+        # `_unsafe_view` is a view without the alias annotation (newer aot graphs write it for `view`).
         if node.target.is_view or node.target is torch.ops.aten._unsafe_view.default:
             continue
         val = node.meta.get("val")
@@ -68,11 +59,8 @@ class FusionPassManager(_compat.custom_graph_pass_base()):
     def __call__(self, graph: torch.fx.Graph, after_step: Callable[[str, torch.fx.Graph], None] | None = None) -> dict[str, int]:
         """Rewrite `graph` in place; `after_step(name, graph)` is called after each step (graph logs).
 
-        The passes run on the graph as traced (after no-op elimination), then, where merging
-        repeated pure calls changed it, once more: code that writes a cast twice (a hand-written
-        RMSNorm) matches only once its duplicates are one node, while merging first would make
-        nodes shared between two sites (the same ``freqs[..., 0::2]`` sliced for q and k) that
-        no single match may consume. So merging only adds matches.
+        The passes run before merging repeated pure calls too: merging first would share nodes
+        between two sites (``freqs[..., 0::2]`` sliced for q and k) that no single match may consume.
         """
         eliminate_noops(graph)
         if after_step is not None:
@@ -100,8 +88,7 @@ class FusionPassManager(_compat.custom_graph_pass_base()):
         return counts
 
     def verify(self) -> None:
-        """Registers every pass's patterns now and proves they match on the running torch
-        (`FusionPass.verify`); raises `TorchCompatError` where the engine cannot work."""
+        """Registers every pass's patterns and proves they match on this torch (`TorchCompatError` if not)."""
         for fusion_pass in self.passes.values():
             fusion_pass.verify()
 
