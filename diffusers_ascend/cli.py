@@ -24,6 +24,8 @@ import tempfile
 import time
 from typing import Any, Sequence
 
+from .platform import PLATFORMS  # stdlib only: `--help` stays free of torch
+
 __all__ = ["build_parser", "main"]
 
 
@@ -189,8 +191,9 @@ def _real(model_id: str, device: str, height: int, steps: int, prompt: str):
     import torch
     from diffusers import DiffusionPipeline
 
-    if device == "npu":
-        import torch_npu  # noqa: F401  (registers the "npu" device)
+    from .platform import prepare_device
+
+    prepare_device(device)
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
     pipe = DiffusionPipeline.from_pretrained(model_id, torch_dtype=dtype, ascend_config=False).to(device)
     out_attr = "frames" if "Wan" in type(pipe).__name__ else "images"
@@ -551,7 +554,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = add("demo", "run a tiny pipeline (no download) eager and accelerated, then save and reload it", _cmd_demo)
     demo.add_argument("--model", choices=("flux", "wan"), default="flux", help="embedded tiny pipeline (default flux)")
     demo.add_argument("--model-id", help="Hub id or folder with real weights instead of the tiny pipeline")
-    demo.add_argument("--device", choices=("npu", "cuda", "cpu"), default="cpu", help="device for --model-id")
+    demo.add_argument("--device", choices=PLATFORMS, default="cpu", help="device for --model-id")
     demo.add_argument("--fusions", type=_fusions, default="all",
                       help="auto | all | none | comma-separated names (default all)")
     demo.add_argument("--executor", choices=("auto", "eager", "inductor"), default="eager",
@@ -607,7 +610,7 @@ def _add_bench_e2e_parser(bench) -> None:
     e2e.add_argument("--width", type=_height, help="image width in pixels, a multiple of 16 (default: the model's job)")
     e2e.add_argument("--frames", type=_positive_int, help="video frames, 4k+1 (wan, wan-14b; default 81)")
     e2e.add_argument("--text-len", type=_positive_int, help="prompt embedding tokens (default: the model's job)")
-    e2e.add_argument("--device", choices=("cpu", "cuda", "npu"), help="default: this machine's accelerator")
+    e2e.add_argument("--device", choices=PLATFORMS, help="default: this machine's accelerator")
     e2e.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16", help="weights and activations (default bf16)")
     e2e.add_argument("--variants", nargs="+", choices=variants, metavar="VARIANT",
                      help=f"variants to run, of {', '.join(variants)} (default: all; eager always runs, as the reference)")
@@ -663,7 +666,7 @@ def _add_cache_parser(add) -> None:
     for p in (save, load):
         p.add_argument("--model", choices=("flux", "wan"), default="flux", help="embedded tiny pipeline (default flux)")
         p.add_argument("--model-id", help="Hub id or folder with real weights instead of the tiny pipeline")
-        p.add_argument("--device", choices=("npu", "cuda", "cpu"), default="cpu", help="device for --model-id")
+        p.add_argument("--device", choices=PLATFORMS, default="cpu", help="device for --model-id")
         p.add_argument("--fusions", type=_fusions, default="all", help="auto | all | none | comma-separated names")
         p.add_argument("--height", type=_height, help="a multiple of 16 (default 32 tiny, 512 with --model-id)")
         p.add_argument("--steps", type=_positive_int, default=1, help="denoising steps of the call (default 1)")

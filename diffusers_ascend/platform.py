@@ -14,6 +14,7 @@ __all__ = [
     "PLATFORMS",
     "GraphAPI",
     "auto_attention",
+    "capture_blocked",
     "current_platform",
     "default_executor",
     "graph_api",
@@ -21,6 +22,8 @@ __all__ = [
     "graph_class",
     "override_platform",
     "platform_info",
+    "prepare_device",
+    "uncapturable_attention",
 ]
 
 PLATFORMS = ("npu", "cuda", "cpu")
@@ -126,6 +129,43 @@ def auto_attention(platform: str | None = None, *, graph_capture: str | None = N
     if _check(platform or current_platform()) != "npu":
         return None
     return "npu_fia" if graph_capture is not None or ring else "_native_npu"
+
+
+def prepare_device(platform: str) -> None:
+    """Makes ``platform``'s torch device usable in this process (``"npu"``: imports torch_npu, which
+    registers it); the others need nothing.
+
+    >>> prepare_device("cpu")
+    """
+    if _check(platform) == "npu":
+        import torch_npu  # noqa: F401
+
+
+def uncapturable_attention(platform: str | None = None) -> str | None:
+    """The diffusers attention backend on ``platform`` whose kernel device graphs cannot capture, or
+    None: ``"_native_npu"`` on NPU (``npu_fusion_attention``, documented as not aclgraph-capturable).
+
+    >>> uncapturable_attention("npu"), uncapturable_attention("cuda")
+    ('_native_npu', None)
+    """
+    return "_native_npu" if _check(platform or current_platform()) == "npu" else None
+
+
+def capture_blocked(platform: str | None = None) -> str | None:
+    """Why this install captures no device graph on ``platform`` (default: current), or None. NPU
+    graphs capture aclnn kernels only, and ``jit_compile=True`` sends every op to acl_op.
+
+    >>> capture_blocked("cuda") is None
+    True
+    """
+    if _check(platform or current_platform()) != "npu":
+        return None
+    from ascend_kernels.npu import probe
+
+    if probe.jit_compile():
+        return ("torch_npu runs with jit_compile=True, so ops take acl_op kernels, which NPU graphs cannot capture; "
+                "call torch_npu.npu.set_compile_mode(jit_compile=False) before enabling")
+    return None
 
 
 def default_executor(platform: str | None = None) -> str:

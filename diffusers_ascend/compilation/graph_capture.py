@@ -45,7 +45,6 @@ UNCAPTURABLE_OPS = {
     "npu::npu_fusion_attention": "torch_npu documents npu_fusion_attention as not supporting aclgraph",
     "npu::npu_fusion_attention_v2": "torch_npu documents npu_fusion_attention as not supporting aclgraph",
 }
-_UNCAPTURABLE_ATTENTION = "_native_npu"  # diffusers' NPU backend: calls npu_fusion_attention
 
 
 def check_capture_config(config, platform: str) -> None:
@@ -73,26 +72,16 @@ def check_capture_config(config, platform: str) -> None:
             "would be captured inside ours); use graph_capture with mode=None, 'default', 'max-autotune' or "
             "'max-autotune-no-cudagraphs', or mode='reduce-overhead' with graph_capture=None."
         )
-    if platform == "npu" and config.resolved_attention(platform) == _UNCAPTURABLE_ATTENTION:
+    from ..platform import uncapturable_attention
+
+    bad = uncapturable_attention(platform)
+    if bad is not None and config.resolved_attention(platform) == bad:
         raise ValueError(
             f"graph_capture={mode!r} on NPU with attention={config.attention!r}: diffusers' '_native_npu' attention "
             "calls npu_fusion_attention, which torch_npu documents as not supporting aclgraph capture. Use "
             "attention='auto' or 'npu_fia' (npu_fused_infer_attention_score, capturable) with graph_capture, "
             "or graph_capture=None. See docs/graph-capture.md."
         )
-
-
-def _capture_blocked(platform: str) -> str | None:
-    """Why no graph can be captured on ``platform`` with this install, or None (NPU graphs
-    capture aclnn kernels only; ``jit_compile=True`` sends every op to acl_op)."""
-    if platform != "npu":
-        return None
-    from ascend_kernels.npu import probe
-
-    if probe.jit_compile():
-        return ("torch_npu runs with jit_compile=True, so ops take acl_op kernels, which NPU graphs cannot capture; "
-                "call torch_npu.npu.set_compile_mode(jit_compile=False) before enabling")
-    return None
 
 
 def static_input_indices() -> tuple[int, ...]:
@@ -192,7 +181,7 @@ class GraphCaptureManager:
 
     @classmethod
     def from_config(cls, config, platform: str, report=None) -> "GraphCaptureManager":
-        from diffusers_ascend.platform import graph_api
+        from diffusers_ascend.platform import capture_blocked, graph_api
 
         check_capture_config(config, platform)
         api = graph_api(platform)
@@ -204,7 +193,7 @@ class GraphCaptureManager:
             )
         manager = cls(config.graph_capture, api, safe_output=config.safe_output,
                       max_captured_graphs=config.max_captured_graphs, on_error=config.on_error, report=report)
-        manager.blocked = _capture_blocked(platform)
+        manager.blocked = capture_blocked(platform)
         return manager
 
     @property
