@@ -68,9 +68,11 @@ WARM_START_SKIPPED = {"2.14"}
 
 
 def _engine(session: nox.Session, version: str, zoo: bool, warm_start: bool) -> None:
-    session.install(f"torch=={version}")
-    session.install("-e", ".[test]")
-    session.run("python", "-c", "import torch; print('torch', torch.__version__)")
+    # One resolve with torch pinned: a dependency that wants a newer torch fails here instead of
+    # silently upgrading the release under test.
+    session.install(f"torch=={version}", "-e", ".[test]")
+    session.run("python", "-c", f"import torch; print('torch', torch.__version__); "
+                f"assert torch.__version__.split('+')[0] == {version!r}, 'the session must run torch {version}'")
     tests = [t for t in ENGINE_TESTS if warm_start or t != "tests/test_warm_start.py"]
     tests += ["tests/models/test_zoo.py"] if zoo else []
     # exit 5: the selection (with the caller's -k / -m) holds no tests, which is no failure.
@@ -95,8 +97,7 @@ def triton_interpret(session: nox.Session) -> None:
     The interpreter is chosen when triton is first imported, so TRITON_INTERPRET=1 is set for the
     whole pytest process; the main suite (without it) skips the interpreter tests.
     """
-    session.install("torch==2.13.0")
-    session.install("-e", ".[test]", "triton", "numpy")
+    session.install("torch==2.13.0", "-e", ".[test]", "triton", "numpy")
     session.run("python", "-c", "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)")
     session.run("python", "-m", "pytest", "-q", "-p", "no:xdist", "tests/triton", *session.posargs,
                 env={"TRITON_INTERPRET": "1"}, success_codes=[0, 5])
