@@ -20,6 +20,9 @@ nox.options.reuse_venv = "yes"
 # uv fetches a CUDA torch (~3 GB) in parallel streams and links it from its cache, several times
 # faster than pip on a fresh machine (figures in docs/support-matrix.md); venv where uv is missing.
 nox.options.default_venv_backend = "uv|venv"
+# What `python -m venv` puts in a 3.11 environment and uv does not: Inductor's C++ builder on some
+# releases (2.10) imports setuptools without declaring it.
+SEED = ("setuptools",)
 # A local wheel directory pip is told about (the README's CPU torch) is one uv must see too.
 if os.environ.get("PIP_FIND_LINKS") and not os.environ.get("UV_FIND_LINKS"):
     os.environ["UV_FIND_LINKS"] = os.environ["PIP_FIND_LINKS"]
@@ -70,7 +73,7 @@ WARM_START_SKIPPED = {"2.14"}
 def _engine(session: nox.Session, version: str, zoo: bool, warm_start: bool) -> None:
     # One resolve with torch pinned: a dependency that wants a newer torch fails here instead of
     # silently upgrading the release under test.
-    session.install(f"torch=={version}", "-e", ".[test]")
+    session.install(f"torch=={version}", "-e", ".[test]", *SEED)
     session.run("python", "-c", f"import torch; print('torch', torch.__version__); "
                 f"assert torch.__version__.split('+')[0] == {version!r}, 'the session must run torch {version}'")
     tests = [t for t in ENGINE_TESTS if warm_start or t != "tests/test_warm_start.py"]
@@ -97,7 +100,7 @@ def triton_interpret(session: nox.Session) -> None:
     The interpreter is chosen when triton is first imported, so TRITON_INTERPRET=1 is set for the
     whole pytest process; the main suite (without it) skips the interpreter tests.
     """
-    session.install("torch==2.13.0", "-e", ".[test]", "triton", "numpy")
+    session.install("torch==2.13.0", "-e", ".[test]", "triton", "numpy", *SEED)
     session.run("python", "-c", "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)")
     session.run("python", "-m", "pytest", "-q", "-p", "no:xdist", "tests/triton", *session.posargs,
                 env={"TRITON_INTERPRET": "1"}, success_codes=[0, 5])
@@ -119,7 +122,7 @@ def triton_ascend(session: nox.Session) -> None:
     so it gets its own environment; pybind11 is a dependency it does not declare, and numpy stays
     below 2.4, whose ``int()`` of a one-element array (an error since 2.4) its interpreter uses."""
     session.install("torch==2.13.0")
-    session.install("-e", ".", "pytest", "numpy<2.4", "pybind11", f"triton-ascend=={TRITON_ASCEND}")
+    session.install("-e", ".", "pytest", "numpy<2.4", "pybind11", f"triton-ascend=={TRITON_ASCEND}", *SEED)
     session.run("python", "-c", "import importlib.metadata as m, torch; "
                 "print('torch', torch.__version__, 'triton-ascend', m.version('triton-ascend'))")
     session.run("python", "-m", "pytest", "-q", "-p", "no:xdist", "tests/triton/test_ascend_lowering.py", *session.posargs,
