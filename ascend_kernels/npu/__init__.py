@@ -110,7 +110,10 @@ def _dist_version(dist: str) -> str | None:
 def _desc_rms_norm() -> str:
     if not torch_npu_available():
         return "torch_npu not installed"
-    mixed = "fp32 gamma with bf16/fp16 x" if probe.is_a2_a3() and kernels._op_api("aclnnRmsNorm") else "gamma cast to x's dtype"
+    import torch
+
+    fp32 = kernels._op_api("aclnnRmsNorm") and probe.rms_norm_fp32_gamma(torch.bfloat16)
+    mixed = "fp32 gamma taken with bf16/fp16 x (probed on this device)" if fp32 else "gamma cast to x's dtype (torch_npu's doc)"
     return f"torch_npu.npu_rms_norm ({_stack()}; {mixed})"
 
 
@@ -121,6 +124,9 @@ def _desc_rope() -> str:
     if args is None:
         return "torch_npu has no npu_rotary_mul"
     schema = "rotary_mode keyword" if "rotary_mode" in args else "no rotary_mode keyword (op-plugin < 7.0.0)"
+    if kernels.rope_path() is None:
+        return (f"SoC {probe.soc_name()} ({probe.soc_family()}) is not among the SoCs npu_rotary_mul's doc lists "
+                f"({_stack()}): native")
     modes = kernels.rope_modes()
     tail = "" if "interleaved" in modes else "; interleaved (Flux/Wan) falls back to native"
     return f"torch_npu.npu_rotary_mul, {'/'.join(modes) or 'no'} mode(s) via {kernels.rope_path()} ({schema}; {_stack()}){tail}"
@@ -164,8 +170,8 @@ def _desc_swiglu() -> str:
         return "torch_npu has no npu_swiglu"
     if not probe.aclnn_available("aclnnSwiGlu"):
         return "CANN has no aclnnSwiGlu: native"
-    if not probe.is_a2_a3():
-        return f"SoC {probe.soc_name()} is not A2/A3: native"
+    if not probe.is_a2():
+        return f"SoC {probe.soc_name()} is not Atlas A2, the only SoC npu_swiglu's doc lists: native"
     return ("torch_npu.npu_swiglu (aclnnSwiGlu; packed [gate, up] halves in one call, a separate gate "
             "and up concatenated first in bf16/fp16)")
 

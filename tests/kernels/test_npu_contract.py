@@ -33,7 +33,7 @@ from ascend_kernels.registry import auto_provider, available_providers, explain,
 from ascend_kernels.testing import assert_close
 
 from .conftest import flux_rope
-from .npu_standins import ALL_ACLNN, KernelCounter, StandInTorchNpu, install_torch_npu, mindiesd_standin
+from .npu_standins import NEWEST, ALL_ACLNN, KernelCounter, StandInTorchNpu, install_torch_npu, mindiesd_standin
 
 ops = torch.ops.ascend_kernels
 
@@ -41,6 +41,7 @@ ops = torch.ops.ascend_kernels
 FLUX_ROPE_13 = flux_rope(13)  # (S, 16) fp32
 FLUX_ROPE_13_D6 = flux_rope(13, axes_dim=(2, 2, 2))  # (S, 6)
 FLUX_ROPE_13_D128 = flux_rope(13, axes_dim=(16, 56, 56))  # (S, 128): Flux's real head dim
+_FP32_GAMMA_PROBE = probe.rms_norm_fp32_gamma  # the real probe (install_torch_npu answers for the stand-in)
 OLD_SOC = 102  # c10_npu::SocVersion::Ascend910A (Atlas training series, before A2)
 
 
@@ -92,20 +93,33 @@ def test_npu_provider_selected_for_its_ops(torch_npu):
 # ----------------------------------------------------------------------------- rms_norm
 @pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("w_dtype", [torch.float32, torch.bfloat16, torch.float16])
-def test_rms_norm_gamma_dtype_on_a2(torch_npu, x_dtype, w_dtype):
-    """A2/A3 + aclnn: an fp32 gamma goes in uncast (the doc's (bf16|fp16, fp32) rows); another
-    dtype goes in as x's or widened to fp32 (exact). One call, the native provider's numerics."""
+def test_rms_norm_gamma_in_x_dtype_as_the_wheel_documents(torch_npu, x_dtype, w_dtype):
+    """torch_npu 2.10.0.post6 / 2.14.0 document gamma in x's dtype (the stand-in enforces the wheel's
+    doc): gamma is cast to x's dtype, as MindIE SD does; one npu_rms_norm call on x itself."""
     x, w = _randn(2, 13, 77, dtype=x_dtype), _randn(77, dtype=w_dtype, seed=1)
     name, out, counter = _run(torch_npu, "rms_norm", x, w, 1e-5, None)
     assert name == "npu" and counter.npu_calls() == ["npu_rms_norm"]
     call = torch_npu.calls[0][1]
-    assert call["self"] is x and call["epsilon"] == 1e-5
-    if w_dtype in (torch.float32, x_dtype):
-        assert call["gamma"] is w and counter.count() == 1  # not cast: no extra kernel
-    else:
-        assert call["gamma"].dtype == torch.float32 and torch.equal(call["gamma"], w.float())
+    assert call["input"] is x and call["epsilon"] == 1e-5 and call["gamma"].dtype == x_dtype
+    assert torch.equal(call["gamma"], w.to(x_dtype))
     assert out.dtype == x_dtype and out.shape == x.shape  # y, not rstd
-    assert torch.equal(out, rms_norm_native(x, w, 1e-5))  # fp32 gamma kept: native's numerics exactly
+    # The numerics of the native op given the gamma the kernel gets (fp32 math inside).
+    assert torch.equal(out, rms_norm_native(x, w.to(x_dtype), 1e-5))
+
+
+def test_rms_norm_fp32_gamma_only_where_the_device_probe_says_so(npu_factory):
+    """A device that takes an fp32 gamma (what probe.rms_norm_fp32_gamma found there) gets it uncast:
+    native's numerics exactly; without the probe's yes it is never assumed."""
+    torch_npu = npu_factory(fp32_gamma=True)
+    x, w = _randn(2, 13, 77), _randn(77, dtype=torch.float32, seed=1)
+    out = ops.rms_norm(x, w, 1e-5, None)
+    assert torch_npu.calls[0][1]["gamma"] is w and torch.equal(out, rms_norm_native(x, w, 1e-5))
+
+
+def test_rms_norm_fp32_gamma_probe_is_off_without_a_device(torch_npu):
+    # The stand-in is no device: the probe answers False without calling anything.
+    assert _FP32_GAMMA_PROBE.__wrapped__(torch.bfloat16) is False
+    assert torch_npu.calls == []
 
 
 @pytest.mark.parametrize("variant", ["old_soc", "jit_compile", "no_aclnn"])
@@ -153,7 +167,7 @@ def test_rope_fp32_tables_keep_fp32_precision(torch_npu, layout, mode):
     name, out, counter = _run(torch_npu, "rope", x, c, s, layout)
     assert name == "npu" and counter.npu_calls() == ["npu_rotary_mul"]
     call = torch_npu.calls[0][1]
-    assert call["rotary_mode"] == mode and call["self"].dtype == torch.float32
+    assert call["rotary_mode"] == mode and call["input"].dtype == torch.float32
     assert call["r1"].data_ptr() == c.data_ptr() and call["r2"].data_ptr() == s.data_ptr()  # fp32, not copied
     assert counter.ops == ["aten._to_copy", "aten._to_copy"] and counter.count() == 3
     assert out.shape == x.shape and out.dtype == x.dtype
@@ -183,7 +197,7 @@ def test_rope_old_schema_has_half_only(npu_factory):
     assert torch_npu.calls[0][1].keys() == {"self", "r1", "r2"}
 
 
-@pytest.mark.parametrize("version", ["7.0.0", "26.0.0"])
+@pytest.mark.parametrize("version", ["7.0.0", NEWEST])
 @pytest.mark.parametrize("variant", ["old_soc", "jit_compile", "no_aclnn"])
 def test_rope_acl_op_path_is_half_only_with_d128(npu_factory, version, variant):
     """SoC before 910B1, jit_compile=True or a CANN without aclnnRotaryPositionEmbedding: torch_npu
@@ -372,7 +386,7 @@ def test_swiglu_packed_is_one_npu_swiglu_call(torch_npu):
     name, out, counter = _run(torch_npu, "swiglu", h, None, -1)
     assert name == "npu" and counter.npu_calls() == ["npu_swiglu"] and counter.count() == 1
     call = torch_npu.calls[0][1]
-    assert call["self"] is h and call["dim"] == -1
+    assert call["input"] is h and call["dim"] == -1
     assert out.dtype == torch.bfloat16 and out.shape == (2, 13, 77)
     assert torch.equal(out, swiglu_native(h))  # silu of the FIRST half: the op's packed layout
 
@@ -392,7 +406,7 @@ def test_swiglu_two_tensors_concatenated_in_low_precision(torch_npu, dtype):
     up, gate = h.chunk(2, -1)
     name, out, counter = _run(torch_npu, "swiglu", gate, up, -1)
     assert name == "npu" and counter.ops == ["aten.cat"] and counter.npu_calls() == ["npu_swiglu"]
-    assert torch.equal(torch_npu.calls[0][1]["self"], torch.cat((gate, up), -1))
+    assert torch.equal(torch_npu.calls[0][1]["input"], torch.cat((gate, up), -1))
     assert torch.equal(out, swiglu_native(gate, up))
 
 
@@ -471,7 +485,7 @@ def test_env_shows_each_provider_and_why(torch_npu, capsys, monkeypatch):
     why = info["provider_reasons"]
     assert why["rope"].startswith("torch_npu.npu_rotary_mul, interleaved/half mode(s) via aclnn (rotary_mode keyword")
     assert "Ascend910B2" in why["rope"] and "jit_compile=False" in why["rope"]
-    assert "fp32 gamma with bf16/fp16 x" in why["rms_norm"]
+    assert "gamma cast to x's dtype (torch_npu's doc)" in why["rms_norm"]
     assert "not in fusions='auto'" in why["gelu_tanh"] and "aclnnGelu" in why["gelu_tanh"]
     assert why["adaln_modulate"].startswith("torch.ops.mindiesd.adaln") and why["mul_add"].startswith("torch.addcmul")
     assert why["swiglu"].startswith("torch_npu.npu_swiglu (aclnnSwiGlu")
