@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import os
 import sys
 from types import ModuleType
 
@@ -79,6 +80,9 @@ def mindiesd_unavailable_reason() -> str | None:
     if not torch_npu_available():
         return "torch_npu not installed"
     if sys.modules.get("mindiesd") is None:
+        unsupported = _mindiesd_torch_unsupported()
+        if unsupported is not None:
+            return unsupported
         error = _import_error("mindiesd")
         if error == "not installed":
             return "mindiesd not installed (pip install diffusers-ascend[mindiesd])"
@@ -91,6 +95,35 @@ def mindiesd_unavailable_reason() -> str | None:
     if not _mindiesd_adaln_registered():
         return "mindiesd registered no torch.ops.mindiesd.adaln(x, scale, shift, weight, bias, epsilon)"
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def _mindiesd_torch_unsupported() -> str | None:
+    """Why the installed MindIE SD cannot load on this torch, read from its ``_torch_variants.py``
+    without importing it (its import edits ``ASCEND_CUSTOM_OPP_PATH`` and, on an NPU host, raises
+    ``RuntimeError("Unsupported torch version ...")`` outside the variants: 3.1.0 ships 2.7, 2.9-2.13)."""
+    import ast
+
+    import torch
+
+    spec = importlib.util.find_spec("mindiesd")
+    origin = getattr(spec, "origin", None)
+    if not origin:
+        return None
+    path = os.path.join(os.path.dirname(origin), "_torch_variants.py")
+    try:
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        variants = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                        and getattr(n.targets[0], "id", "") == "SUPPORTED_TORCH_PLUGIN_VARIANTS")
+    except (OSError, SyntaxError, ValueError, StopIteration):
+        return None  # an older MindIE SD without variants: its import decides
+    torch_mm = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    if torch_mm in variants:
+        return None
+    listed = ", ".join(sorted(variants, key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit())))
+    return (f"mindiesd {_dist_version('mindiesd') or '(version unknown)'} has op plugins for torch {listed} "
+            f"only and this is torch {torch.__version__} (its import raises RuntimeError('Unsupported torch version')); "
+            "install a torch it supports or a MindIE SD release built for this torch")
 
 
 def mindiesd_available() -> bool:

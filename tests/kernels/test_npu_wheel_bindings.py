@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import inspect
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -237,3 +238,58 @@ def test_aclnn_probe_searches_the_libraries_torch_npu_searches(monkeypatch, tmp_
         probe.aclnn_available.cache_clear()
         assert probe.aclnn_available("aclnnFoo"), lib
     probe.cache_clear()
+
+
+# -- MindIE SD 3.1.0 under torch 2.14 ---------------------------------------------------------------
+@pytest.fixture
+def mindiesd_310(tmp_path, monkeypatch):
+    """A stand-in ``mindiesd`` 3.1.0 distribution: its ``_torch_variants.py`` (the variants the wheel
+    ships, from npu_contracts.json) and an ``__init__`` that raises as 3.1.0's does on an NPU host with
+    a torch outside them (and, like it, touches ASCEND_CUSTOM_OPP_PATH first)."""
+    from ascend_kernels import npu, registry
+
+    pkg = tmp_path / "mindiesd"
+    pkg.mkdir()
+    (pkg / "_torch_variants.py").write_text(f"SUPPORTED_TORCH_PLUGIN_VARIANTS = {MINDIESD['torch_plugin_variants']!r}\n")
+    message = MINDIESD["unsupported_torch_error"].split(": ", 1)[1]
+    (pkg / "__init__.py").write_text(
+        "import os, torch\n"
+        "os.environ['ASCEND_CUSTOM_OPP_PATH'] = 'mindiesd-vendors:' + os.environ.get('ASCEND_CUSTOM_OPP_PATH', '')\n"
+        f"raise RuntimeError(f{message!r})\n")
+    dist = tmp_path / "mindiesd-3.1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mindiesd\nVersion: 3.1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    caches = (npu._import_error, registry._imports, npu._mindiesd_torch_unsupported)
+    for cache in caches:
+        cache.cache_clear()
+    yield
+    for cache in caches:
+        cache.cache_clear()
+
+
+@pytest.mark.parametrize("torch_version, supported", [("2.14.0", False), ("2.13.0+cpu", True)])
+def test_mindiesd_310_on_torch_214_is_a_reason_and_a_fallback(monkeypatch, mindiesd_310, capsys, torch_version, supported):
+    """torch 2.14 (pinned): the reason names the torch releases MindIE SD 3.1.0 ships plugins for, the
+    import (which raises and edits ASCEND_CUSTOM_OPP_PATH) never runs, adaln_modulate goes native."""
+    import json
+    import os
+
+    from ascend_kernels.npu import mindiesd_unavailable_reason
+    from diffusers_ascend.cli import main
+
+    install_torch_npu(monkeypatch)
+    monkeypatch.setattr(torch, "__version__", torch_version)
+    monkeypatch.delenv("ASCEND_CUSTOM_OPP_PATH", raising=False)
+    why = mindiesd_unavailable_reason()
+    if supported:  # a torch it ships: its import decides (here: it raises, reported as such)
+        assert why.startswith("mindiesd 3.1.0 is installed but raised at import (RuntimeError: Unsupported torch")
+        return
+    assert why == ("mindiesd 3.1.0 has op plugins for torch 2.7, 2.9, 2.10, 2.11, 2.12, 2.13 only and this is torch "
+                   "2.14.0 (its import raises RuntimeError('Unsupported torch version')); install a torch it supports "
+                   "or a MindIE SD release built for this torch")
+    assert "mindiesd" not in sys.modules and "ASCEND_CUSTOM_OPP_PATH" not in os.environ
+    assert main(["env", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["mindiesd"] == f"unavailable, because {why}"
+    assert info["providers"]["adaln_modulate"] == "native" and why in info["provider_reasons"]["adaln_modulate"]
