@@ -54,7 +54,7 @@ def npu_factory(monkeypatch):
 
 @pytest.fixture
 def torch_npu(npu_factory):
-    """torch_npu 2.x built from op-plugin 26.0.0 on an Ascend910B2, jit_compile=False."""
+    """The newest torch_npu wheel we bind against (its schemas and docs) on an Ascend910B2, jit_compile=False."""
     return npu_factory()
 
 
@@ -544,7 +544,7 @@ def test_env_explains_fallbacks(npu_factory, capsys):
     assert "one dtype only" in info["provider_reasons"]["mul_add"]
 
 
-# ----------------------------------------------------------------------------- supports_args limits (A2, op-plugin 26.0.0)
+# ----------------------------------------------------------------------------- supports_args limits (A2, newest wheel)
 def _rope_args(b, s, n, d, dtype=torch.bfloat16):
     return torch.empty(b, s, n, d, dtype=dtype), torch.empty(1, s, 1, d), torch.empty(1, s, 1, d)
 
