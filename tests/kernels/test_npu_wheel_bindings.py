@@ -293,3 +293,19 @@ def test_mindiesd_310_on_torch_214_is_a_reason_and_a_fallback(monkeypatch, mindi
     info = json.loads(capsys.readouterr().out)
     assert info["mindiesd"] == f"unavailable, because {why}"
     assert info["providers"]["adaln_modulate"] == "native" and why in info["provider_reasons"]["adaln_modulate"]
+
+
+@pytest.mark.npu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_rms_norm_fp32_gamma_settled_on_the_device(dtype):
+    """On a 910B (``-m npu``): the probe's answer, and the provider's result within tolerance of native
+    with an fp32 weight either way (uncast where the device took it, cast where it did not)."""
+    from ascend_kernels.ops.rms_norm import rms_norm_native
+    from ascend_kernels.testing import assert_close
+
+    probe.cache_clear()
+    takes = probe.rms_norm_fp32_gamma(dtype)
+    print(f"npu_rms_norm takes an fp32 gamma with {dtype} input on {probe.soc_name()}: {takes}")
+    x = torch.randn(4, 256, 3072, generator=torch.Generator().manual_seed(0)).to(dtype).to("npu")
+    w = torch.rand(3072, generator=torch.Generator().manual_seed(1)).to("npu")
+    assert_close(ops.rms_norm(x, w, 1e-6, None), rms_norm_native(x, w, 1e-6), msg=f"npu rms_norm, fp32 gamma taken: {takes}")
