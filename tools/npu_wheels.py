@@ -244,9 +244,8 @@ def _signature(node) -> str | None:
         init = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
         if init is None:
             return "(*args, **kwargs)"  # inherits a C++ constructor
-        args = init.args
-        args.posonlyargs, args.args = args.posonlyargs, args.args[1:]  # drop self
-        return f"({ast.unparse(args)})"
+        init.args.args = init.args.args[1:]  # drop self
+        return f"({ast.unparse(init.args)})"
     return f"({ast.unparse(node.args)})"
 
 

@@ -172,20 +172,38 @@ def aclnn_available(api: str) -> bool:
     return False
 
 
-@functools.lru_cache(maxsize=None)
 def rms_norm_fp32_gamma(dtype) -> bool:
     """Whether this device's ``npu_rms_norm`` takes an fp32 gamma with ``dtype`` (fp16/bf16) input.
 
     The torch_npu 2.10/2.14 docs say gamma's dtype must equal the input's; the op-plugin page and
     aclnnRmsNorm list fp32 gamma with bf16/fp16 input on A2/A3. Only the device settles it: one small
     call on the current NPU, compared with the fp32 reference, once per process and dtype. False
-    without a real NPU (CPU, stand-ins): never assumed.
+    without a real NPU (CPU, stand-ins): never assumed. Never asked during a graph capture (the
+    probe synchronizes): False there until an eager call has asked.
     """
     import torch
 
     npu = getattr(torch, "npu", None)
+    if npu is None or dtype not in (torch.float16, torch.bfloat16):
+        return False
+    if dtype not in _FP32_GAMMA:
+        try:
+            if npu.is_current_stream_capturing():
+                return False
+        except Exception:  # no device, or a torch_npu without the query: ask below
+            pass
+        _FP32_GAMMA[dtype] = _ask_device_fp32_gamma(dtype)
+    return _FP32_GAMMA[dtype]
+
+
+_FP32_GAMMA: dict = {}  # dtype -> the device's answer (cache_clear drops it)
+
+
+def _ask_device_fp32_gamma(dtype) -> bool:
+    import torch
+
     try:
-        if npu is None or not npu.is_available() or dtype not in (torch.float16, torch.bfloat16):
+        if not torch.npu.is_available():
             return False
         x = torch.linspace(-2, 2, 64, device="npu").reshape(2, 32).to(dtype)
         gamma = torch.linspace(0.5, 1.5, 32, device="npu", dtype=torch.float32)
@@ -193,14 +211,15 @@ def rms_norm_fp32_gamma(dtype) -> bool:
         xf = x.float()
         ref = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * gamma).to(dtype)
         return y.dtype == dtype and bool(torch.allclose(y.float(), ref.float(), rtol=1e-2, atol=1e-2))
-    except Exception:  # refused (dtype check) or no device: cast gamma, as the doc says
+    except Exception:  # refused (the documented dtype check) or no device: cast gamma, as the doc says
         return False
 
 
-_CACHED = (op_arguments, soc_version, soc_name, aclnn_available, _open, rms_norm_fp32_gamma)
+_CACHED = (op_arguments, soc_version, soc_name, aclnn_available, _open)
 
 
 def cache_clear() -> None:
     """Forgets the cached facts (after swapping torch_npu, in tests)."""
     for f in _CACHED:
         f.cache_clear()
+    _FP32_GAMMA.clear()

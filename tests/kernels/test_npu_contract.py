@@ -117,9 +117,27 @@ def test_rms_norm_fp32_gamma_only_where_the_device_probe_says_so(npu_factory):
 
 
 def test_rms_norm_fp32_gamma_probe_is_off_without_a_device(torch_npu):
-    # The stand-in is no device: the probe answers False without calling anything.
-    assert _FP32_GAMMA_PROBE.__wrapped__(torch.bfloat16) is False
-    assert torch_npu.calls == []
+    # The stand-in is no device (no torch.npu): the probe answers False without calling anything.
+    assert _FP32_GAMMA_PROBE(torch.bfloat16) is False
+    assert torch_npu.calls == [] and probe._FP32_GAMMA == {}
+
+
+@pytest.mark.parametrize("capturing", [True, False])
+def test_rms_norm_fp32_gamma_probe_asks_once_and_never_in_a_capture(monkeypatch, capturing):
+    """The probe synchronizes: during a capture it answers False uncached; else it asks the device
+    once per dtype and keeps the answer."""
+    import types
+
+    asked = []
+    monkeypatch.setattr(torch, "npu", types.SimpleNamespace(is_current_stream_capturing=lambda: capturing), raising=False)
+    monkeypatch.setattr(probe, "_ask_device_fp32_gamma", lambda dtype: asked.append(dtype) or True)
+    probe.cache_clear()
+    try:
+        answers = [_FP32_GAMMA_PROBE(torch.bfloat16) for _ in range(2)] + [_FP32_GAMMA_PROBE(torch.float32)]
+        assert answers == ([False, False, False] if capturing else [True, True, False])
+        assert asked == ([] if capturing else [torch.bfloat16])
+    finally:
+        probe.cache_clear()
 
 
 @pytest.mark.parametrize("variant", ["old_soc", "jit_compile", "no_aclnn"])
