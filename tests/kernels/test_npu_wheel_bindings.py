@@ -145,6 +145,37 @@ def test_binding_catches_a_wrong_keyword(wheel):
     assert bind_all([("npu_gelu", (1, "tanh"), {})], lambda n: gelu)  # approximate is keyword-only
 
 
+def _meta(op: str, wheel: str):
+    """The wheel's meta function of ``op`` (``_meta_registrations.py``, stored as source text)."""
+    import math
+
+    namespace: dict = {"torch": torch, "math": math}
+    exec(CONTRACTS["torch_npu"][wheel]["meta"][op], namespace)  # noqa: S102  (the wheel's own meta source)
+    return next(v for k, v in namespace.items() if k.endswith("_meta"))
+
+
+@pytest.mark.parametrize("wheel", WHEELS)
+def test_standin_outputs_have_the_wheel_meta_shapes(monkeypatch, wheel):
+    """Each stand-in op returns what the wheel's meta function says (shapes and dtypes: e.g.
+    npu_rms_norm's rstd fp32 ``[..., 1]``, npu_swiglu halving ``dim``), for the calls we make."""
+    fake = install_torch_npu(monkeypatch, version=wheel)
+    x = _randn(2, 13, 64)
+    cases = {
+        "npu_rms_norm": ((x, _randn(64)), {"epsilon": 1e-6}),
+        "npu_rotary_mul": ((_randn(1, 13, 2, 16), _randn(1, 13, 1, 16), _randn(1, 13, 1, 16)), {"rotary_mode": "interleave"}),
+        "npu_gelu": ((x,), {"approximate": "tanh"}),
+        "npu_fast_gelu": ((x,), {}),
+        "npu_swiglu": ((x,), {"dim": -1}),
+    }
+    for op, (args, kwargs) in cases.items():
+        out = getattr(fake, op)(*args, **kwargs)
+        meta_args = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args]
+        rename = {"rotary_mode": "mode"}  # the meta function's own parameter names
+        want = _meta(op, wheel)(*meta_args, **{rename.get(k, k): v for k, v in kwargs.items()})
+        outs, wants = (out, want) if isinstance(out, tuple) else ((out,), (want,))
+        assert [(tuple(o.shape), o.dtype) for o in outs] == [(tuple(w.shape), w.dtype) for w in wants], op
+
+
 # -- torch.npu / torch_npu.npu calls outside the providers: bound from their call sites -------------
 def _call_sites():
     """``torch.npu.<fn>(...)`` / ``npu.<fn>(...)`` / ``torch_npu.npu.<fn>(...)`` calls in the package:
