@@ -17,7 +17,8 @@ from types import ModuleType
 from ..registry import Provider, register_provider
 from . import kernels, probe
 
-__all__ = ["DEVICE_TYPES", "mindiesd_available", "mindiesd_unavailable_reason", "runs_on", "torch_npu_available"]
+__all__ = ["DEVICE_TYPES", "mindiesd_available", "mindiesd_torch_unsupported", "mindiesd_unavailable_reason", "runs_on",
+           "torch_npu_available"]
 
 # Device types the torch_npu kernels run on (contract tests widen it to "cpu" with a stand-in torch_npu).
 DEVICE_TYPES: tuple[str, ...] = ("npu",)
@@ -80,7 +81,7 @@ def mindiesd_unavailable_reason() -> str | None:
     if not torch_npu_available():
         return "torch_npu not installed"
     if sys.modules.get("mindiesd") is None:
-        unsupported = _mindiesd_torch_unsupported()
+        unsupported = mindiesd_torch_unsupported()
         if unsupported is not None:
             return unsupported
         error = _import_error("mindiesd")
@@ -98,10 +99,20 @@ def mindiesd_unavailable_reason() -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
-def _mindiesd_torch_unsupported() -> str | None:
-    """Why the installed MindIE SD cannot load on this torch, read from its ``_torch_variants.py``
-    without importing it (its import edits ``ASCEND_CUSTOM_OPP_PATH`` and, on an NPU host, raises
-    ``RuntimeError("Unsupported torch version ...")`` outside the variants: 3.1.0 ships 2.7, 2.9-2.13)."""
+def mindiesd_torch_unsupported() -> str | None:
+    """Why the installed MindIE SD cannot load on this torch, or None (not installed, or it can).
+
+    Read from its ``_torch_variants.py`` without importing it: its import edits
+    ``ASCEND_CUSTOM_OPP_PATH`` and, on an NPU host, raises ``RuntimeError("Unsupported torch
+    version ...")`` outside its plugin variants (3.1.0 ships torch 2.7 and 2.9-2.13). Cached per process.
+
+    Returns:
+        the reason, naming the torch releases it supports and this one; None otherwise.
+
+    >>> from ascend_kernels.npu import mindiesd_torch_unsupported
+    >>> mindiesd_torch_unsupported() is None  # no mindiesd installed here
+    True
+    """
     import ast
 
     import torch

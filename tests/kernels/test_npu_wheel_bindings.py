@@ -291,7 +291,7 @@ def mindiesd_310(tmp_path, monkeypatch):
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mindiesd\nVersion: 3.1.0\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    caches = (npu._import_error, registry._imports, npu._mindiesd_torch_unsupported)
+    caches = (npu._import_error, registry._imports, npu.mindiesd_torch_unsupported)
     for cache in caches:
         cache.cache_clear()
     yield
@@ -324,6 +324,10 @@ def test_mindiesd_310_on_torch_214_is_a_reason_and_a_fallback(monkeypatch, mindi
     info = json.loads(capsys.readouterr().out)
     assert info["mindiesd"] == f"unavailable, because {why}"
     assert info["providers"]["adaln_modulate"] == "native" and why in info["provider_reasons"]["adaln_modulate"]
+    # bench e2e's "mindiesd" variant (MindIE SD's compile backend) is skipped with the same reason
+    from diffusers_ascend.benchmarks.bench_e2e import VARIANT_SPECS
+
+    assert VARIANT_SPECS["mindiesd"][1]("npu") == why
 
 
 @pytest.mark.npu
