@@ -10,13 +10,15 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import os
 import sys
 from types import ModuleType
 
 from ..registry import Provider, register_provider
 from . import kernels, probe
 
-__all__ = ["DEVICE_TYPES", "mindiesd_available", "mindiesd_unavailable_reason", "runs_on", "torch_npu_available"]
+__all__ = ["DEVICE_TYPES", "mindiesd_available", "mindiesd_torch_unsupported", "mindiesd_unavailable_reason", "runs_on",
+           "torch_npu_available"]
 
 # Device types the torch_npu kernels run on (contract tests widen it to "cpu" with a stand-in torch_npu).
 DEVICE_TYPES: tuple[str, ...] = ("npu",)
@@ -79,6 +81,9 @@ def mindiesd_unavailable_reason() -> str | None:
     if not torch_npu_available():
         return "torch_npu not installed"
     if sys.modules.get("mindiesd") is None:
+        unsupported = mindiesd_torch_unsupported()
+        if unsupported is not None:
+            return unsupported
         error = _import_error("mindiesd")
         if error == "not installed":
             return "mindiesd not installed (pip install diffusers-ascend[mindiesd])"
@@ -91,6 +96,45 @@ def mindiesd_unavailable_reason() -> str | None:
     if not _mindiesd_adaln_registered():
         return "mindiesd registered no torch.ops.mindiesd.adaln(x, scale, shift, weight, bias, epsilon)"
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def mindiesd_torch_unsupported() -> str | None:
+    """Why the installed MindIE SD cannot load on this torch, or None (not installed, or it can).
+
+    Read from its ``_torch_variants.py`` without importing it: its import edits
+    ``ASCEND_CUSTOM_OPP_PATH`` and, on an NPU host, raises ``RuntimeError("Unsupported torch
+    version ...")`` outside its plugin variants (3.1.0 ships torch 2.7 and 2.9-2.13). Cached per process.
+
+    Returns:
+        the reason, naming the torch releases it supports and this one; None otherwise.
+
+    >>> from ascend_kernels.npu import mindiesd_torch_unsupported
+    >>> mindiesd_torch_unsupported() is None  # no mindiesd installed here
+    True
+    """
+    import ast
+
+    import torch
+
+    spec = importlib.util.find_spec("mindiesd")
+    origin = getattr(spec, "origin", None)
+    if not origin:
+        return None
+    path = os.path.join(os.path.dirname(origin), "_torch_variants.py")
+    try:
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        variants = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                        and getattr(n.targets[0], "id", "") == "SUPPORTED_TORCH_PLUGIN_VARIANTS")
+    except (OSError, SyntaxError, ValueError, StopIteration):
+        return None  # an older MindIE SD without variants: its import decides
+    torch_mm = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    if torch_mm in variants:
+        return None
+    listed = ", ".join(sorted(variants, key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit())))
+    return (f"mindiesd {_dist_version('mindiesd') or '(version unknown)'} has op plugins for torch {listed} "
+            f"only and this is torch {torch.__version__} (its import raises RuntimeError('Unsupported torch version')); "
+            "install a torch it supports or a MindIE SD release built for this torch")
 
 
 def mindiesd_available() -> bool:
@@ -110,7 +154,10 @@ def _dist_version(dist: str) -> str | None:
 def _desc_rms_norm() -> str:
     if not torch_npu_available():
         return "torch_npu not installed"
-    mixed = "fp32 gamma with bf16/fp16 x" if probe.is_a2_a3() and kernels._op_api("aclnnRmsNorm") else "gamma cast to x's dtype"
+    import torch
+
+    fp32 = kernels._op_api("aclnnRmsNorm") and probe.rms_norm_fp32_gamma(torch.bfloat16)
+    mixed = "fp32 gamma taken with bf16/fp16 x (probed on this device)" if fp32 else "gamma cast to x's dtype (torch_npu's doc)"
     return f"torch_npu.npu_rms_norm ({_stack()}; {mixed})"
 
 
@@ -121,6 +168,9 @@ def _desc_rope() -> str:
     if args is None:
         return "torch_npu has no npu_rotary_mul"
     schema = "rotary_mode keyword" if "rotary_mode" in args else "no rotary_mode keyword (op-plugin < 7.0.0)"
+    if kernels.rope_path() is None:
+        return (f"SoC {probe.soc_name()} ({probe.soc_family()}) is not among the SoCs npu_rotary_mul's doc lists "
+                f"({_stack()}): native")
     modes = kernels.rope_modes()
     tail = "" if "interleaved" in modes else "; interleaved (Flux/Wan) falls back to native"
     return f"torch_npu.npu_rotary_mul, {'/'.join(modes) or 'no'} mode(s) via {kernels.rope_path()} ({schema}; {_stack()}){tail}"
@@ -164,8 +214,8 @@ def _desc_swiglu() -> str:
         return "torch_npu has no npu_swiglu"
     if not probe.aclnn_available("aclnnSwiGlu"):
         return "CANN has no aclnnSwiGlu: native"
-    if not probe.is_a2_a3():
-        return f"SoC {probe.soc_name()} is not A2/A3: native"
+    if not probe.is_a2():
+        return f"SoC {probe.soc_name()} is not Atlas A2, the only SoC npu_swiglu's doc lists: native"
     return ("torch_npu.npu_swiglu (aclnnSwiGlu; packed [gate, up] halves in one call, a separate gate "
             "and up concatenated first in bf16/fp16)")
 

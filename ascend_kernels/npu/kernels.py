@@ -79,10 +79,9 @@ def _not_wider(out_dtype: Optional[torch.dtype], dtype: torch.dtype) -> bool:
 
 
 def _rms_gamma_dtype(x: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
-    """The gamma dtype npu_rms_norm accepts: fp32 with fp16/bf16 x on the A2/A3 aclnn path, else x's."""
-    if weight.dtype == x.dtype:
-        return x.dtype
-    if x.dtype in (_F16, _BF16) and probe.is_a2_a3() and _op_api("aclnnRmsNorm"):
+    """The gamma dtype npu_rms_norm takes: x's, as the installed torch_npu's doc says (MindIE SD casts
+    too); an fp32 gamma only where this device was probed to take it with fp16/bf16 x."""
+    if weight.dtype == _F32 and x.dtype in (_F16, _BF16) and _op_api("aclnnRmsNorm") and probe.rms_norm_fp32_gamma(x.dtype):
         return _F32
     return x.dtype
 
@@ -110,19 +109,25 @@ def rms_norm(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float, out_dt
 # rope
 
 _ROTARY_MODE = {"interleaved": "interleave", "half": "half"}
+# The SoC families npu_rotary_mul's doc lists (torch_npu 2.10.0.post6 / 2.14.0), per path:
+# jit_compile=False (aclnn): Atlas A2/A3 training; jit_compile=True (acl_op): Atlas training, A2, inference.
+ROPE_SOCS = {"aclnn": ("A2", "A3"), "acl_op": ("910", "A2", "310P")}
 
 
-def rope_path() -> str:
-    """Which torch_npu implementation ``npu_rotary_mul`` runs here: ``"aclnn"`` or ``"acl_op"``."""
+def rope_path() -> Optional[str]:
+    """Which torch_npu implementation ``npu_rotary_mul`` runs here (``"aclnn"`` or ``"acl_op"``), or
+    None where the SoC is not among those its doc lists for that path."""
     if probe.soc_version() >= probe.SOC_910B1 and _op_api("aclnnRotaryPositionEmbedding"):
-        return "aclnn"
-    return "acl_op"
+        path = "aclnn"  # torch_npu's dispatch
+    else:
+        path = "acl_op"
+    return path if probe.soc_family() in ROPE_SOCS[path] else None
 
 
 def rope_modes() -> tuple[str, ...]:
     """The ``ascend_kernels.rope`` layouts the installed torch_npu runs as one kernel here."""
     args = probe.op_arguments("npu_rotary_mul")
-    if args is None:
+    if args is None or rope_path() is None:
         return ()
     if "rotary_mode" in args and rope_path() == "aclnn":  # keyword: op-plugin >= 7.0.0
         return ("interleaved", "half")
@@ -295,8 +300,9 @@ def adaln(x, scale, shift, eps, weight=None, bias=None, out_dtype=None) -> torch
 
 
 def swiglu_kernel() -> bool:
-    """Whether ``npu_swiglu`` runs here: it has no acl_op fallback, so it needs aclnnSwiGlu and A2/A3."""
-    return probe.is_a2_a3() and probe.has_op("npu_swiglu") and probe.aclnn_available("aclnnSwiGlu")
+    """Whether ``npu_swiglu`` runs here: it has no acl_op fallback, so it needs aclnnSwiGlu, and its doc
+    lists Atlas A2 only."""
+    return probe.is_a2() and probe.has_op("npu_swiglu") and probe.aclnn_available("aclnnSwiGlu")
 
 
 def swiglu_supports(x: torch.Tensor, up: Optional[torch.Tensor] = None, dim: int = -1) -> bool:

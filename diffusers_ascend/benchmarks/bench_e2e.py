@@ -331,7 +331,9 @@ def _mindiesd_unavailable(device: str) -> str | None:
         return f"MindIE SD runs on Ascend NPUs only; the device is {device}"
     if importlib.util.find_spec("mindiesd") is None:
         return "mindiesd is not installed (pip install mindiesd)"
-    return None
+    from ascend_kernels.npu import mindiesd_torch_unsupported
+
+    return mindiesd_torch_unsupported()  # e.g. MindIE SD 3.1.0 on torch 2.14: its import would raise
 
 
 # name -> (what it is, why it cannot run on a device or None, setup(model, device) -> undo)

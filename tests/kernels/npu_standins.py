@@ -3,17 +3,22 @@
 These are not hardware and prove nothing about kernels' speed or exact numerics. They encode what
 the primary sources document, so that a provider that calls an op outside its contract fails here:
 
+Schemas, the docs' dtype rules and SoC lists, the SoC enum and the ``torch_npu.npu`` signatures are
+generated from the wheels users install: ``tools/npu_wheels.py`` reads them out of torch_npu
+2.10.0.post6 / 2.14.0 and MindIE SD 3.1.0 into ``npu_contracts.json``, which this module loads.
+
 - `StandInTorchNpu`: each op is an ``OpOverloadPacket``-like callable carrying the schema of the
-  op-plugin release it stands for (verbatim from ``op_plugin/config/op_plugin_functions.yaml`` of
-  that branch), rejecting keywords the schema lacks, as the real packet does. It mirrors the
-  dispatch of op-plugin's C++ (``op_api`` aclnn path only with jit compile off and the aclnn
-  symbol present; SoC gates), enforces each path's documented dtype/shape contract (e.g. the
-  ``npu_rms_norm`` A2/A3 gamma table, ``acl_op`` ``npu_rotary_mul`` accepting only "half") and
+  torch_npu wheel it stands for (verbatim from its ``libtorch_npu.so``), rejecting keywords the
+  schema lacks, as the real packet does; ``torch_npu.npu.<fn>`` binds its arguments to the wheel's
+  Python signature. It mirrors the dispatch of op-plugin's C++ (``op_api`` aclnn path only with jit
+  compile off and the aclnn symbol present; SoC gates), enforces each path's documented dtype/shape
+  contract (the wheel's doc: ``npu_rms_norm`` gamma in x's dtype, ``npu_rotary_mul`` and
+  ``npu_swiglu`` on the SoC families their docs list, ``acl_op`` ``npu_rotary_mul`` accepting only "half") and
   reproduces documented behaviour that changes numerics (op_api ``npu_rotary_mul`` casts mixed
   r1/r2 to self's dtype). Results are computed in fp32 from the inputs and returned in the
   documented dtype. Every call is recorded.
-- `mindiesd_standin`: registers ``mindiesd::adaln`` with MindIE SD's exact schema
-  (``csrc/plugin/register_ops.cpp``) and a CPU kernel that enforces aclnnAdaLayerNorm's contract
+- `mindiesd_standin`: registers ``mindiesd::adaln`` with MindIE SD 3.1.0's exact schema (from its
+  ``libPTAExtensionOPS.so``) and a CPU kernel that enforces aclnnAdaLayerNorm's contract
   (hicann ops-nn ``norm/ada_layer_norm``: one dtype, scale/shift [B.., H] or [B.., 1, H]).
 - `KernelCounter`: a ``TorchDispatchMode`` counting device-op calls: stand-in kernel calls plus
   aten ops dispatched outside them (views excluded: they launch nothing).
@@ -30,37 +35,77 @@ from __future__ import annotations
 
 import contextlib
 import importlib.machinery
+import inspect
+import json
+import re
 import sys
 import types
+from pathlib import Path
 from typing import Iterable, Optional
 
 import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["A2_SOC", "FIA_SCHEMAS", "FUSION_ATTENTION_SCHEMA", "KernelCounter", "SCHEMAS", "StandInTorchNpu",
-           "install_torch_npu", "mindiesd_standin", "npu_attention_ops"]
+__all__ = ["A2_SOC", "A3_SOC", "CONTRACTS", "FIA_SCHEMAS", "FUSION_ATTENTION_SCHEMA", "KernelCounter", "MINDIESD",
+           "SCHEMAS", "StandInTorchNpu", "WHEELS", "api_signature", "documented_families", "install_torch_npu",
+           "mindiesd_standin", "npu_attention_ops", "soc_family"]
 
-A2_SOC = 221  # c10_npu::SocVersion::Ascend910B2 (torch_npu/csrc/core/npu/NpuVariables.h)
-SOC_NAMES = {102: "Ascend910A", 221: "Ascend910B2", 250: "Ascend910_9391", 260: "Ascend950"}
+# Generated from the wheels (tools/npu_wheels.py -> npu_contracts.json): schemas, docs, SoC enum.
+CONTRACTS = json.loads((Path(__file__).with_name("npu_contracts.json")).read_text(encoding="utf-8"))
+WHEELS: tuple[str, ...] = tuple(CONTRACTS["torch_npu"])  # the torch_npu releases we bind against
+NEWEST = max(WHEELS, key=lambda v: tuple(int(p) for p in re.findall(r"\d+", v)))
+MINDIESD = CONTRACTS["mindiesd"]["3.1.0"]
+_SOCS = CONTRACTS["torch_npu"][NEWEST]["soc_versions"]
+SOC_NAMES = {v: k for k, v in _SOCS.items()}
+A2_SOC = _SOCS["Ascend910B2"]
+A3_SOC = _SOCS["Ascend910_9391"]
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
-# op-plugin op_plugin/config/op_plugin_functions.yaml, per release branch.
-_ROTARY = {
-    "6.0.0": "npu_rotary_mul(Tensor self, Tensor r1, Tensor r2) -> Tensor",
-    "7.0.0": "npu_rotary_mul(Tensor self, Tensor r1, Tensor r2, str rotary_mode='half') -> Tensor",
-    "26.0.0": "npu_rotary_mul(Tensor self, Tensor r1, Tensor r2, str rotary_mode='half', Tensor? rotate=None) -> Tensor",
-}
-SCHEMAS = {
-    version: {
-        "npu_rms_norm": "npu_rms_norm(Tensor self, Tensor gamma, float epsilon=1e-06) -> (Tensor, Tensor)",
-        "npu_rotary_mul": rotary,
-        "npu_gelu": "npu_gelu(Tensor self, *, str approximate='none') -> Tensor",
-        "npu_fast_gelu": "npu_fast_gelu(Tensor self) -> Tensor",
-        "npu_swiglu": "npu_swiglu(Tensor self, int dim=-1) -> Tensor",
-    }
-    for version, rotary in _ROTARY.items()
-}
+
+def soc_family(soc: int, wheel: str = NEWEST) -> str:
+    """The SoC family the wheel's docs name (``A2``, ``A3``, ``A5``, ``910``, ``310P``, ``310B``): A2/A3/A5 by
+    the wheel's own SocVersion ranges, the older parts by their enum names."""
+    contract = CONTRACTS["torch_npu"][wheel]
+    for fam, (lo, hi) in ((k, v) for k, v in contract["soc_families"].items() if k != "source"):
+        if soc >= lo and (hi is None or soc < hi):
+            return fam
+    name = {v: k for k, v in contract["soc_versions"].items()}.get(soc, "")
+    for prefix, fam in (("Ascend310P", "310P"), ("Ascend310B", "310B"), ("Ascend910", "910")):
+        if name.startswith(prefix):
+            return fam
+    return "unknown"
+
+
+def documented_families(op: str, scenario: str = "*", wheel: str = NEWEST) -> Optional[list]:
+    """SoC families the wheel's doc of ``op`` lists (for a jit_compile scenario where it splits them);
+    None when the doc names no product."""
+    products = CONTRACTS["torch_npu"][wheel]["docs"].get(op, {}).get("products", {})
+    return products.get(scenario, products.get("*"))
+
+
+def gamma_must_match(wheel: str = NEWEST) -> bool:
+    """npu_rms_norm's doc: "gamma: dtype must equal self's" (数据类型需要和self保持一致)."""
+    return "保持一致" in CONTRACTS["torch_npu"][wheel]["docs"]["npu_rms_norm"]["params"]["gamma"]
+
+
+def api_signature(name: str, wheel: str = NEWEST) -> inspect.Signature:
+    """``torch_npu.npu.<name>``'s signature in ``wheel``, rebuilt from its source text (a class: its
+    ``__init__`` without self)."""
+    api = CONTRACTS["torch_npu"][wheel]["python_api"][name]
+    namespace: dict = {}
+    exec(f"def {name}{api['signature']}: pass", {}, namespace)  # noqa: S102  (text from the wheel's own def)
+    return inspect.signature(namespace[name])
+
+
+_OURS = ("npu_rms_norm", "npu_rotary_mul", "npu_gelu", "npu_fast_gelu", "npu_swiglu")
+# Schemas per torch_npu wheel, verbatim from its libtorch_npu.so. Two older op-plugin schemas of
+# npu_rotary_mul (op_plugin_functions.yaml of the 6.0.0 / 7.0.0 branches; no wheel of the supported
+# range ships them) stay to test that the providers handle a stack without the rotary_mode keyword.
+SCHEMAS = {version: {op: CONTRACTS["torch_npu"][version]["schemas"][op] for op in _OURS} for version in WHEELS}
+SCHEMAS["6.0.0"] = {**SCHEMAS[NEWEST], "npu_rotary_mul": "npu_rotary_mul(Tensor self, Tensor r1, Tensor r2) -> Tensor"}
+SCHEMAS["7.0.0"] = {**SCHEMAS[NEWEST],
+                    "npu_rotary_mul": "npu_rotary_mul(Tensor self, Tensor r1, Tensor r2, str rotary_mode='half') -> Tensor"}
 ALL_ACLNN = frozenset({"aclnnRmsNorm", "aclnnRotaryPositionEmbedding", "aclnnAddcmul", "aclnnSwiGlu"})
 
 
@@ -92,24 +137,31 @@ class StandInTorchNpu(types.ModuleType):
     """torch_npu as documented, for one (op-plugin release, SoC, compile mode, CANN) combination.
 
     Args:
-        version: op-plugin release of the schemas (``"6.0.0"``, ``"7.0.0"``, ``"26.0.0"``).
+        version: the torch_npu wheel whose schemas, docs and Python API it carries (`WHEELS`:
+            ``"2.10.0.post6"``, ``"2.14.0"``), or ``"6.0.0"`` / ``"7.0.0"``: the newest wheel with an older
+            op-plugin's ``npu_rotary_mul`` schema.
         soc: ``c10_npu::SocVersion`` value (221 = Ascend910B2, 102 = Ascend910A).
         jit_compile: ``torch_npu.npu.set_compile_mode(jit_compile=...)``.
         aclnn: aclnn kernels present in CANN's op-api libraries.
+        fp32_gamma: the device takes an fp32 ``npu_rms_norm`` gamma with fp16/bf16 input (the op-plugin
+            page says so, the wheels' doc says no: only a device settles it).
     """
 
-    def __init__(self, version: str = "26.0.0", soc: int = A2_SOC, jit_compile: bool = False,
-                 aclnn: Iterable[str] = ALL_ACLNN, fia: Iterable[str] = ("v1", "v2")):
+    def __init__(self, version: str = NEWEST, soc: int = A2_SOC, jit_compile: bool = False,
+                 aclnn: Iterable[str] = ALL_ACLNN, fia: Iterable[str] = ("v1", "v2"), fp32_gamma: bool = False):
         super().__init__("torch_npu")
         self.__spec__ = importlib.machinery.ModuleSpec("torch_npu", None)
         self.version, self.soc, self.jit, self.aclnn = version, soc, jit_compile, frozenset(aclnn)
+        self.fp32_gamma = fp32_gamma
         self.calls: list[tuple[str, dict]] = []
         self.depth = 0
-        self.npu = types.SimpleNamespace(
-            get_soc_version=lambda: self.soc,
-            get_device_name=lambda *a: SOC_NAMES.get(self.soc, f"soc{self.soc}"),
-            is_jit_compile_false=lambda: not self.jit,
-        )
+        self.wheel = version if version in WHEELS else NEWEST
+        self.family = soc_family(soc, self.wheel)
+        self.api_calls: list[tuple[str, dict]] = []  # torch_npu.npu.<fn> calls, bound to the wheel's signature
+        impls = dict(get_soc_version=lambda: self.soc,
+                     get_device_name=lambda device_name=None: SOC_NAMES.get(self.soc, f"soc{self.soc}"),
+                     is_jit_compile_false=lambda: not self.jit)
+        self.npu = types.SimpleNamespace(**{name: self._api(name, fn) for name, fn in impls.items()})
         impls = {"npu_rms_norm": self._rms_norm, "npu_rotary_mul": self._rotary_mul,
                  "npu_gelu": self._gelu, "npu_fast_gelu": self._fast_gelu, "npu_swiglu": self._swiglu}
         for name, schema in SCHEMAS[version].items():
@@ -120,6 +172,17 @@ class StandInTorchNpu(types.ModuleType):
         for v in self.fia:
             setattr(self, ops[v], getattr(torch.ops.npu, ops[v]))
         self.npu_fusion_attention = torch.ops.npu.npu_fusion_attention
+
+    def _api(self, name: str, impl):
+        sig = api_signature(name, self.wheel)
+
+        def call(*args, **kwargs):
+            bound = sig.bind(*args, **kwargs)  # TypeError where the wheel's function would raise one
+            bound.apply_defaults()
+            self.api_calls.append((name, dict(bound.arguments)))
+            return impl(*bound.args, **bound.kwargs)
+
+        return call
 
     @contextlib.contextmanager
     def inside(self):
@@ -137,19 +200,16 @@ class StandInTorchNpu(types.ModuleType):
 
     def _check_dtype(self, t: torch.Tensor):
         assert t.dtype in _DTYPES, f"dtype {t.dtype} not supported"
-        assert t.dtype != torch.bfloat16 or self.soc >= 220, "bf16 needs SocVersion >= Ascend910B1"
+        assert t.dtype != torch.bfloat16 or self.soc >= _SOCS["Ascend910B1"], f"bf16 needs SocVersion >= Ascend910B1 ({_SOCS['Ascend910B1']})"
 
     # -- ops ----------------------------------------------------------------------------------
     def _rms_norm(self, x, gamma, epsilon):
         self._check_dtype(x)
         assert 2 <= x.dim() <= 8 and tuple(gamma.shape) == tuple(x.shape[x.dim() - gamma.dim():])
-        a2_a3 = 220 <= self.soc < 240 or 250 <= self.soc < 260
-        if a2_a3 and self._op_api("aclnnRmsNorm"):  # torch_npu-npu_rms_norm.md, A2/A3 table
-            allowed = {(torch.float16, torch.float32), (torch.bfloat16, torch.float32), (torch.float16, torch.float16),
-                       (torch.bfloat16, torch.bfloat16), (torch.float32, torch.float32)}
-        else:  # older parts' table; acl_op RmsNorm: gamma in self's dtype
-            allowed = {(d, d) for d in _DTYPES}
-        assert (x.dtype, gamma.dtype) in allowed, f"npu_rms_norm: (self {x.dtype}, gamma {gamma.dtype}) not allowed here"
+        if gamma_must_match(self.wheel) and not self.fp32_gamma:  # the wheel's doc: gamma in self's dtype
+            assert gamma.dtype == x.dtype, f"npu_rms_norm: gamma {gamma.dtype} must have self's dtype {x.dtype}"
+        else:  # a device found (by probe.rms_norm_fp32_gamma) to take an fp32 gamma too
+            assert gamma.dtype in (x.dtype, torch.float32), f"npu_rms_norm: gamma {gamma.dtype} for self {x.dtype}"
         xf = x.float()
         rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + epsilon)
         return (xf * rstd * gamma.float()).to(x.dtype), rstd
@@ -159,7 +219,11 @@ class StandInTorchNpu(types.ModuleType):
             self._check_dtype(t)
         assert x.dim() == 4 and r1.dim() == 4 and r2.dim() == 4 and r1.shape == r2.shape
         assert rotary_mode in ("half", "interleave"), "rotary_mode should be half or interleave"
-        if self.soc < 220 or not self._op_api("aclnnRotaryPositionEmbedding"):
+        acl_op = self.soc < _SOCS["Ascend910B1"] or not self._op_api("aclnnRotaryPositionEmbedding")
+        scenario = "jit_compile=True" if acl_op else "jit_compile=False"  # the doc's two tables
+        assert self.family in documented_families("npu_rotary_mul", scenario, self.wheel), \
+            f"npu_rotary_mul ({scenario}) is not documented for {SOC_NAMES.get(self.soc)} ({self.family})"
+        if acl_op:
             # acl_op::npu_rotary_mul (RotaryMulKernelNpu.cpp) and the jit_compile=True doc.
             if rotary_mode != "half":
                 raise RuntimeError("npu_rotary_mul in aclop only support rotary_mode with half")
@@ -191,9 +255,10 @@ class StandInTorchNpu(types.ModuleType):
 
     def _swiglu(self, x, dim=-1):
         # op_api only (SwigluKernelNpuOpApi.cpp -> aclnnSwiGlu): no acl_op path, so jit_compile
-        # does not matter, but the aclnn kernel must exist; A2/A3 (torch_npu-npu_swiglu.md).
+        # does not matter, but the aclnn kernel must exist; the SoCs its doc lists (A2).
         assert "aclnnSwiGlu" in self.aclnn, "aclnnSwiGlu missing from CANN"
-        assert 220 <= self.soc < 240 or 250 <= self.soc < 260, "npu_swiglu: Atlas A2/A3 only"
+        assert self.family in documented_families("npu_swiglu", wheel=self.wheel), \
+            f"npu_swiglu is documented for {documented_families('npu_swiglu', wheel=self.wheel)} only, not {self.family}"
         self._check_dtype(x)
         assert 1 <= x.dim() <= 8 and x.numel() > 0, "npu_swiglu: 1-8 dims, not empty"
         assert -x.dim() <= dim < x.dim() and x.shape[dim] % 2 == 0, "npu_swiglu: even size along dim"
@@ -213,12 +278,13 @@ def install_torch_npu(monkeypatch, **kw) -> StandInTorchNpu:
     monkeypatch.setattr(npu_providers, "DEVICE_TYPES", ("npu", "cpu"))
     # CANN's op-api libraries do not exist here: answer from the stand-in's set instead of ctypes.
     monkeypatch.setattr(probe, "aclnn_available", lambda api: api in fake.aclnn)
+    # What the one-off device probe would find on this (simulated) device: the stand-in's answer.
+    monkeypatch.setattr(probe, "rms_norm_fp32_gamma", lambda dtype: fake.fp32_gamma)
     probe.cache_clear()
     return fake
 
 
-_ADALN_SCHEMA = ("adaln(Tensor x, Tensor scale, Tensor shift, Tensor? weight=None, Tensor? bias=None, "
-                 "float? epsilon=1e-5) -> Tensor")
+_ADALN_SCHEMA = MINDIESD["schemas"]["adaln"]  # from MindIE SD 3.1.0's libPTAExtensionOPS.so
 
 
 @contextlib.contextmanager
@@ -288,42 +354,11 @@ class KernelCounter(TorchDispatchMode):
 
 
 # -- attention -----------------------------------------------------------------------------------
-# torch_npu-npu_fused_infer_attention_score.md (v1, verbatim); v2: op-plugin / TorchAir's doc, up to
-# the optional dtype arguments after return_softmax_lse (never passed here, left out).
-FIA_SCHEMAS = {
-    "v1": (
-        "npu_fused_infer_attention_score(Tensor query, Tensor key, Tensor value, *, Tensor? pse_shift=None, "
-        "Tensor? atten_mask=None, SymInt[]? actual_seq_lengths=None, SymInt[]? actual_seq_lengths_kv=None, "
-        "Tensor? dequant_scale1=None, Tensor? quant_scale1=None, Tensor? dequant_scale2=None, Tensor? quant_scale2=None, "
-        "Tensor? quant_offset2=None, Tensor? antiquant_scale=None, Tensor? antiquant_offset=None, Tensor? block_table=None, "
-        "Tensor? query_padding_size=None, Tensor? kv_padding_size=None, Tensor? key_antiquant_scale=None, "
-        "Tensor? key_antiquant_offset=None, Tensor? value_antiquant_scale=None, Tensor? value_antiquant_offset=None, "
-        "Tensor? key_shared_prefix=None, Tensor? value_shared_prefix=None, SymInt[]? actual_shared_prefix_len=None, "
-        "Tensor? query_rope=None, Tensor? key_rope=None, Tensor? key_rope_antiquant_scale=None, int num_heads=1, "
-        "float scale=1.0, int pre_tokens=2147483647, int next_tokens=2147483647, str input_layout=\"BSH\", "
-        "int num_key_value_heads=0, int sparse_mode=0, int inner_precise=0, int block_size=0, int antiquant_mode=0, "
-        "bool softmax_lse_flag=False, int key_antiquant_mode=0, int value_antiquant_mode=0) -> (Tensor, Tensor)"
-    ),
-    "v2": (
-        "npu_fused_infer_attention_score_v2(Tensor query, Tensor key, Tensor value, *, Tensor? query_rope=None, "
-        "Tensor? key_rope=None, Tensor? pse_shift=None, Tensor? atten_mask=None, SymInt[]? actual_seq_qlen=None, "
-        "SymInt[]? actual_seq_kvlen=None, Tensor? block_table=None, Tensor? dequant_scale_query=None, "
-        "Tensor? dequant_scale_key=None, Tensor? dequant_offset_key=None, Tensor? dequant_scale_value=None, "
-        "Tensor? dequant_offset_value=None, Tensor? dequant_scale_key_rope=None, Tensor? quant_scale_out=None, "
-        "Tensor? quant_offset_out=None, Tensor? learnable_sink=None, int num_query_heads=1, int num_key_value_heads=0, "
-        "float softmax_scale=1.0, int pre_tokens=2147483647, int next_tokens=2147483647, str input_layout=\"BSH\", "
-        "int sparse_mode=0, int block_size=0, int query_quant_mode=0, int key_quant_mode=0, int value_quant_mode=0, "
-        "int inner_precise=0, bool return_softmax_lse=False) -> (Tensor, Tensor)"
-    ),
-}
-# op-plugin op_plugin_functions.yaml (what diffusers' "_native_npu" backend calls).
-FUSION_ATTENTION_SCHEMA = (
-    "npu_fusion_attention(Tensor query, Tensor key, Tensor value, int head_num, str input_layout, Tensor? pse=None, "
-    "Tensor? padding_mask=None, Tensor? atten_mask=None, float scale=1., float keep_prob=1., "
-    "int pre_tockens=2147483647, int next_tockens=2147483647, int inner_precise=0, int[]? prefix=None, "
-    "int[]? actual_seq_qlen=None, int[]? actual_seq_kvlen=None, int sparse_mode=0, bool gen_mask_parallel=True, "
-    "bool sync=False) -> (Tensor, Tensor, Tensor, Tensor, int, int, int)"
-)
+# torch_npu's schemas of the attention ops, from the newest wheel's libtorch_npu.so (npu_contracts.json).
+FIA_SCHEMAS = {v: CONTRACTS["torch_npu"][NEWEST]["schemas"][op]
+               for v, op in (("v1", "npu_fused_infer_attention_score"), ("v2", "npu_fused_infer_attention_score_v2"))}
+# What diffusers' "_native_npu" backend calls.
+FUSION_ATTENTION_SCHEMA = CONTRACTS["torch_npu"][NEWEST]["schemas"]["npu_fusion_attention"]
 _NPU_LIB: list = []
 
 
