@@ -157,7 +157,7 @@ def _desc_rms_norm() -> str:
     import torch
 
     fp32 = kernels._op_api("aclnnRmsNorm") and probe.rms_norm_fp32_gamma(torch.bfloat16)
-    mixed = "fp32 gamma taken with bf16/fp16 x (probed on this device)" if fp32 else "gamma cast to x's dtype (torch_npu's doc)"
+    mixed = "fp32 gamma taken with bf16/fp16 x (probed on this device)" if fp32 else "gamma in x's dtype (torch_npu's doc; other weights: kernel in fp32)"
     return f"torch_npu.npu_rms_norm ({_stack()}; {mixed})"
 
 

@@ -78,12 +78,16 @@ def _not_wider(out_dtype: Optional[torch.dtype], dtype: torch.dtype) -> bool:
 # rms_norm
 
 
-def _rms_gamma_dtype(x: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
-    """The gamma dtype npu_rms_norm takes: x's, as the installed torch_npu's doc says (MindIE SD casts
-    too); an fp32 gamma only where this device was probed to take it with fp16/bf16 x."""
-    if weight.dtype == _F32 and x.dtype in (_F16, _BF16) and _op_api("aclnnRmsNorm") and probe.rms_norm_fp32_gamma(x.dtype):
-        return _F32
-    return x.dtype
+def _rms_exact_gamma(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether npu_rms_norm can take ``weight`` with x as it is and keep the op's numerics (weight
+    applied in fp32). The installed torch_npu's doc wants gamma in x's dtype: exact when the weights
+    already are, or when x is fp32 (a widening cast). An fp32 gamma with fp16/bf16 x only where this
+    device was probed to take it; any other mix narrows the weights (MindIE SD casts them: numerics
+    that are not the op's), so the caller runs the kernel in fp32 instead."""
+    if weight.dtype == x.dtype or x.dtype == _F32:
+        return True
+    return (weight.dtype == _F32 and x.dtype in (_F16, _BF16) and _op_api("aclnnRmsNorm")
+            and probe.rms_norm_fp32_gamma(x.dtype))
 
 
 def rms_norm_supports(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float, out_dtype=None) -> bool:
@@ -96,13 +100,17 @@ def rms_norm_supports(x: torch.Tensor, weight: Optional[torch.Tensor], eps: floa
 
 
 def rms_norm(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float, out_dtype=None) -> torch.Tensor:
+    out = out_dtype or x.dtype
     if weight is None:
         gamma = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
+    elif _rms_exact_gamma(x, weight):
+        gamma = weight if weight.dtype == _F32 and x.dtype != _F32 else weight.to(x.dtype)
     else:
-        gamma = weight.to(_rms_gamma_dtype(x, weight))  # no copy when the dtype already fits
+        # Two casts cost less than a result the unfused ops would not give.
+        x, gamma = x.float(), weight.float()
     # npu_rms_norm -> (y, rstd); y in x's dtype, computed in fp32.
     y = _npu().npu_rms_norm(x, gamma, epsilon=eps)[0]
-    return y if out_dtype is None or out_dtype == y.dtype else y.to(out_dtype)
+    return y if out == y.dtype else y.to(out)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -96,16 +96,22 @@ def test_npu_provider_selected_for_its_ops(torch_npu):
 @pytest.mark.parametrize("w_dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_rms_norm_gamma_in_x_dtype_as_the_wheel_documents(torch_npu, x_dtype, w_dtype):
     """torch_npu 2.10.0.post6 / 2.14.0 document gamma in x's dtype (the stand-in enforces the wheel's
-    doc): gamma is cast to x's dtype, as MindIE SD does; one npu_rms_norm call on x itself."""
+    doc). Weights already in x's dtype go as they are; any other mix would narrow the weights (what
+    MindIE SD does), so the kernel runs on fp32 x and gamma instead: the op's numerics exactly, one
+    npu_rms_norm call either way."""
     x, w = _randn(2, 13, 77, dtype=x_dtype), _randn(77, dtype=w_dtype, seed=1)
     name, out, counter = _run(torch_npu, "rms_norm", x, w, 1e-5, None)
     assert name == "npu" and counter.npu_calls() == ["npu_rms_norm"]
     call = torch_npu.calls[0][1]
-    assert call["input"] is x and call["epsilon"] == 1e-5 and call["gamma"].dtype == x_dtype
-    assert torch.equal(call["gamma"], w.to(x_dtype))
+    assert call["epsilon"] == 1e-5 and call["gamma"].dtype == call["input"].dtype
+    if w_dtype == x_dtype:
+        assert call["input"] is x and call["gamma"] is w
+    else:
+        assert call["input"].dtype == torch.float32 and torch.equal(call["input"], x.float())
+        assert torch.equal(call["gamma"], w.float())
     assert out.dtype == x_dtype and out.shape == x.shape  # y, not rstd
-    # The numerics of the native op given the gamma the kernel gets (fp32 math inside).
-    assert torch.equal(out, rms_norm_native(x, w.to(x_dtype), 1e-5))
+    # The op's numerics: weights applied in fp32, never narrowed first.
+    assert torch.equal(out, rms_norm_native(x, w, 1e-5))
 
 
 def test_rms_norm_fp32_gamma_only_where_the_device_probe_says_so(npu_factory):
@@ -142,14 +148,17 @@ def test_rms_norm_fp32_gamma_probe_asks_once_and_never_in_a_capture(monkeypatch,
 
 
 @pytest.mark.parametrize("variant", ["old_soc", "jit_compile", "no_aclnn"])
-def test_rms_norm_gamma_cast_where_only_x_dtype_is_accepted(npu_factory, variant):
+def test_rms_norm_fp32_kernel_where_only_x_dtype_is_accepted(npu_factory, variant):
+    """Where an fp32 gamma with fp16 x is not accepted, the kernel runs on fp32 x and gamma: never a
+    narrowed gamma (the stand-in rejects fp32 gamma with fp16 x here), the op's numerics exactly."""
     kw = {"old_soc": dict(soc=OLD_SOC), "jit_compile": dict(jit_compile=True), "no_aclnn": dict(aclnn=())}[variant]
     torch_npu = npu_factory(**kw)
     x, w = _randn(2, 13, 64, dtype=torch.float16), _randn(64, dtype=torch.float32, seed=1)
     name, out, counter = _run(torch_npu, "rms_norm", x, w, 1e-6, None)
     assert name == "npu" and counter.npu_calls() == ["npu_rms_norm"]
-    assert torch_npu.calls[0][1]["gamma"].dtype == torch.float16  # the stand-in rejects fp32 here
-    assert_close(out, rms_norm_native(x, w, 1e-6), msg="npu rms_norm (gamma cast) vs native")
+    call = torch_npu.calls[0][1]
+    assert call["gamma"].dtype == call["input"].dtype == torch.float32
+    assert out.dtype == torch.float16 and torch.equal(out, rms_norm_native(x, w, 1e-6))
 
 
 def test_rms_norm_bf16_needs_a2(npu_factory):
@@ -504,7 +513,7 @@ def test_env_shows_each_provider_and_why(torch_npu, capsys, monkeypatch):
     why = info["provider_reasons"]
     assert why["rope"].startswith("torch_npu.npu_rotary_mul, interleaved/half mode(s) via aclnn (rotary_mode keyword")
     assert "Ascend910B2" in why["rope"] and "jit_compile=False" in why["rope"]
-    assert "gamma cast to x's dtype (torch_npu's doc)" in why["rms_norm"]
+    assert "gamma in x's dtype (torch_npu's doc; other weights: kernel in fp32)" in why["rms_norm"]
     assert "not in fusions='auto'" in why["gelu_tanh"] and "aclnnGelu" in why["gelu_tanh"]
     assert why["adaln_modulate"].startswith("torch.ops.mindiesd.adaln") and why["mul_add"].startswith("torch.addcmul")
     assert why["swiglu"].startswith("torch_npu.npu_swiglu (aclnnSwiGlu")
@@ -556,7 +565,7 @@ def test_env_explains_fallbacks(npu_factory, capsys):
     assert "no rotary_mode keyword (op-plugin < 7.0.0)" in info["provider_reasons"]["rope"]
     assert "interleaved (Flux/Wan) falls back to native" in info["provider_reasons"]["rope"]
     assert "not in fusions='auto'" in info["provider_reasons"]["rope"] and "rope" not in info["auto_fusions"]
-    assert "gamma cast to x's dtype" in info["provider_reasons"]["rms_norm"]
+    assert "gamma in x's dtype" in info["provider_reasons"]["rms_norm"]
     assert info["providers"]["adaln_modulate"] == "native"
     assert "unavailable, because mindiesd not installed" in info["provider_reasons"]["adaln_modulate"]
     assert info["mindiesd"] == "unavailable, because mindiesd not installed (pip install diffusers-ascend[mindiesd])"
