@@ -529,7 +529,7 @@ def _height(text: str) -> int:
 def _fusions(text: str):
     from .config import _normalize_fusions
 
-    value = text.strip() if "," not in text else [n.strip() for n in text.split(",") if n.strip()]
+    value = text.strip()  # "rms_norm,rope": AscendConfig reads the comma-separated names
     try:
         _normalize_fusions(value)
     except (TypeError, ValueError) as e:
