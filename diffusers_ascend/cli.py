@@ -380,25 +380,68 @@ def _cmd_bench_e2e(args) -> int:
 
 
 # -- config --------------------------------------------------------------------------------------
+_EXPECTED = ("an ascend_config.json (AscendConfig fields), or a model's config.json / a pipeline's model_index.json "
+             "holding the settings enable_ascend_compile saved (`_ascend_config`)")
+
+
+class _NoSettings(ValueError):
+    """A diffusers config that holds no saved ascend settings (a folder may hold them elsewhere)."""
+
+
+def _config_in_file(path: str):
+    """The `AscendConfig` a JSON file holds: an ``ascend_config.json``, or the settings saved under
+    ``_ascend_config`` in a diffusers ``config.json`` / ``model_index.json``. Anything else is a
+    ``ValueError`` naming what was expected (loading it as an ascend config would warn about every
+    key and answer the defaults)."""
+    from dataclasses import fields
+
+    from .config import AscendConfig, read_json_object
+    from .mixin import ASCEND_CONFIG_KEY
+
+    data = read_json_object(path, _EXPECTED)
+    if ASCEND_CONFIG_KEY in data:
+        saved = data[ASCEND_CONFIG_KEY]
+        if saved is None or saved == {}:
+            raise _NoSettings(f"{path} holds no saved ascend settings (`{ASCEND_CONFIG_KEY}` is {json.dumps(saved)}: "
+                             "acceleration was disabled before saving)")
+        return AscendConfig.from_dict(saved, source=f"`{ASCEND_CONFIG_KEY}` in {path}")
+    if "_class_name" in data or "_diffusers_version" in data:
+        raise _NoSettings(f"{path} is a diffusers config without saved ascend settings (no `{ASCEND_CONFIG_KEY}` "
+                         "key: it was saved without enable_ascend_compile); expected " + _EXPECTED)
+    known = {f.name for f in fields(AscendConfig)} | {"version", "diffusers_ascend_version"}
+    if not set(data) & known:
+        keys = sorted(map(str, data))
+        raise ValueError(f"{path} holds neither an ascend config nor saved ascend settings (its keys: "
+                         f"{', '.join(keys[:8]) + (', ...' if len(keys) > 8 else '') or 'none'}); expected "
+                         + _EXPECTED)
+    return AscendConfig.from_dict(data, source=path)
+
+
 def _load_config(source: str | None):
-    from .config import CONFIG_NAME, AscendConfig, read_json_object
+    from .config import CONFIG_NAME, AscendConfig
 
     if source is None:
         return AscendConfig()
     if os.path.isfile(source):
-        return AscendConfig.from_json_file(source)
-    if os.path.isdir(source) and not os.path.isfile(os.path.join(source, CONFIG_NAME)):
-        # A saved pipeline or model folder: the config lives under `_ascend_config`.
-        for sub in ("", "transformer"):
-            path = os.path.join(source, sub, "config.json")
+        return _config_in_file(source)
+    if os.path.isdir(source):
+        # A folder of save_pretrained: its ascend_config.json, else the settings a saved model or
+        # pipeline keeps under `_ascend_config` (the model's config, then the pipeline's).
+        for name in (CONFIG_NAME, "config.json", os.path.join("transformer", "config.json"), "model_index.json"):
+            path = os.path.join(source, name)
             if os.path.isfile(path):
-                saved = read_json_object(path, "a diffusers config").get("_ascend_config")
-                if saved is not None and saved != {}:
-                    return AscendConfig.from_dict(saved, source=f"`_ascend_config` in {path}")
+                try:
+                    return _config_in_file(path)
+                except _NoSettings:
+                    continue
+        raise ValueError(f"{source} holds no ascend settings: looked for {CONFIG_NAME}, and `_ascend_config` in "
+                         "config.json, transformer/config.json and model_index.json")
     return AscendConfig.from_pretrained(source)
 
 
 def _cmd_config(args) -> int:
+    import warnings
+
     from .config import AscendConfig
 
     if args.action == "show":
@@ -412,14 +455,18 @@ def _cmd_config(args) -> int:
         return 0
     if args.action == "validate":
         try:
-            cfg = AscendConfig.from_json_file(args.file)
+            with warnings.catch_warnings(record=True) as caught:  # reported with the verdict
+                warnings.simplefilter("always")
+                cfg = _load_config(args.file)
         except Exception as e:  # every way a file can be wrong ends here with its message
             if args.json:  # the one JSON document, on stdout as always
                 _print({"valid": False, "error": f"{type(e).__name__}: {e}"}, True, "")
             else:
                 print(f"invalid: {args.file}: {e}", file=sys.stderr)
             return 1
-        _print({"valid": True, "config": cfg.to_dict()}, args.json, f"valid: {args.file}")
+        notes = [str(w.message) for w in caught]
+        _print({"valid": True, "config": cfg.to_dict(), "warnings": notes}, args.json,
+               "\n".join([f"valid: {args.file}", *(f"  warning: {n}" for n in notes)]))
         return 0
     if args.action == "push":
         cfg = _load_config(args.dir)
@@ -575,9 +622,12 @@ def build_parser() -> argparse.ArgumentParser:
     config = add("config", "show, validate, push or pull an ascend_config.json", _cmd_config, json_flag=False)
     actions = config.add_subparsers(dest="action", required=True, metavar="{show,validate,push,pull}")
     show = actions.add_parser("show", help="print a config (defaults, a JSON file, a folder or a Hub repo) and what it resolves to here")
-    show.add_argument("source", nargs="?", help="ascend_config.json, a saved pipeline/model folder, or a Hub repo id")
-    validate = actions.add_parser("validate", help="check a JSON file; exit 1 with the reason if invalid")
-    validate.add_argument("file")
+    show.add_argument("source", nargs="?", help="ascend_config.json, a saved model's config.json or model_index.json, "
+                                                "a saved pipeline/model folder, or a Hub repo id")
+    validate = actions.add_parser("validate", help="check a config (as `show` takes it); exit 1 with the reason if invalid")
+    validate.add_argument("file", metavar="source",
+                          help="ascend_config.json, a saved model's config.json or model_index.json, a saved "
+                               "pipeline/model folder, or a Hub repo id")
     push = actions.add_parser("push", help="upload the config of DIR to a Hub repo")
     push.add_argument("dir")
     push.add_argument("repo_id")

@@ -203,7 +203,7 @@ def test_config_show_saved_folder_with_a_bad_ascend_config(capsys, tmp_path, sav
     assert "invalid ascend config in `_ascend_config` in" in err and str(tmp_path / "transformer" / "config.json") in err
     (tmp_path / "transformer" / "config.json").write_text("[]")
     assert main(["config", "show", str(tmp_path)]) == 1
-    assert "holds a JSON array, expected a diffusers config" in capsys.readouterr().err
+    assert "holds a JSON array, expected an ascend_config.json" in capsys.readouterr().err
 
 
 def test_bench_writes_json_table_and_plot(capsys, tmp_path):
@@ -228,3 +228,79 @@ def test_bench_without_matplotlib_says_how_to_install(capsys, tmp_path, monkeypa
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
     assert main(["bench", "--size", "tiny", "--out", str(tmp_path / "out")]) == 1
     assert "diffusers-ascend[bench]" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def _model_config(path, saved=None, **extra):
+    """A model's config.json as diffusers writes it, with `saved` under `_ascend_config` if given."""
+    data = {"_class_name": "FluxTransformer2DModel", "_diffusers_version": "0.42.1", "num_layers": 1, **extra}
+    if saved is not None:
+        data["_ascend_config"] = saved
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("name", ["config.json", "model_index.json"])
+def test_config_validate_checks_the_saved_settings_of_a_diffusers_config(capsys, tmp_path, name):
+    # It said "valid" for a config.json whose saved settings held fusions="al": it read the file as
+    # an ascend config, dropped every key with a warning and validated the defaults.
+    path = _model_config(tmp_path / name, {**AscendConfig().to_dict(), "fusions": "al"})
+    assert main(["config", "validate", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "invalid" in err and "`_ascend_config` in" in err and "fusions='al'" in err and "Did you mean 'all'" in err
+    _model_config(path, AscendConfig(fusions=["rope"]).to_dict())
+    r = _json(capsys, ["config", "validate", str(path), "--json"])
+    assert r["valid"] is True and r["config"]["fusions"] == ["rope"] and r["warnings"] == []
+
+
+@pytest.mark.parametrize("content,needle", [
+    ({"foo": 1}, "holds neither an ascend config nor saved ascend settings (its keys: foo)"),
+    ({}, "holds neither an ascend config nor saved ascend settings"),
+    ({"_class_name": "FluxTransformer2DModel", "num_layers": 1}, "a diffusers config without saved ascend settings"),
+    ({"_class_name": "FluxPipeline", "_ascend_config": None}, "holds no saved ascend settings"),
+])
+def test_config_validate_and_show_refuse_a_file_without_an_ascend_config(capsys, tmp_path, content, needle):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(content))
+    for action in ("validate", "show"):
+        assert main(["config", action, str(path)]) == 1
+        captured = capsys.readouterr()
+        assert needle in captured.err and str(path) in captured.err and captured.out == "", action
+        assert "expected an ascend_config.json" in captured.err or "no saved" in needle
+    r = _json(capsys, ["config", "validate", str(path), "--json"], code=1)
+    assert r["valid"] is False and needle in r["error"]
+
+
+def test_config_validate_reports_ignored_keys_as_warnings(capsys, tmp_path):
+    path = tmp_path / CONFIG_NAME
+    path.write_text('{"fusions": "all", "exector": "eager"}')
+    assert main(["config", "validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"valid: {path}") and "warning: ignoring unknown ascend config keys ['exector']" in out
+
+
+def test_config_show_of_a_model_config_prints_its_saved_settings(capsys, tmp_path):
+    # It printed the defaults.
+    saved = AscendConfig(fusions=["adaln", "rope"], compile="model", on_error="raise")
+    path = _model_config(tmp_path / "config.json", saved.to_dict())
+    info = _json(capsys, ["config", "show", str(path), "--json"])
+    assert AscendConfig.from_dict(info["config"]) == saved
+    assert main(["config", "show", str(path)]) == 0
+    assert '"compile": "model"' in capsys.readouterr().out
+
+
+def test_config_validate_takes_a_folder_as_show_does(capsys, tmp_path):
+    # It failed with "Is a directory".
+    from diffusers_ascend.tiny import tiny_flux_pipeline
+
+    pipe = tiny_flux_pipeline()
+    pipe.enable_ascend_compile(fusions=["adaln"], compile="none")
+    pipe.save_pretrained(tmp_path / "pipe")
+    r = _json(capsys, ["config", "validate", str(tmp_path / "pipe"), "--json"])
+    assert r["valid"] is True and r["config"]["fusions"] == ["adaln"]
+    AscendConfig(fusions="none").save_pretrained(tmp_path / "cfg")
+    assert main(["config", "validate", str(tmp_path / "cfg")]) == 0
+    assert capsys.readouterr().out.startswith(f"valid: {tmp_path / 'cfg'}")
+    (tmp_path / "empty").mkdir()
+    assert main(["config", "validate", str(tmp_path / "empty")]) == 1
+    err = capsys.readouterr().err
+    assert "holds no ascend settings" in err and "Traceback" not in err and "Is a directory" not in err
