@@ -508,8 +508,8 @@ def _cache_files(args) -> int:
 
     if args.action == "info":
         info = warm_start.cache_info(args.source, revision=args.revision, token=args.token)
-        text = "\n".join(f"{k}: {v}" for k, v in info.items())
-        _print(info, args.json, text)
+        where = args.source + (f"@{args.revision}" if args.revision else "")
+        _print(info, args.json, _cache_info_text(where, info))
         return 0
     if args.action == "push":
         url = warm_start.push_ascend_cache(args.dir, args.repo_id, private=args.private, token=args.token)
@@ -522,6 +522,42 @@ def _cache_files(args) -> int:
         _print({"path": args.dir, "manifest": manifest}, args.json, f"saved {args.repo_id}'s compile artifacts to {args.dir}")
         return 0
     raise AssertionError(args.action)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError
+
+
+def _cache_info_text(where: str, info: dict[str, Any]) -> str:
+    """A few lines of `warm_start.cache_info`: what, where, built with what, sizes, packages, fit."""
+    lines = [f"compile artifacts at {where}: manifest format {info['format']}"
+             + (f" ({info['mechanism']})" if "mechanism" in info else "")]
+    if "torch" in info:
+        lines.append(f"built by diffusers-ascend {info['diffusers_ascend']} with torch {info['torch']}, Python "
+                     f"{info['python']}, for {info['platform']} on {info['machine']} (device {info['device']}), "
+                     f"executor {info['executor']}")
+        files = info["files"]
+        lines.append(f"files ({len(files)}, {_size(sum(f['size'] for f in files.values()))} in all):")
+        width = max(map(len, files))
+        lines += [f"  {name:<{width}}  {_size(f['size']):>9}" for name, f in files.items()]
+        lines.append(f"block packages (AOTInductor, one per block class and call shape): {len(info['blocks'])}")
+        for b in info["blocks"]:
+            fused = ", ".join(f"{k} {n}" for k, n in b["matches"].items() if n) or "none"
+            lines.append(f"  {b['model']}.{b['class']}  {b['file']}  ops {b['ops_before']} -> {b['ops_after']}, "
+                         f"fusions: {fused}")
+    else:
+        lines.append(f"written by diffusers-ascend {info['diffusers_ascend']}")
+    if info["matches_here"]:
+        lines.append("fits this machine: yes (torch, platform, device, Python, diffusers-ascend and executor match)")
+    else:
+        lines.append("fits this machine: no; it would be ignored (compiled afresh) because of:")
+        lines += [f"  {m}" for m in info["mismatches"]]
+    lines.append("(--json prints the whole manifest: hashes, call signatures)")
+    return "\n".join(lines)
 
 
 def _cache_run(args) -> int:

@@ -304,3 +304,38 @@ def test_config_validate_takes_a_folder_as_show_does(capsys, tmp_path):
     assert main(["config", "validate", str(tmp_path / "empty")]) == 1
     err = capsys.readouterr().err
     assert "holds no ascend settings" in err and "Traceback" not in err and "Is a directory" not in err
+
+
+def test_cache_info_prints_a_readable_summary_and_json_the_manifest(capsys, tmp_path):
+    # It printed one line per manifest key, the block entries' Python reprs: 6,400 characters.
+    from diffusers_ascend import warm_start
+    from tests.test_warm_start import _write_cache
+
+    keys = warm_start.expected_keys(AscendConfig(fusions=["rms_norm"], executor="inductor"))
+    manifest = _write_cache(tmp_path, keys, payload=b"x" * 2_500_000, packages={"ascend_aoti_0.pt2": b"p" * 1500})
+    assert main(["cache", "info", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert len(lines) <= 12 and max(map(len, lines)) <= 160, text
+    assert f"compile artifacts at {tmp_path}" in lines[0] and f"torch {keys['torch']}" in text
+    assert "ascend_inductor_cache.bin" in text and "2.5 MB" in text and "1.5 KB" in text
+    assert "FluxTransformerBlock  ascend_aoti_0.pt2  ops 5 -> 2, fusions: rms_norm 1" in text
+    assert "fits this machine: yes" in text and "{'" not in text  # no Python reprs
+    info = _json(capsys, ["cache", "info", str(tmp_path), "--json"])
+    assert {k: info[k] for k in manifest} == manifest and info["matches_here"] is True
+
+
+def test_cache_info_says_why_a_cache_does_not_fit(capsys, tmp_path):
+    from diffusers_ascend import warm_start
+    from tests.test_warm_start import _write_cache
+
+    keys = warm_start.expected_keys(AscendConfig(executor="inductor"))
+    _write_cache(tmp_path, {**keys, "torch": "2.6.0", "platform": "npu"})
+    assert main(["cache", "info", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "fits this machine: no" in text and "torch version: saved '2.6.0'" in text and "platform: saved 'npu'" in text
+    (tmp_path / warm_start.MANIFEST_NAME).write_text(json.dumps({"format": 1, "diffusers_ascend": "0.1.0",
+                                                               "mechanism": "inductor-mega-cache", "files": {}}))
+    assert main(["cache", "info", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "manifest format 1" in text and "fits this machine: no" in text
