@@ -1,9 +1,10 @@
 """The ``diffusers-ascend`` command: ``env``, ``demo``, ``bench`` (``bench e2e``, ``bench kernels``...), ``config`` and ``cache``.
 
-Exit codes: 0 success, 1 the command ran and failed (invalid config, failed check), 2 usage
-errors (argparse: unknown commands, bad choices, numbers that are not positive integers, unknown
-fusion names). ``--json`` prints one JSON document on stdout instead of text; errors go to stderr
-as one line, never a traceback.
+Exit codes: 0 success, 1 the command ran and failed (invalid config, failed check, a benchmark
+variant that failed), 2 usage errors (argparse: unknown commands, bad choices, numbers that are not
+positive integers, unknown fusion names), 130 interrupted (Ctrl-C: one line, no traceback).
+``--json`` prints one JSON document on stdout instead of text; errors go to stderr as one line,
+never a traceback.
 
 >>> from diffusers_ascend.cli import build_parser
 >>> build_parser().parse_args(["config", "validate", "ascend_config.json"]).file
@@ -345,6 +346,10 @@ def _cmd_bench(args) -> int:
     import importlib.util
 
     command = getattr(args, "bench_command", None)
+    if getattr(args, "out", None):  # a bad folder is found now, not after the whole run
+        from .benchmarks._common import check_out_dir
+
+        check_out_dir(args.out)
     if command in _BENCH_MODULES:
         return importlib.import_module(f"{__package__}.benchmarks.bench_{command}").cli(args)
 
@@ -367,15 +372,21 @@ def _cmd_bench(args) -> int:
 def _cmd_bench_e2e(args) -> int:
     from .benchmarks.bench_e2e import e2e_text, result_stem, run_e2e
 
-    result = run_e2e(model=args.model, depth=args.depth, steps=args.steps, height=args.height, width=args.width,
-                     frames=args.frames, text_len=args.text_len, device=args.device, dtype=args.dtype,
-                     variants=args.variants, seed=args.seed, out_dir=args.out, progress=not args.json)
-    failed = [v["name"] for v in result["variants"] if v["status"] == "failed"]
+    from .benchmarks._common import error_line
+
+    try:
+        result = run_e2e(model=args.model, depth=args.depth, steps=args.steps, height=args.height, width=args.width,
+                         frames=args.frames, text_len=args.text_len, device=args.device, dtype=args.dtype,
+                         variants=args.variants, seed=args.seed, out_dir=args.out, progress=not args.json)
+    except (RuntimeError, MemoryError) as e:  # building the model at this size (out of memory, say)
+        print(f"diffusers-ascend bench e2e: error: {error_line(e)}", file=sys.stderr)
+        return 1
+    failed = [v for v in result["variants"] if v["status"] == "failed"]
     text = e2e_text(result) + f"wrote {os.path.join(args.out, result_stem(result))}.json, .md and .png"
     _print({k: v for k, v in result.items() if k != "columns"}, args.json, text)
-    if failed:
-        print(f"diffusers-ascend bench e2e: variants failed: {', '.join(failed)} (the reasons are in the table)",
-              file=sys.stderr)
+    for v in failed:
+        print(f"diffusers-ascend bench e2e: variant {v['name']} failed: {v['note']}"
+              + (" (the other variants ran, not compared)" if v["name"] == "eager" else ""), file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -783,6 +794,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError, OSError, ImportError) as e:  # bad input or setup: a clear message, no traceback
         print(f"diffusers-ascend {args.command}: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: the shell's convention, 128 + SIGINT
+        print(f"\ndiffusers-ascend {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
