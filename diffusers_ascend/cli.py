@@ -206,7 +206,8 @@ def _real(model_id: str, device: str, height: int, steps: int, prompt: str):
 
 def run_demo(model: str = "flux", model_id: str | None = None, device: str = "cpu", fusions: Any = "all",
              executor: str = "auto", height: int | None = None, steps: int = 2, repeats: int = 3,
-             prompt: str = "a photo of an astronaut riding a horse", progress: bool = True) -> dict[str, Any]:
+             prompt: str = "a photo of an astronaut riding a horse", progress: bool = True,
+             save_dir: str | os.PathLike | None = None) -> dict[str, Any]:
     """Runs a pipeline eager and with `enable_ascend_compile`, then saves, reloads and compares.
 
     Args:
@@ -218,11 +219,18 @@ def run_demo(model: str = "flux", model_id: str | None = None, device: str = "cp
         steps: denoising steps per call.
         repeats: calls timed per variant (median reported).
         progress: show a progress bar over the stages.
+        save_dir: where the accelerated pipeline is saved and kept; None saves it into a temporary
+            folder, removed after the reload.
 
     Returns:
         dict with ``report`` (FusionReport.to_dict), ``per_block`` rows, ``compile_s``,
         ``eager_s``, ``accelerated_s``, ``max_abs_diff``, ``config``, ``reloaded_config``,
-        ``round_trip_ok``.
+        ``round_trip_ok``, ``saved_to`` (the folder), ``kept`` (whether it still exists) and
+        ``reload`` (the ``from_pretrained`` call that reloads it: the tiny pipelines have no text
+        encoders, so it passes ``text_encoder=None, ...``).
+
+    Raises:
+        ValueError: a bad argument, or a `save_dir` that cannot be written; before any work.
 
     >>> r = run_demo(executor="eager", repeats=1, progress=False)  # doctest: +SKIP
     """
@@ -235,11 +243,22 @@ def run_demo(model: str = "flux", model_id: str | None = None, device: str = "cp
     for name, value in (("steps", steps), ("repeats", repeats), ("height", height)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if save_dir is not None:
+        from .benchmarks._common import check_out_dir
+
+        save_dir = check_out_dir(save_dir)
     with _quiet_libraries():
-        return _run_demo(model, model_id, device, fusions, executor, height, steps, repeats, prompt, progress)
+        return _run_demo(model, model_id, device, fusions, executor, height, steps, repeats, prompt, progress,
+                         save_dir)
 
 
-def _run_demo(model, model_id, device, fusions, executor, height, steps, repeats, prompt, progress):
+def _reload_call(cls: type, path: str, kwargs: dict[str, Any]) -> str:
+    """The ``from_pretrained`` call that reloads the saved pipeline, as code."""
+    args = "".join(f", {k}={v}" for k, v in kwargs.items())  # None, torch.bfloat16: reprs that are code
+    return f"{cls.__module__.split('.')[0]}.{cls.__name__}.from_pretrained({path!r}{args})"
+
+
+def _run_demo(model, model_id, device, fusions, executor, height, steps, repeats, prompt, progress, save_dir):
     import torch
     from tqdm.auto import tqdm
 
@@ -272,10 +291,11 @@ def _run_demo(model, model_id, device, fusions, executor, height, steps, repeats
     report = pipe.ascend_report()
     diff = (out.float() - ref.float()).abs().max().item()
     config = pipe.transformer._ascend_state.config
-    with tempfile.TemporaryDirectory() as tmp:
-        pipe.save_pretrained(tmp)
+    with contextlib.ExitStack() as stack:
+        folder = save_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="diffusers-ascend-demo-"))
+        pipe.save_pretrained(folder)
         stage("saved")
-        loaded = type(pipe).from_pretrained(tmp, **reload_kwargs)
+        loaded = type(pipe).from_pretrained(folder, **reload_kwargs)
         stage("reloaded")
         reloaded = loaded.transformer._ascend_state.config
     per_block = []
@@ -298,6 +318,9 @@ def _run_demo(model, model_id, device, fusions, executor, height, steps, repeats
         "max_abs_diff": diff,
         "reloaded_config": reloaded.to_dict(),
         "round_trip_ok": reloaded == config and isinstance(reloaded, AscendConfig),
+        "saved_to": folder,
+        "kept": save_dir is not None,
+        "reload": _reload_call(type(pipe), folder, reload_kwargs),
     }
 
 
@@ -314,7 +337,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
 def _cmd_demo(args) -> int:
     result = run_demo(model=args.model, model_id=args.model_id, device=args.device, fusions=args.fusions,
                       executor=args.executor, height=args.height, steps=args.steps, repeats=args.repeats,
-                      progress=not args.json)
+                      progress=not args.json, save_dir=args.save_dir)
     r = result
     text = "\n".join([
         f"model: {r['model']}   fusions: {r['config']['fusions']}   executor: {args.executor}",
@@ -331,6 +354,9 @@ def _cmd_demo(args) -> int:
            if r["platform"] == "cpu" else ""),
         f"max |accelerated - eager|: {r['max_abs_diff']:.2e}",
         f"saved + reloaded: config round-tripped {'OK' if r['round_trip_ok'] else 'MISMATCH'}: {json.dumps(r['reloaded_config'])}",
+        f"saved to {r['saved_to']}" + (" (kept)" if r["kept"] else
+                                         " (a temporary folder, now removed; --save-dir DIR keeps it)"),
+        f"reloaded with: {r['reload']}",
     ])
     _print(result, args.json, text)
     return 0 if r["round_trip_ok"] else 1
@@ -657,6 +683,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="image height and width in pixels, a multiple of 16 (default 32 tiny, 512 with --model-id)")
     demo.add_argument("--steps", type=_positive_int, default=2, help="denoising steps per call (default 2)")
     demo.add_argument("--repeats", type=_positive_int, default=3, help="timed calls per variant, median reported (default 3)")
+    demo.add_argument("--save-dir", metavar="DIR",
+                      help="save the accelerated pipeline here and keep it (default: a temporary folder, removed)")
 
     bench = add("bench", "run the benchmarks; write results.json, results.md and results.png", _cmd_bench)
     bench.add_argument("--only", nargs="+", metavar="NAME", help="benchmarks to run (default: all)")

@@ -44,9 +44,16 @@ def test_env_with_broken_torch_npu_says_so(tmp_path):
 
 @pytest.mark.parametrize("model,blocks", [("flux", ["FluxTransformerBlock", "FluxSingleTransformerBlock"]),
                                           ("wan", ["WanTransformerBlock"])])
-def test_demo(capsys, model, blocks):
-    r = _json(capsys, ["demo", "--json", "--model", model, "--repeats", "1"])
+def test_demo(capsys, tmp_path, model, blocks):
+    r = _json(capsys, ["demo", "--json", "--model", model, "--repeats", "1", "--save-dir", str(tmp_path / "saved")])
     assert r["round_trip_ok"] is True and r["reloaded_config"] == r["config"]
+    # --save-dir keeps the folder, and the reload call the demo prints is code that reloads it.
+    assert r["saved_to"] == str(tmp_path / "saved") and r["kept"] is True
+    assert "text_encoder=None" in r["reload"]
+    import diffusers
+
+    reloaded = eval(r["reload"], {"diffusers": diffusers})
+    assert reloaded.transformer._ascend_state.config.to_dict() == r["config"]
     assert r["max_abs_diff"] < 1e-5
     assert [row["block"] for row in r["per_block"]] == blocks
     assert all(row["ops_after"] < row["ops_before"] for row in r["per_block"])
@@ -155,13 +162,15 @@ def test_demo_bad_arguments_fail_before_any_work(argv, needle, capsys, monkeypat
     assert e.value.code == 2 and needle in err and "Traceback" not in err
 
 
-def test_run_demo_checks_its_arguments_first(monkeypatch):
+def test_run_demo_checks_its_arguments_first(monkeypatch, tmp_path):
     from diffusers_ascend import cli
 
     monkeypatch.setattr(cli, "_run_demo", lambda *a, **k: pytest.fail("the demo started"))
+    (tmp_path / "file").write_text("")
     for kwargs, needle in ((dict(repeats=0), "repeats must be a positive integer"),
                            (dict(steps=-1), "steps must be a positive integer"),
-                           (dict(fusions=["bogus"]), "bogus"), (dict(model="sd3"), "'flux', 'wan'")):
+                           (dict(fusions=["bogus"]), "bogus"), (dict(model="sd3"), "'flux', 'wan'"),
+                           (dict(save_dir=tmp_path / "file"), "is a file; pass a folder")):
         with pytest.raises(ValueError, match=needle):
             cli.run_demo(**kwargs)
 
@@ -177,6 +186,11 @@ def test_demo_prints_only_its_own_output(tmp_path):
     noise = ("cannot be saved", "torchvision", "Loading pipeline components", "Traceback")
     assert not [n for n in noise if n in r.stdout + r.stderr], r.stderr[-3000:]
     assert os.listdir(tmp_path) == []  # the demo saves into a temporary directory it removes
+    # ... and says where it was, that it is gone, how to keep it and how to reload such a folder.
+    saved = next(line for line in r.stdout.splitlines() if line.startswith("saved to "))
+    folder = saved.split()[2]
+    assert "now removed; --save-dir DIR keeps it" in saved and not os.path.exists(folder)
+    assert f"diffusers.FluxPipeline.from_pretrained({folder!r}, text_encoder=None, tokenizer=None" in r.stdout
 
 
 @pytest.mark.parametrize(
