@@ -181,11 +181,10 @@ def _tiny(model: str, height: int):
     if model == "flux":
         pipe = tiny.tiny_flux_pipeline()
         inputs = lambda: tiny.flux_pipeline_inputs(height=height, width=height)  # noqa: E731
-        reload_kwargs = dict(text_encoder=None, tokenizer=None, text_encoder_2=None, tokenizer_2=None)
-        return pipe, inputs, "images", reload_kwargs
+        return pipe, inputs, "images", dict(tiny.FLUX_RELOAD_KWARGS)
     pipe = tiny.tiny_wan_pipeline()
     inputs = lambda: tiny.wan_pipeline_inputs(height=height, width=height)  # noqa: E731
-    return pipe, inputs, "frames", dict(text_encoder=None, tokenizer=None)
+    return pipe, inputs, "frames", dict(tiny.WAN_RELOAD_KWARGS)
 
 
 def _real(model_id: str, device: str, height: int, steps: int, prompt: str):
