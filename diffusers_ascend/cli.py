@@ -421,7 +421,7 @@ _EXPECTED = ("an ascend_config.json (AscendConfig fields), or a model's config.j
 
 
 class _NoSettings(ValueError):
-    """A diffusers config that holds no saved ascend settings (a folder may hold them elsewhere)."""
+    """A JSON object that holds no ascend settings (in a folder, another file may)."""
 
 
 def _config_in_file(path: str):
@@ -447,7 +447,7 @@ def _config_in_file(path: str):
     known = {f.name for f in fields(AscendConfig)} | {"version", "diffusers_ascend_version"}
     if not set(data) & known:
         keys = sorted(map(str, data))
-        raise ValueError(f"{path} holds neither an ascend config nor saved ascend settings (its keys: "
+        raise _NoSettings(f"{path} holds neither an ascend config nor saved ascend settings (its keys: "
                          f"{', '.join(keys[:8]) + (', ...' if len(keys) > 8 else '') or 'none'}); expected "
                          + _EXPECTED)
     return AscendConfig.from_dict(data, source=path)

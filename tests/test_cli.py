@@ -353,3 +353,10 @@ def test_cache_info_says_why_a_cache_does_not_fit(capsys, tmp_path):
     assert main(["cache", "info", str(tmp_path)]) == 0
     text = capsys.readouterr().out
     assert "manifest format 1" in text and "fits this machine: no" in text
+
+
+def test_config_show_of_a_folder_skips_files_without_settings(capsys, tmp_path):
+    # A saved pipeline: config.json of another tool at the top, the settings in model_index.json.
+    (tmp_path / "config.json").write_text('{"architectures": ["Other"]}')
+    _model_config(tmp_path / "model_index.json", AscendConfig(compile="model").to_dict(), _class_name="FluxPipeline")
+    assert _json(capsys, ["config", "show", str(tmp_path), "--json"])["config"]["compile"] == "model"
