@@ -291,7 +291,8 @@ def _run_demo(model, model_id, device, fusions, executor, height, steps, repeats
     diff = (out.float() - ref.float()).abs().max().item()
     config = pipe.transformer._ascend_state.config
     with contextlib.ExitStack() as stack:
-        folder = save_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="diffusers-ascend-demo-"))
+        folder = save_dir if save_dir is not None else stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="diffusers-ascend-demo-"))
         pipe.save_pretrained(folder)
         stage("saved")
         loaded = type(pipe).from_pretrained(folder, **reload_kwargs)
@@ -371,7 +372,7 @@ def _cmd_bench(args) -> int:
     import importlib.util
 
     command = getattr(args, "bench_command", None)
-    if getattr(args, "out", None):  # a bad folder is found now, not after the whole run
+    if getattr(args, "out", None) is not None:  # a bad folder is found now, not after the whole run
         from .benchmarks._common import check_out_dir
 
         check_out_dir(args.out)

@@ -170,7 +170,8 @@ def test_run_demo_checks_its_arguments_first(monkeypatch, tmp_path):
     for kwargs, needle in ((dict(repeats=0), "repeats must be a positive integer"),
                            (dict(steps=-1), "steps must be a positive integer"),
                            (dict(fusions=["bogus"]), "bogus"), (dict(model="sd3"), "'flux', 'wan'"),
-                           (dict(save_dir=tmp_path / "file"), "is a file; pass a folder")):
+                           (dict(save_dir=tmp_path / "file"), "is a file; pass a folder"),
+                           (dict(save_dir=""), "empty path")):
         with pytest.raises(ValueError, match=needle):
             cli.run_demo(**kwargs)
 

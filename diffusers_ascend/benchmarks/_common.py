@@ -121,6 +121,8 @@ def check_out_dir(out_dir: str | os.PathLike) -> str:
     import tempfile
 
     path = os.fspath(out_dir)
+    if not path:
+        raise ValueError("the output folder is an empty path; pass a folder (created if missing)")
     if os.path.exists(path) and not os.path.isdir(path):
         raise ValueError(f"the output folder {path!r} is a file; pass a folder (created if missing)")
     existing = os.path.abspath(path)
