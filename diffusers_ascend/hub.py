@@ -75,9 +75,12 @@ def resolve_config_file(
     except Exception as e:  # offline + not cached, missing repo/file/revision, HTTP errors
         where = f"{local}/{subfolder + '/' if subfolder else ''}{filename}" + (f"@{revision}" if revision else "")
         offline = " (offline: HF_HUB_OFFLINE or local_files_only)" if _offline(local_files_only) else ""
+        head = local.split("/")[0]
+        hint = (f" ({head!r} is a local folder: if you meant a path in it, {local!r} does not exist)"
+                if "/" in local and os.path.isdir(head) else "")
         raise AscendConfigNotFoundError(
             f"could not find {filename}: {local!r} is not a local directory or file, and downloading "
-            f"{where} from the Hub failed{offline}: {type(e).__name__}: {e}"
+            f"{where} from the Hub failed{offline}: {type(e).__name__}: {e}{hint}"
         ) from e
 
 

@@ -158,3 +158,11 @@ def test_a_valid_repo_id_still_reaches_the_hub(tmp_path, monkeypatch):
         with pytest.raises(AscendConfigNotFoundError, match="downloading .* from the Hub failed"):
             AscendConfig.from_pretrained(repo_id)
     assert calls == ["org/name", "name", "Org-1/my_model.v2"]
+    # A repo id whose first part is a folder here is most likely a mistyped path: the error says so.
+    (tmp_path / "models").mkdir()
+    with pytest.raises(AscendConfigNotFoundError, match=r"'models' is a local folder: if you meant a path in it, "
+                                                        r"'models/flux' does not exist"):
+        AscendConfig.from_pretrained("models/flux")
+    with pytest.raises(AscendConfigNotFoundError) as info:
+        AscendConfig.from_pretrained("org/name")
+    assert "local folder" not in str(info.value)
