@@ -1,9 +1,10 @@
 """The ``diffusers-ascend`` command: ``env``, ``demo``, ``bench`` (``bench e2e``, ``bench kernels``...), ``config`` and ``cache``.
 
-Exit codes: 0 success, 1 the command ran and failed (invalid config, failed check), 2 usage
-errors (argparse: unknown commands, bad choices, numbers that are not positive integers, unknown
-fusion names). ``--json`` prints one JSON document on stdout instead of text; errors go to stderr
-as one line, never a traceback.
+Exit codes: 0 success, 1 the command ran and failed (invalid config, failed check, a benchmark
+variant that failed), 2 usage errors (argparse: unknown commands, bad choices, numbers that are not
+positive integers, unknown fusion names), 130 interrupted (Ctrl-C: one line, no traceback).
+``--json`` prints one JSON document on stdout instead of text; errors go to stderr as one line,
+never a traceback.
 
 >>> from diffusers_ascend.cli import build_parser
 >>> build_parser().parse_args(["config", "validate", "ascend_config.json"]).file
@@ -180,11 +181,10 @@ def _tiny(model: str, height: int):
     if model == "flux":
         pipe = tiny.tiny_flux_pipeline()
         inputs = lambda: tiny.flux_pipeline_inputs(height=height, width=height)  # noqa: E731
-        reload_kwargs = dict(text_encoder=None, tokenizer=None, text_encoder_2=None, tokenizer_2=None)
-        return pipe, inputs, "images", reload_kwargs
+        return pipe, inputs, "images", dict(tiny.FLUX_RELOAD_KWARGS)
     pipe = tiny.tiny_wan_pipeline()
     inputs = lambda: tiny.wan_pipeline_inputs(height=height, width=height)  # noqa: E731
-    return pipe, inputs, "frames", dict(text_encoder=None, tokenizer=None)
+    return pipe, inputs, "frames", dict(tiny.WAN_RELOAD_KWARGS)
 
 
 def _real(model_id: str, device: str, height: int, steps: int, prompt: str):
@@ -205,7 +205,8 @@ def _real(model_id: str, device: str, height: int, steps: int, prompt: str):
 
 def run_demo(model: str = "flux", model_id: str | None = None, device: str = "cpu", fusions: Any = "all",
              executor: str = "auto", height: int | None = None, steps: int = 2, repeats: int = 3,
-             prompt: str = "a photo of an astronaut riding a horse", progress: bool = True) -> dict[str, Any]:
+             prompt: str = "a photo of an astronaut riding a horse", progress: bool = True,
+             save_dir: str | os.PathLike | None = None) -> dict[str, Any]:
     """Runs a pipeline eager and with `enable_ascend_compile`, then saves, reloads and compares.
 
     Args:
@@ -217,11 +218,18 @@ def run_demo(model: str = "flux", model_id: str | None = None, device: str = "cp
         steps: denoising steps per call.
         repeats: calls timed per variant (median reported).
         progress: show a progress bar over the stages.
+        save_dir: where the accelerated pipeline is saved and kept; None saves it into a temporary
+            folder, removed after the reload.
 
     Returns:
         dict with ``report`` (FusionReport.to_dict), ``per_block`` rows, ``compile_s``,
         ``eager_s``, ``accelerated_s``, ``max_abs_diff``, ``config``, ``reloaded_config``,
-        ``round_trip_ok``.
+        ``round_trip_ok``, ``saved_to`` (the folder), ``kept`` (whether it still exists) and
+        ``reload`` (the ``from_pretrained`` call that reloads it: the tiny pipelines have no text
+        encoders, so it passes ``text_encoder=None, ...``).
+
+    Raises:
+        ValueError: a bad argument, or a `save_dir` that cannot be written; before any work.
 
     >>> r = run_demo(executor="eager", repeats=1, progress=False)  # doctest: +SKIP
     """
@@ -234,11 +242,22 @@ def run_demo(model: str = "flux", model_id: str | None = None, device: str = "cp
     for name, value in (("steps", steps), ("repeats", repeats), ("height", height)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if save_dir is not None:
+        from .benchmarks._common import check_out_dir
+
+        save_dir = check_out_dir(save_dir)
     with _quiet_libraries():
-        return _run_demo(model, model_id, device, fusions, executor, height, steps, repeats, prompt, progress)
+        return _run_demo(model, model_id, device, fusions, executor, height, steps, repeats, prompt, progress,
+                         save_dir)
 
 
-def _run_demo(model, model_id, device, fusions, executor, height, steps, repeats, prompt, progress):
+def _reload_call(cls: type, path: str, kwargs: dict[str, Any]) -> str:
+    """The ``from_pretrained`` call that reloads the saved pipeline, as code."""
+    args = "".join(f", {k}={v}" for k, v in kwargs.items())  # None, torch.bfloat16: reprs that are code
+    return f"{cls.__module__.split('.')[0]}.{cls.__name__}.from_pretrained({path!r}{args})"
+
+
+def _run_demo(model, model_id, device, fusions, executor, height, steps, repeats, prompt, progress, save_dir):
     import torch
     from tqdm.auto import tqdm
 
@@ -271,10 +290,12 @@ def _run_demo(model, model_id, device, fusions, executor, height, steps, repeats
     report = pipe.ascend_report()
     diff = (out.float() - ref.float()).abs().max().item()
     config = pipe.transformer._ascend_state.config
-    with tempfile.TemporaryDirectory() as tmp:
-        pipe.save_pretrained(tmp)
+    with contextlib.ExitStack() as stack:
+        folder = save_dir if save_dir is not None else stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="diffusers-ascend-demo-"))
+        pipe.save_pretrained(folder)
         stage("saved")
-        loaded = type(pipe).from_pretrained(tmp, **reload_kwargs)
+        loaded = type(pipe).from_pretrained(folder, **reload_kwargs)
         stage("reloaded")
         reloaded = loaded.transformer._ascend_state.config
     per_block = []
@@ -297,6 +318,9 @@ def _run_demo(model, model_id, device, fusions, executor, height, steps, repeats
         "max_abs_diff": diff,
         "reloaded_config": reloaded.to_dict(),
         "round_trip_ok": reloaded == config and isinstance(reloaded, AscendConfig),
+        "saved_to": folder,
+        "kept": save_dir is not None,
+        "reload": _reload_call(type(pipe), folder, reload_kwargs),
     }
 
 
@@ -313,7 +337,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
 def _cmd_demo(args) -> int:
     result = run_demo(model=args.model, model_id=args.model_id, device=args.device, fusions=args.fusions,
                       executor=args.executor, height=args.height, steps=args.steps, repeats=args.repeats,
-                      progress=not args.json)
+                      progress=not args.json, save_dir=args.save_dir)
     r = result
     text = "\n".join([
         f"model: {r['model']}   fusions: {r['config']['fusions']}   executor: {args.executor}",
@@ -330,6 +354,9 @@ def _cmd_demo(args) -> int:
            if r["platform"] == "cpu" else ""),
         f"max |accelerated - eager|: {r['max_abs_diff']:.2e}",
         f"saved + reloaded: config round-tripped {'OK' if r['round_trip_ok'] else 'MISMATCH'}: {json.dumps(r['reloaded_config'])}",
+        f"saved to {r['saved_to']}" + (" (kept)" if r["kept"] else
+                                         " (a temporary folder, now removed; --save-dir DIR keeps it)"),
+        f"reloaded with: {r['reload']}",
     ])
     _print(result, args.json, text)
     return 0 if r["round_trip_ok"] else 1
@@ -345,6 +372,10 @@ def _cmd_bench(args) -> int:
     import importlib.util
 
     command = getattr(args, "bench_command", None)
+    if getattr(args, "out", None) is not None:  # a bad folder is found now, not after the whole run
+        from .benchmarks._common import check_out_dir
+
+        check_out_dir(args.out)
     if command in _BENCH_MODULES:
         return importlib.import_module(f"{__package__}.benchmarks.bench_{command}").cli(args)
 
@@ -367,38 +398,87 @@ def _cmd_bench(args) -> int:
 def _cmd_bench_e2e(args) -> int:
     from .benchmarks.bench_e2e import e2e_text, result_stem, run_e2e
 
-    result = run_e2e(model=args.model, depth=args.depth, steps=args.steps, height=args.height, width=args.width,
-                     frames=args.frames, text_len=args.text_len, device=args.device, dtype=args.dtype,
-                     variants=args.variants, seed=args.seed, out_dir=args.out, progress=not args.json)
-    failed = [v["name"] for v in result["variants"] if v["status"] == "failed"]
+    from .benchmarks._common import error_line
+
+    try:
+        result = run_e2e(model=args.model, depth=args.depth, steps=args.steps, height=args.height, width=args.width,
+                         frames=args.frames, text_len=args.text_len, device=args.device, dtype=args.dtype,
+                         variants=args.variants, seed=args.seed, out_dir=args.out, progress=not args.json)
+    except (RuntimeError, MemoryError) as e:  # building the model at this size (out of memory, say)
+        print(f"diffusers-ascend bench e2e: error: {error_line(e)}", file=sys.stderr)
+        return 1
+    failed = [v for v in result["variants"] if v["status"] == "failed"]
     text = e2e_text(result) + f"wrote {os.path.join(args.out, result_stem(result))}.json, .md and .png"
     _print({k: v for k, v in result.items() if k != "columns"}, args.json, text)
-    if failed:
-        print(f"diffusers-ascend bench e2e: variants failed: {', '.join(failed)} (the reasons are in the table)",
-              file=sys.stderr)
+    for v in failed:
+        print(f"diffusers-ascend bench e2e: variant {v['name']} failed: {v['note']}"
+              + (" (the other variants ran, not compared)" if v["name"] == "eager" else ""), file=sys.stderr)
     return 1 if failed else 0
 
 
 # -- config --------------------------------------------------------------------------------------
+_EXPECTED = ("an ascend_config.json (AscendConfig fields), or a model's config.json / a pipeline's model_index.json "
+             "holding the settings enable_ascend_compile saved (`_ascend_config`)")
+
+
+class _NoSettings(ValueError):
+    """A JSON object that holds no ascend settings (in a folder, another file may)."""
+
+
+def _config_in_file(path: str):
+    """The `AscendConfig` a JSON file holds: an ``ascend_config.json``, or the settings saved under
+    ``_ascend_config`` in a diffusers ``config.json`` / ``model_index.json``. Anything else is a
+    ``ValueError`` naming what was expected (loading it as an ascend config would warn about every
+    key and answer the defaults)."""
+    from dataclasses import fields
+
+    from .config import AscendConfig, read_json_object
+    from .mixin import ASCEND_CONFIG_KEY
+
+    data = read_json_object(path, _EXPECTED)
+    if ASCEND_CONFIG_KEY in data:
+        saved = data[ASCEND_CONFIG_KEY]
+        if saved is None or saved == {}:
+            raise _NoSettings(f"{path} holds no saved ascend settings (`{ASCEND_CONFIG_KEY}` is {json.dumps(saved)}: "
+                             "acceleration was disabled before saving)")
+        return AscendConfig.from_dict(saved, source=f"`{ASCEND_CONFIG_KEY}` in {path}")
+    if "_class_name" in data or "_diffusers_version" in data:
+        raise _NoSettings(f"{path} is a diffusers config without saved ascend settings (no `{ASCEND_CONFIG_KEY}` "
+                         "key: it was saved without enable_ascend_compile); expected " + _EXPECTED)
+    known = {f.name for f in fields(AscendConfig)} | {"version", "diffusers_ascend_version"}
+    if not set(data) & known:
+        keys = sorted(map(str, data))
+        raise _NoSettings(f"{path} holds neither an ascend config nor saved ascend settings (its keys: "
+                         f"{', '.join(keys[:8]) + (', ...' if len(keys) > 8 else '') or 'none'}); expected "
+                         + _EXPECTED)
+    return AscendConfig.from_dict(data, source=path)
+
+
 def _load_config(source: str | None):
-    from .config import CONFIG_NAME, AscendConfig, read_json_object
+    from .config import CONFIG_NAME, AscendConfig
 
     if source is None:
         return AscendConfig()
     if os.path.isfile(source):
-        return AscendConfig.from_json_file(source)
-    if os.path.isdir(source) and not os.path.isfile(os.path.join(source, CONFIG_NAME)):
-        # A saved pipeline or model folder: the config lives under `_ascend_config`.
-        for sub in ("", "transformer"):
-            path = os.path.join(source, sub, "config.json")
+        return _config_in_file(source)
+    if os.path.isdir(source):
+        # A folder of save_pretrained: its ascend_config.json, else the settings a saved model or
+        # pipeline keeps under `_ascend_config` (the model's config, then the pipeline's).
+        for name in (CONFIG_NAME, "config.json", os.path.join("transformer", "config.json"), "model_index.json"):
+            path = os.path.join(source, name)
             if os.path.isfile(path):
-                saved = read_json_object(path, "a diffusers config").get("_ascend_config")
-                if saved is not None and saved != {}:
-                    return AscendConfig.from_dict(saved, source=f"`_ascend_config` in {path}")
+                try:
+                    return _config_in_file(path)
+                except _NoSettings:
+                    continue
+        raise ValueError(f"{source} holds no ascend settings: looked for {CONFIG_NAME}, and `_ascend_config` in "
+                         "config.json, transformer/config.json and model_index.json")
     return AscendConfig.from_pretrained(source)
 
 
 def _cmd_config(args) -> int:
+    import warnings
+
     from .config import AscendConfig
 
     if args.action == "show":
@@ -412,14 +492,18 @@ def _cmd_config(args) -> int:
         return 0
     if args.action == "validate":
         try:
-            cfg = AscendConfig.from_json_file(args.file)
+            with warnings.catch_warnings(record=True) as caught:  # reported with the verdict
+                warnings.simplefilter("always")
+                cfg = _load_config(args.file)
         except Exception as e:  # every way a file can be wrong ends here with its message
             if args.json:  # the one JSON document, on stdout as always
                 _print({"valid": False, "error": f"{type(e).__name__}: {e}"}, True, "")
             else:
                 print(f"invalid: {args.file}: {e}", file=sys.stderr)
             return 1
-        _print({"valid": True, "config": cfg.to_dict()}, args.json, f"valid: {args.file}")
+        notes = [str(w.message) for w in caught]
+        _print({"valid": True, "config": cfg.to_dict(), "warnings": notes}, args.json,
+               "\n".join([f"valid: {args.file}", *(f"  warning: {n}" for n in notes)]))
         return 0
     if args.action == "push":
         cfg = _load_config(args.dir)
@@ -461,8 +545,8 @@ def _cache_files(args) -> int:
 
     if args.action == "info":
         info = warm_start.cache_info(args.source, revision=args.revision, token=args.token)
-        text = "\n".join(f"{k}: {v}" for k, v in info.items())
-        _print(info, args.json, text)
+        where = args.source + (f"@{args.revision}" if args.revision else "")
+        _print(info, args.json, _cache_info_text(where, info))
         return 0
     if args.action == "push":
         url = warm_start.push_ascend_cache(args.dir, args.repo_id, private=args.private, token=args.token)
@@ -475,6 +559,42 @@ def _cache_files(args) -> int:
         _print({"path": args.dir, "manifest": manifest}, args.json, f"saved {args.repo_id}'s compile artifacts to {args.dir}")
         return 0
     raise AssertionError(args.action)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError
+
+
+def _cache_info_text(where: str, info: dict[str, Any]) -> str:
+    """A few lines of `warm_start.cache_info`: what, where, built with what, sizes, packages, fit."""
+    lines = [f"compile artifacts at {where}: manifest format {info['format']}"
+             + (f" ({info['mechanism']})" if "mechanism" in info else "")]
+    if "torch" in info:
+        lines.append(f"built by diffusers-ascend {info['diffusers_ascend']} with torch {info['torch']}, Python "
+                     f"{info['python']}, for {info['platform']} on {info['machine']} (device {info['device']}), "
+                     f"executor {info['executor']}")
+        files = info["files"]
+        lines.append(f"files ({len(files)}, {_size(sum(f['size'] for f in files.values()))} in all):")
+        width = max(map(len, files))
+        lines += [f"  {name:<{width}}  {_size(f['size']):>9}" for name, f in files.items()]
+        lines.append(f"block packages (AOTInductor, one per block class and call shape): {len(info['blocks'])}")
+        for b in info["blocks"]:
+            fused = ", ".join(f"{k} {n}" for k, n in b["matches"].items() if n) or "none"
+            lines.append(f"  {b['model']}.{b['class']}  {b['file']}  ops {b['ops_before']} -> {b['ops_after']}, "
+                         f"fusions: {fused}")
+    else:
+        lines.append(f"written by diffusers-ascend {info['diffusers_ascend']}")
+    if info["matches_here"]:
+        lines.append("fits this machine: yes (torch, platform, device, Python, diffusers-ascend and executor match)")
+    else:
+        lines.append("fits this machine: no; it would be ignored (compiled afresh) because of:")
+        lines += [f"  {m}" for m in info["mismatches"]]
+    lines.append("(--json prints the whole manifest: hashes, call signatures)")
+    return "\n".join(lines)
 
 
 def _cache_run(args) -> int:
@@ -529,7 +649,7 @@ def _height(text: str) -> int:
 def _fusions(text: str):
     from .config import _normalize_fusions
 
-    value = text.strip() if "," not in text else [n.strip() for n in text.split(",") if n.strip()]
+    value = text.strip()  # "rms_norm,rope": AscendConfig reads the comma-separated names
     try:
         _normalize_fusions(value)
     except (TypeError, ValueError) as e:
@@ -563,6 +683,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="image height and width in pixels, a multiple of 16 (default 32 tiny, 512 with --model-id)")
     demo.add_argument("--steps", type=_positive_int, default=2, help="denoising steps per call (default 2)")
     demo.add_argument("--repeats", type=_positive_int, default=3, help="timed calls per variant, median reported (default 3)")
+    demo.add_argument("--save-dir", metavar="DIR",
+                      help="save the accelerated pipeline here and keep it (default: a temporary folder, removed)")
 
     bench = add("bench", "run the benchmarks; write results.json, results.md and results.png", _cmd_bench)
     bench.add_argument("--only", nargs="+", metavar="NAME", help="benchmarks to run (default: all)")
@@ -575,9 +697,12 @@ def build_parser() -> argparse.ArgumentParser:
     config = add("config", "show, validate, push or pull an ascend_config.json", _cmd_config, json_flag=False)
     actions = config.add_subparsers(dest="action", required=True, metavar="{show,validate,push,pull}")
     show = actions.add_parser("show", help="print a config (defaults, a JSON file, a folder or a Hub repo) and what it resolves to here")
-    show.add_argument("source", nargs="?", help="ascend_config.json, a saved pipeline/model folder, or a Hub repo id")
-    validate = actions.add_parser("validate", help="check a JSON file; exit 1 with the reason if invalid")
-    validate.add_argument("file")
+    show.add_argument("source", nargs="?", help="ascend_config.json, a saved model's config.json or model_index.json, "
+                                                "a saved pipeline/model folder, or a Hub repo id")
+    validate = actions.add_parser("validate", help="check a config (as `show` takes it); exit 1 with the reason if invalid")
+    validate.add_argument("file", metavar="source",
+                          help="ascend_config.json, a saved model's config.json or model_index.json, a saved "
+                               "pipeline/model folder, or a Hub repo id")
     push = actions.add_parser("push", help="upload the config of DIR to a Hub repo")
     push.add_argument("dir")
     push.add_argument("repo_id")
@@ -697,6 +822,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError, OSError, ImportError) as e:  # bad input or setup: a clear message, no traceback
         print(f"diffusers-ascend {args.command}: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: the shell's convention, 128 + SIGINT
+        print(f"\ndiffusers-ascend {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

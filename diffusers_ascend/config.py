@@ -71,6 +71,15 @@ def _choice(name: str, value: Any, choices: tuple) -> Any:
 
 
 def _normalize_fusions(value: Any) -> str | tuple[str, ...]:
+    if isinstance(value, str) and "," in value:
+        # The CLI's syntax ("rms_norm,rope"), accepted in Python too: it is the list of its names.
+        names = [n.strip() for n in value.split(",")]
+        keywords = [n for n in names if n in _FUSION_KEYWORDS]
+        if keywords or not all(names):
+            why = f"{keywords[0]!r} is a keyword, not a fusion name" if keywords else "it has an empty name"
+            raise ValueError(f"fusions={_short(value)} is invalid: {why}; a comma-separated string holds fusion names "
+                             f"only, of {list(FUSIONS)} (or pass 'auto', 'all' or 'none' alone).")
+        value = names
     if isinstance(value, str):
         if value in _FUSION_KEYWORDS:
             return value
@@ -118,7 +127,8 @@ class AscendConfig:
     Args:
         fusions: ``"auto"`` (those with a kernel faster than the unfused ops on the platform),
             ``"all"`` (all but ``fast_gelu``, which changes numerics), ``"none"``, or `FUSIONS`
-            names (stored as a tuple in `FUSIONS` order).
+            names: a list, or a comma-separated string as the CLI takes (``"rms_norm,rope"``); stored
+            as a tuple in `FUSIONS` order, saved as a JSON list.
         attention: ``"auto"`` (see `resolved_attention`), None (keep the model's), ``"npu_fia"``
             or a diffusers ``AttentionBackendName`` value.
         compile: ``"blocks"`` (each repeated block compiled in place), ``"model"`` or ``"none"``.

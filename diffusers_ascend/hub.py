@@ -58,8 +58,8 @@ def resolve_config_file(
         raise AscendConfigNotFoundError(f"{path} does not exist: the directory {local!r} holds no {filename}")
     if isinstance(dir_or_repo_id, os.PathLike):
         raise AscendConfigNotFoundError(f"{local!r} is neither a directory nor a file")
+    _check_repo_id(local)
 
-    import huggingface_hub
     from huggingface_hub import hf_hub_download
 
     try:
@@ -72,17 +72,31 @@ def resolve_config_file(
             local_files_only=bool(local_files_only),
             token=token,
         )
-    except huggingface_hub.errors.HFValidationError as e:  # invalid repo id (a ValueError subclass)
-        raise AscendConfigNotFoundError(
-            f"{local!r} is not a local directory or file, and not a valid Hub repo id ({e})"
-        ) from e
     except Exception as e:  # offline + not cached, missing repo/file/revision, HTTP errors
         where = f"{local}/{subfolder + '/' if subfolder else ''}{filename}" + (f"@{revision}" if revision else "")
         offline = " (offline: HF_HUB_OFFLINE or local_files_only)" if _offline(local_files_only) else ""
+        head = local.split("/")[0]
+        hint = (f" ({head!r} is a local folder: if you meant a path in it, {local!r} does not exist)"
+                if "/" in local and os.path.isdir(head) else "")
         raise AscendConfigNotFoundError(
             f"could not find {filename}: {local!r} is not a local directory or file, and downloading "
-            f"{where} from the Hub failed{offline}: {type(e).__name__}: {e}"
+            f"{where} from the Hub failed{offline}: {type(e).__name__}: {e}{hint}"
         ) from e
+
+
+def _check_repo_id(text: str) -> None:
+    """Refuses at once, before any network call (a mistyped path would cost the Hub client's retries),
+    a string that is no existing path and cannot be a Hub repo id (more than one slash, a leading
+    ``.`` or ``/``, ``..``, a backslash...): huggingface_hub's own rules."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(text)
+    except HFValidationError as e:
+        raise AscendConfigNotFoundError(
+            f"{text!r} is neither an existing local directory or file nor a valid Hub repo id "
+            f"('name' or 'namespace/name'; {e}): check the path"
+        ) from None
 
 
 def _offline(local_files_only: bool | None) -> bool:

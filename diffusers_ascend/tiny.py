@@ -19,6 +19,8 @@ import torch
 __all__ = [
     "FLUX_TRANSFORMER_CONFIG",
     "WAN_TRANSFORMER_CONFIG",
+    "FLUX_RELOAD_KWARGS",
+    "WAN_RELOAD_KWARGS",
     "tiny_flux_transformer",
     "tiny_wan_transformer",
     "tiny_flux_blocks",
@@ -35,6 +37,11 @@ __all__ = [
 ]
 
 # diffusers' tests/pipelines/flux/test_pipeline_flux.py uses the same shape of config.
+# The components the tiny pipelines are built without: `from_pretrained` of a folder they were saved
+# to must be told they are None (else: "expected [..., 'text_encoder', ...] but only {...} were passed").
+FLUX_RELOAD_KWARGS: dict[str, Any] = dict(text_encoder=None, tokenizer=None, text_encoder_2=None, tokenizer_2=None)
+WAN_RELOAD_KWARGS: dict[str, Any] = dict(text_encoder=None, tokenizer=None)
+
 FLUX_TRANSFORMER_CONFIG: dict[str, Any] = dict(
     patch_size=1,
     in_channels=4,
@@ -244,6 +251,10 @@ def _flux_vae():
 def tiny_flux_pipeline(seed: int = 0, dtype: torch.dtype | None = None, **transformer_overrides):
     """A `FluxPipeline` with a tiny transformer and VAE and no text encoders (pass `prompt_embeds`).
 
+    Saved with ``save_pretrained(path)``, it reloads with
+    ``FluxPipeline.from_pretrained(path, **FLUX_RELOAD_KWARGS)`` (``text_encoder=None, tokenizer=None,
+    text_encoder_2=None, tokenizer_2=None``): the components it has none of must be named.
+
     Args:
         seed: seeds every component's weights.
         dtype: optional dtype for the transformer and VAE.
@@ -251,6 +262,8 @@ def tiny_flux_pipeline(seed: int = 0, dtype: torch.dtype | None = None, **transf
 
     >>> pipe = tiny_flux_pipeline()
     >>> out = pipe(**flux_pipeline_inputs())
+    >>> sorted(FLUX_RELOAD_KWARGS)
+    ['text_encoder', 'text_encoder_2', 'tokenizer', 'tokenizer_2']
     """
     from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline
 
@@ -280,7 +293,11 @@ def tiny_wan_pipeline(seed: int = 0, dtype: torch.dtype | None = None, two_stage
     """A `WanPipeline` with a tiny transformer (and `transformer_2` when `two_stage`, as Wan 2.2) and VAE.
 
     No text encoder: pass `prompt_embeds`. `two_stage=True` sets `boundary_ratio=0.5` so both
-    transformers run during denoising.
+    transformers run during denoising. Saved with ``save_pretrained(path)``, it reloads with
+    ``WanPipeline.from_pretrained(path, **WAN_RELOAD_KWARGS)`` (``text_encoder=None, tokenizer=None``).
+
+    >>> sorted(WAN_RELOAD_KWARGS)
+    ['text_encoder', 'tokenizer']
     """
     from diffusers import AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanPipeline
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 
 import pytest
 import torch
@@ -216,3 +217,87 @@ def test_command_runs_as_a_module():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "--model {flux,wan,wan-14b,qwen-image}" in out.stdout and "--variants" in out.stdout
+
+
+E2E_TINY = ["bench", "e2e", "--model", "wan", "--depth", "1", "--height", "16", "--width", "16", "--frames", "1",
+            "--steps", "2", "--text-len", "8", "--device", "cpu"]
+
+
+def _out_of_memory(model, device):
+    """An eager setup whose denoising call fails as a too-large job does on a device."""
+    def fail(module, args, kwargs):
+        raise torch.cuda.OutOfMemoryError("NPU out of memory. Tried to allocate 38.00 GiB")
+
+    handle = model.register_forward_pre_hook(fail, with_kwargs=True)
+    return handle.remove
+
+
+def test_a_failed_eager_reference_is_a_row_and_exit_1_not_a_traceback(tmp_path, monkeypatch, capsys):
+    # It raised RuntimeError("the eager reference failed...") out of the CLI: a traceback, no files.
+    spec = bench_e2e.VARIANT_SPECS
+    monkeypatch.setitem(spec, "eager", (spec["eager"][0], spec["eager"][1], _out_of_memory))
+    monkeypatch.setitem(spec, "regional", (spec["regional"][0], spec["regional"][1], bench_e2e._eager))  # runs fast
+    monkeypatch.setattr(bench_e2e, "warm_up_compiler", lambda **k: None)
+    assert cli.main([*E2E_TINY, "--variants", "eager", "regional", "--out", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    assert "variant eager failed: OutOfMemoryError: NPU out of memory. Tried to allocate 38.00 GiB" in captured.err
+    data = json.loads((tmp_path / "e2e-wan-cpu-depth1.json").read_text())
+    eager, other = data["variants"]
+    assert eager["status"] == "failed" and "Tried to allocate" in eager["note"]
+    assert other["status"] == "ok" and other["step_ms"] > 0, other["note"]
+    assert other["max_abs_diff"] is None  # timed, with nothing to compare with
+    assert "not compared: the eager reference failed" in other["note"]
+
+
+def test_ctrl_c_exits_130_with_one_line(tmp_path, monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench_e2e, "_run_variant", interrupted)
+    assert cli.main([*E2E_TINY, "--variants", "eager", "--out", str(tmp_path)]) == 130
+    err = capsys.readouterr().err
+    assert "diffusers-ascend bench: interrupted" in err.splitlines() and "Traceback" not in err
+
+
+def _unwritable(tmp_path):
+    """A folder this process cannot write: a read-only one, or for root (which writes those) /sys."""
+    import tempfile
+
+    if os.geteuid() != 0:
+        folder = tmp_path / "read-only"
+        folder.mkdir(mode=0o500)
+        return str(folder / "out")
+    if not os.path.isdir("/sys"):
+        pytest.skip("no /sys here")
+    try:
+        with tempfile.TemporaryFile(dir="/sys"):
+            pytest.skip("no folder this root process cannot write")
+    except OSError:
+        return "/sys/diffusers-ascend-out"
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file", "unwritable"])
+def test_a_bad_out_is_refused_before_the_run(tmp_path, monkeypatch, capsys, where):
+    # It was found only when the results were written, after the whole run.
+    (tmp_path / "f").write_text("")
+    out = {"a file": str(tmp_path / "f"), "under a file": str(tmp_path / "f" / "sub"),
+           "unwritable": _unwritable(tmp_path)}[where]
+    needle = {"a file": "is a file; pass a folder", "under a file": "is a file",
+              "unwritable": "is not writable"}[where]
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("the run started")
+
+    import diffusers_ascend.benchmarks
+
+    monkeypatch.setattr(bench_e2e, "build_transformer", no_run)
+    monkeypatch.setattr(bench_e2e, "warm_up_compiler", no_run)
+    monkeypatch.setattr(diffusers_ascend.benchmarks, "run_benchmarks", no_run)
+    for argv in ([*E2E_TINY, "--out", out], ["bench", "--size", "tiny", "--out", out],
+                 ["bench", "host_path", "--out", out]):
+        assert cli.main(argv) == 1, argv
+        err = capsys.readouterr().err
+        assert needle in err and repr(out) in err and "Traceback" not in err, argv
+    with pytest.raises(ValueError, match=needle):
+        run_e2e("wan", out_dir=out, progress=False, **TINY_JOB)

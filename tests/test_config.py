@@ -268,3 +268,26 @@ def test_auto_picks_up_a_triton_kernel_where_it_runs(monkeypatch):
     monkeypatch.setattr(measurements, "MEASUREMENTS", (faster,))
     assert auto.resolved_fusions("cuda") == ("adaln",)
     assert auto.resolved_fusions("cpu") == ()
+
+
+# ----------------------------------------------------------------------------- comma-separated fusions
+def test_comma_separated_fusions_are_the_list_of_their_names(tmp_path):
+    # The CLI's syntax, in Python: it said "Did you mean 'rms_norm'?".
+    cfg = AscendConfig(fusions="rope, rms_norm")
+    assert cfg.fusions == ("rms_norm", "rope") and cfg == AscendConfig(fusions=["rms_norm", "rope"])
+    assert cfg.to_dict()["fusions"] == ["rms_norm", "rope"]  # saved as a JSON list
+    assert AscendConfig.from_pretrained(cfg.save_pretrained(tmp_path)) == cfg
+    assert AscendConfig.from_dict({"fusions": "rms_norm,rope"}) == cfg  # a hand-written file may use it too
+    assert cfg.replace(fusions="adaln,mul_add").fusions == ("adaln", "mul_add")
+
+
+@pytest.mark.parametrize("value, pattern", [
+    ("rms_norm,ropee", r"unknown fusion\(s\) \['ropee'\].*Did you mean 'rope'"),
+    ("all,rope", r"'all' is a keyword, not a fusion name"),
+    ("rope,", r"empty name"),
+    (",", r"empty name"),
+    ("gelu_tanh,fast_gelu", r"pick one"),
+])
+def test_comma_separated_fusions_are_validated_name_by_name(value, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        AscendConfig(fusions=value)

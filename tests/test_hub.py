@@ -77,8 +77,10 @@ def test_from_pretrained_cache_dir_revision_subfolder(tmp_path, offline, monkeyp
 
 
 def test_unresolvable_ids_give_one_clear_error(tmp_path, offline):
-    for bad in ("org/none", "not a valid//repo id", str(tmp_path / "no-such-dir")):
-        with pytest.raises(AscendConfigNotFoundError, match=r"is not a local directory or file") as info:
+    for bad, needle in (("org/none", "is not a local directory or file"),
+                        ("not a valid//repo id", "nor a valid Hub repo id"),
+                        (str(tmp_path / "no-such-dir"), "nor a valid Hub repo id")):
+        with pytest.raises(AscendConfigNotFoundError, match=needle) as info:
             AscendConfig.from_pretrained(bad, cache_dir=tmp_path)
         assert isinstance(info.value, OSError) and repr(bad)[1:-1] in str(info.value)
     with pytest.raises(AscendConfigNotFoundError, match="neither a directory nor a file"):
@@ -115,3 +117,52 @@ def test_save_pretrained_push_to_hub(tmp_path):
     assert create.call_count == 1 and upload.call_args.kwargs["commit_message"] == "hi"
     with open(path, "rb") as fh:
         assert fh.read() == upload.call_args.kwargs["path_or_fileobj"]
+
+
+@pytest.mark.parametrize("path", ["./my-model", "../models/flux", "/data/models/flux", "models/flux/transformer",
+                                  "models\\flux", ".hidden", "org/..", "~/flux", "org/name.git"])
+def test_a_path_that_cannot_be_a_repo_id_fails_at_once(tmp_path, monkeypatch, path):
+    # A mistyped path cost 25 s of Hub retries before its error: now no download is even tried.
+    import time
+
+    import huggingface_hub
+
+    from diffusers_ascend import warm_start
+
+    def no_download(*args, **kwargs):
+        pytest.fail(f"tried the Hub for {path!r}")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", no_download)
+    monkeypatch.chdir(tmp_path)  # none of these paths exists here
+    for load in (AscendConfig.from_pretrained, warm_start.cache_info):
+        start = time.perf_counter()
+        with pytest.raises(AscendConfigNotFoundError) as info:
+            load(path)
+        assert time.perf_counter() - start < 1.0
+        message = str(info.value)
+        assert repr(path) in message and "neither an existing local directory or file nor a valid Hub repo id" in message
+
+
+def test_a_valid_repo_id_still_reaches_the_hub(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    calls = []
+
+    def fake_download(repo_id, filename, **kwargs):
+        calls.append(repo_id)
+        raise huggingface_hub.errors.LocalEntryNotFoundError("not cached")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    monkeypatch.chdir(tmp_path)
+    for repo_id in ("org/name", "name", "Org-1/my_model.v2"):
+        with pytest.raises(AscendConfigNotFoundError, match="downloading .* from the Hub failed"):
+            AscendConfig.from_pretrained(repo_id)
+    assert calls == ["org/name", "name", "Org-1/my_model.v2"]
+    # A repo id whose first part is a folder here is most likely a mistyped path: the error says so.
+    (tmp_path / "models").mkdir()
+    with pytest.raises(AscendConfigNotFoundError, match=r"'models' is a local folder: if you meant a path in it, "
+                                                        r"'models/flux' does not exist"):
+        AscendConfig.from_pretrained("models/flux")
+    with pytest.raises(AscendConfigNotFoundError) as info:
+        AscendConfig.from_pretrained("org/name")
+    assert "local folder" not in str(info.value)

@@ -105,6 +105,40 @@ def write_json(result: dict[str, Any], out_dir: str | None, name: str) -> str | 
     return path
 
 
+def check_out_dir(out_dir: str | os.PathLike) -> str:
+    """Refuses, before a run, an output folder its files could not be written to: a path that is a
+    file, a parent that is a file, or a folder this process cannot write. Creates nothing.
+
+    Returns:
+        `out_dir` as a string.
+
+    Raises:
+        ValueError: naming the path and why.
+
+    >>> check_out_dir("bench-results")
+    'bench-results'
+    """
+    import tempfile
+
+    path = os.fspath(out_dir)
+    if not path:
+        raise ValueError("the output folder is an empty path; pass a folder (created if missing)")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"the output folder {path!r} is a file; pass a folder (created if missing)")
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):  # the folder and its missing parents would be created
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ValueError(f"cannot create the output folder {path!r}: {existing!r} is a file")
+    try:  # writing is the only reliable test (os.access says yes to root on a read-only mount)
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as e:
+        raise ValueError(f"cannot write the output folder {path!r}: {existing!r} is not writable "
+                         f"({e.strerror or e})") from None
+    return path
+
+
 def error_line(e: BaseException) -> str:
     """``"Type: first line of the message"`` (at most 300 characters), for a failed row of a table.
 

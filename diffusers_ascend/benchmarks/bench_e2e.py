@@ -37,8 +37,8 @@ from typing import Any, Callable, Sequence
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ._common import (cold_compile, error_line, machine_info, markdown_table, register_ops, synchronize,
-                      text_table, warm_up_compiler)
+from ._common import (check_out_dir, cold_compile, error_line, machine_info, markdown_table, register_ops,
+                      synchronize, text_table, warm_up_compiler)
 
 MODELS = ("flux", "wan", "wan-14b", "qwen-image")
 VARIANTS = ("eager", "ascend", "ascend+graph", "regional", "mindiesd")
@@ -445,7 +445,9 @@ def _run_variant(name, model, pipe, inputs, device, reference, baseline, tick) -
             row["note"] = f"fusions: {fused}; {report.graphs_compiled} graphs" + (
                 f"; {len(report.fallbacks)} blocks fell back to eager" if report.fallbacks else "")
         out = out.float()
-        row["max_abs_diff"] = 0.0 if reference is None else (out - reference).abs().max().item()
+        # None where there is nothing to compare with: the eager reference failed.
+        row["max_abs_diff"] = 0.0 if name == "eager" else None if reference is None else (
+            (out - reference).abs().max().item())
         row["output"] = out
     except Exception as e:  # one variant failing (a backend on a new stack) must not lose the others
         row.update(status="failed", note=error_line(e))
@@ -526,11 +528,13 @@ def run_e2e(model: str = "flux", depth: int | None = None, steps: int | None = N
         "anchors", ...}``; each variant has ``name``, ``status`` (ok, failed or skipped), ``cold_s``
         (enable + first step, compilation included), ``step_ms`` (median step of a second, warm
         call), ``e2e_s`` (that warm call), ``peak_mem_mb`` (see ``peak_mem_kind``) and
-        ``max_abs_diff`` (final latents against eager's), or ``note`` (why it was skipped or failed).
+        ``max_abs_diff`` (final latents against eager's; None when the eager run failed), or ``note``
+        (why it was skipped or failed: a failed variant, eager included, is a row, not an exception).
 
     Raises:
         ValueError: an unknown model, variant, device or dtype (naming the valid ones), a bad size,
-            or a device this machine lacks; raised before anything is built.
+            a device this machine lacks, or an `out_dir` that cannot be written; raised before
+            anything is built.
 
     >>> result = run_e2e("flux", depth=1, height=128, width=128, steps=2, text_len=64, device="cpu",
     ...                  out_dir="bench-results")  # doctest: +SKIP
@@ -552,6 +556,8 @@ def run_e2e(model: str = "flux", depth: int | None = None, steps: int | None = N
         raise ValueError(f"depth must be a positive integer, got {depth!r}")
     job = _job(spec, height, width, frames, steps, text_len)
     _check_device(device)
+    if out_dir is not None:
+        check_out_dir(out_dir)
     register_ops()
 
     config = transformer_config(spec, depth)
@@ -573,20 +579,23 @@ def run_e2e(model: str = "flux", depth: int | None = None, steps: int | None = N
     inputs = pipeline_inputs(spec, job, device, DTYPES[dtype], seed)
 
     rows, reference = [], None
-    for name in names:
-        if skipped[name] is not None:
-            rows.append(dict(name=name, description=VARIANT_SPECS[name][0], status="skipped", note=skipped[name]))
-            continue
-        bar.set_postfix_str(name)
-        row = _run_variant(name, transformer, pipe, inputs, device, reference, baseline, lambda: bar.update(1))
-        output = row.pop("output", None)
-        if name == "eager":
-            if row["status"] != "ok":
-                bar.close()
-                raise RuntimeError(f"the eager reference failed, nothing to compare with: {row['note']}")
-            reference = output
-        rows.append(row)
-    bar.close()
+    try:
+        for name in names:
+            if skipped[name] is not None:
+                rows.append(dict(name=name, description=VARIANT_SPECS[name][0], status="skipped", note=skipped[name]))
+                continue
+            bar.set_postfix_str(name)
+            row = _run_variant(name, transformer, pipe, inputs, device, reference, baseline, lambda: bar.update(1))
+            output = row.pop("output", None)
+            if name == "eager":
+                reference = output
+            elif rows[0]["status"] != "ok" and row["status"] == "ok":
+                # A failed eager run (out of memory at this size, say) is a row like any other: the
+                # variants still run and are timed, with nothing to compare their output with.
+                row["note"] = "; ".join(filter(None, [row.get("note"), "not compared: the eager reference failed"]))
+            rows.append(row)
+    finally:  # Ctrl-C included: the bar's line ends before the CLI's message
+        bar.close()
     del pipe, transformer
 
     depth_used = {k: config[k] for k in spec["depth_keys"]}

@@ -7,7 +7,7 @@ import os
 import time
 from typing import Any, Callable, Sequence
 
-from ._common import SIZES, check_size, machine_info, markdown_table, text_table
+from ._common import SIZES, check_out_dir, check_size, machine_info, markdown_table, text_table
 from .bench_compile import compile_time
 from .bench_latency import latency
 from .bench_ops import ops_per_block
@@ -67,7 +67,8 @@ def run_benchmarks(names: Sequence[str] | str | None = None, size: str = "small"
         benchmark function returns (``rows``, ``columns``, ``machine``...) plus its ``seconds``.
 
     Raises:
-        ValueError: for an unknown benchmark name, size or `options` key.
+        ValueError: for an unknown benchmark name, size or `options` key, or an `out_dir` that cannot be
+            written (checked before anything runs).
 
     >>> results = run_benchmarks(["ops_per_block"], size="tiny", verbose=False)
     >>> results["benchmarks"]["ops_per_block"]["rows"][0]["block"]
@@ -79,6 +80,8 @@ def run_benchmarks(names: Sequence[str] | str | None = None, size: str = "small"
     unknown = [k for k in options if k not in BENCHMARKS]
     if unknown:
         raise ValueError(f"options given for unknown benchmark(s) {unknown}; valid: {list(BENCHMARKS)}")
+    if out_dir is not None:
+        check_out_dir(out_dir)  # before minutes of benchmarking, not after
     results: dict[str, Any] = dict(size=size, machine=machine_info(), benchmarks={})
     start = time.perf_counter()
     for name in selected:
