@@ -38,6 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..compilation.graph_standins import check_aclop
+
 __all__ = ["A2_SOC", "FIA_SCHEMAS", "FUSION_ATTENTION_SCHEMA", "KernelCounter", "SCHEMAS", "StandInTorchNpu",
            "install_torch_npu", "mindiesd_standin", "npu_attention_ops"]
 
@@ -150,6 +152,8 @@ class StandInTorchNpu(types.ModuleType):
         else:  # older parts' table; acl_op RmsNorm: gamma in self's dtype
             allowed = {(d, d) for d in _DTYPES}
         assert (x.dtype, gamma.dtype) in allowed, f"npu_rms_norm: (self {x.dtype}, gamma {gamma.dtype}) not allowed here"
+        if not self._op_api("aclnnRmsNorm"):
+            check_aclop("RmsNorm")
         xf = x.float()
         rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + epsilon)
         return (xf * rstd * gamma.float()).to(x.dtype), rstd
@@ -161,6 +165,7 @@ class StandInTorchNpu(types.ModuleType):
         assert rotary_mode in ("half", "interleave"), "rotary_mode should be half or interleave"
         if self.soc < 220 or not self._op_api("aclnnRotaryPositionEmbedding"):
             # acl_op::npu_rotary_mul (RotaryMulKernelNpu.cpp) and the jit_compile=True doc.
+            check_aclop("RotaryMul")
             if rotary_mode != "half":
                 raise RuntimeError("npu_rotary_mul in aclop only support rotary_mode with half")
             assert x.shape[3] == 128 and r1.dtype == x.dtype, "acl_op RotaryMul: D == 128, one dtype"
