@@ -7,11 +7,13 @@ import contextlib
 import contextvars
 import functools
 import importlib.util
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Iterator
 
 __all__ = [
     "PLATFORMS",
+    "NPU_CAPTURE_ERROR_MODE",
     "GraphAPI",
     "auto_attention",
     "capture_blocked",
@@ -153,7 +155,8 @@ def uncapturable_attention(platform: str | None = None) -> str | None:
 
 def capture_blocked(platform: str | None = None) -> str | None:
     """Why this install captures no device graph on ``platform`` (default: current), or None. NPU
-    graphs capture aclnn kernels only, and ``jit_compile=True`` sends every op to acl_op.
+    graphs capture aclnn kernels only, and ``jit_compile=True`` sends every op to acl_op; torch_npu
+    refuses every capture under ``TASK_QUEUE_ENABLE=2``.
 
     >>> capture_blocked("cuda") is None
     True
@@ -162,6 +165,9 @@ def capture_blocked(platform: str | None = None) -> str | None:
         return None
     from ascend_kernels.npu import probe
 
+    if os.environ.get("TASK_QUEUE_ENABLE", "").strip() == "2":
+        return ("TASK_QUEUE_ENABLE=2, which torch_npu refuses during NPU graph capture; export TASK_QUEUE_ENABLE=1 "
+                "(or 0) before starting the process to capture graphs")
     if probe.jit_compile():
         return ("torch_npu runs with jit_compile=True, so ops take acl_op kernels, which NPU graphs cannot capture; "
                 "call torch_npu.npu.set_compile_mode(jit_compile=False) before enabling")
@@ -201,6 +207,14 @@ def graph_class(platform: str | None = None):
     if platform == "cuda":
         return torch.cuda.CUDAGraph
     return None
+
+
+# torch.npu.graph's default, "global", fails a capture when any other thread of the process makes
+# an unsafe call meanwhile (an npuMalloc: every capture empties the cache first, so any allocation
+# is one): a service decoding or preparing another request on another thread would lose its
+# captures. "thread_local" still fails this thread's own unsafe calls inside a capture (what
+# "global" protects us from); "relaxed" would capture them silently.
+NPU_CAPTURE_ERROR_MODE = "thread_local"
 
 
 @dataclass(frozen=True)
@@ -254,7 +268,8 @@ def graph_api(platform: str | None = None) -> GraphAPI | None:
         return GraphAPI(
             device_type="npu",
             graph_class=npu.NPUGraph,
-            capture=lambda g, pool, stream: npu.graph(npu_graph=g, pool=pool, stream=stream),
+            capture=lambda g, pool, stream: npu.graph(npu_graph=g, pool=pool, stream=stream,
+                                                      capture_error_mode=NPU_CAPTURE_ERROR_MODE),
             pool_handle=npu.graph_pool_handle,
             new_stream=npu.Stream,
             use_stream=npu.stream,

@@ -11,7 +11,9 @@ documents, so a change that breaks a documented contract fails here:
   auto_dispatch_capture=False, capture_error_mode="global")`` (torch_npu/npu/graphs.py: the
   keyword is ``npu_graph``), ``graph_pool_handle``, ``Stream``, ``stream``, ``current_stream``,
   over `tests.compilation.graph_standins.StandInGraph` (capture records the dispatched ops and
-  poisons their results; replay re-runs them on the captured tensors);
+  poisons their results; replay re-runs them on the captured tensors), with what ``graph`` does
+  around a capture in torch_npu 2.10.0.post6 / 2.14.0 (synchronize and cache emptying counted in
+  ``npu.runtime``, acl_op kernels and ``TASK_QUEUE_ENABLE=2`` refused, ``capture_error_mode``);
 - the platform is ``"npu"`` (`override_platform`), and `diffusers_ascend.platform.graph_api`
   returns its real NPU branch built on that ``torch.npu``, with ``device_type="cpu"`` (the
   simulated device's tensors live on the CPU);

@@ -189,6 +189,89 @@ def test_concurrent_saves_leave_one_whole_cache_and_readers_see_whole_caches(tmp
     assert _load(target, monkeypatch)[0] in payloads.values() and _listing(tmp_path) == ["cache", "hub"]
 
 
+class _Interleave:
+    """Runs a step (a whole save) when the reader thread is about to open a cache file of `target`:
+    the interleavings of a load and concurrent saves, forced in one thread, in order."""
+
+    def __init__(self, monkeypatch, target, steps):
+        import builtins
+
+        self.target, self.steps, self.seen, self.reader = os.fspath(target), list(steps), [], threading.get_ident()
+        real = builtins.open
+
+        def hooked(path, *args, **kwargs):
+            name = os.path.basename(os.fspath(path)) if isinstance(path, (str, os.PathLike)) else None
+            if (threading.get_ident() == self.reader and isinstance(path, (str, os.PathLike))
+                    and os.path.dirname(os.fspath(path)) == self.target and self.steps and self.steps[0][0] == name):
+                self.seen.append(name)
+                self.steps.pop(0)[1]()
+            return real(path, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "open", hooked)
+
+
+def _pull(repo, target):
+    return lambda: warm_start.pull_ascend_cache(repo, target, trust_remote_artifacts=True)
+
+
+def test_a_load_between_saves_of_two_caches_and_back_reads_one_whole_cache(tmp_path, monkeypatch, offline_hub):
+    """The interleaving `test_concurrent_saves_*` met once under load: the reader reads cache A's
+    manifest; a save of B swaps B in before the reader opens the mega-cache (B's bytes: no match);
+    a save of A swaps an equal A back in before the reader reads the manifest again, which is
+    unchanged, so a reader that compares manifests took the mismatch for corruption."""
+    target = tmp_path / "cache"
+    for repo in ("org/a", "org/b"):
+        _hub(offline_hub, repo, f"cache {repo}".encode() * 100)
+    _pull("org/a", target)()
+    got = []
+    monkeypatch.setattr(_compat, "cache_artifacts_api", lambda: (None, got.append))
+    monkeypatch.setattr(_compat, "inductor_cache_dir", lambda: str(tmp_path / "inductor"))
+    hook = _Interleave(monkeypatch, target, [(warm_start.ARTIFACTS_NAME, _pull("org/b", target)),
+                                             (warm_start.MANIFEST_NAME, _pull("org/a", target))])
+    assert warm_start.load_ascend_cache(str(target), CFG) is not None
+    assert hook.steps == [] and hook.seen == [warm_start.ARTIFACTS_NAME, warm_start.MANIFEST_NAME]  # both saves ran
+    assert got == [b"cache org/a" * 100]
+    assert _listing(tmp_path) == ["cache", "hub"]
+
+
+def test_a_load_that_every_save_interrupts_reads_under_the_savers_lock(tmp_path, monkeypatch, offline_hub):
+    """A save swaps a new cache in before each lock-free read of the manifest finishes; the last
+    read holds the savers' lock (a save cannot take it meanwhile) and returns one whole cache."""
+    import fcntl
+
+    from diffusers_ascend.warm_start import store
+
+    target = tmp_path / "cache"
+    for repo in ("org/a", "org/b"):
+        _hub(offline_hub, repo, f"cache {repo}".encode() * 100)
+    _pull("org/a", target)()
+    got, locked = [], []
+    monkeypatch.setattr(_compat, "cache_artifacts_api", lambda: (None, got.append))
+    monkeypatch.setattr(_compat, "inductor_cache_dir", lambda: str(tmp_path / "inductor"))
+
+    def save_unless_locked(repo):
+        def step():
+            fd = os.open(tmp_path, os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            except BlockingIOError:
+                locked.append(True)
+                return
+            finally:
+                os.close(fd)
+            locked.append(False)
+            _pull(repo, target)()
+        return step
+
+    steps = [(warm_start.ARTIFACTS_NAME, save_unless_locked("org/b" if i % 2 == 0 else "org/a"))
+             for i in range(store._LOCK_FREE_READS + 1)]
+    hook = _Interleave(monkeypatch, target, steps)
+    assert warm_start.load_ascend_cache(str(target), CFG) is not None
+    assert hook.steps == [] and locked == [False] * store._LOCK_FREE_READS + [True]
+    assert got == [(target / warm_start.ARTIFACTS_NAME).read_bytes()]  # the cache the last save left, whole
+
+
 def test_a_save_carries_other_files_over_and_refuses_subdirectories(tmp_path, offline_hub):
     _hub(offline_hub, "org/warm", b"mega-cache bytes")
     target = tmp_path / "model"
@@ -449,7 +532,7 @@ def test_cache_info_of_a_format_1_manifest_reports_it(tmp_path, capsys):
 
 # -- item 10 ----------------------------------------------------------------------------------------------
 def test_only_this_process_libraries_are_packed(tmp_path, monkeypatch, compiled):
-    from torch._inductor.cpu_vec_isa import VecISA
+    from torch._inductor.cpu_vec_isa import VecAVX512, VecAVX512VNNI, VecISA
 
     root = tmp_path / "inductor"
     (root / "ab").mkdir(parents=True)
@@ -460,10 +543,16 @@ def test_only_this_process_libraries_are_packed(tmp_path, monkeypatch, compiled)
     (root / "cd").mkdir()
     (root / "cd" / "cprobe.cpp").write_text(VecISA._avx_code)
     (root / "cd" / "cprobe.so").write_bytes(b"\x7fELF probe")
+    # The probes Inductor builds only on a CPU with AVX-512 BF16 / VNNI (written here, so the test
+    # is the same on every CPU): a warm process on such a CPU would build them again.
+    (root / "ef").mkdir()
+    for name, source in [("cbf16", VecAVX512._avx512_bf16_code), ("cvnni", VecAVX512VNNI._avx512_vnni_code)]:
+        (root / "ef" / f"{name}.cpp").write_text(source)
+        (root / "ef" / f"{name}.so").write_bytes(b"\x7fELF probe")
     monkeypatch.setattr(_compat, "inductor_cache_dir", lambda: str(root))
     diffusers_ascend.save_ascend_cache(compiled, tmp_path / "cache")
     with tarfile.open(tmp_path / "cache" / warm_start.KERNELS_NAME) as tar:
-        assert [m.name for m in tar.getmembers()] == ["cd/cprobe.so"]
+        assert [m.name for m in tar.getmembers()] == ["cd/cprobe.so", "ef/cbf16.so", "ef/cvnni.so"]
 
 
 def test_push_refuses_a_directory_that_no_longer_matches_its_manifest(tmp_path, capsys):

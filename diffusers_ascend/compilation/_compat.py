@@ -476,15 +476,26 @@ def aoti_metadata_scope(metadata: dict):
     return inductor_config.patch({"aot_inductor.metadata": metadata})
 
 
-def vec_isa_probe_source() -> str | None:
-    """The C++ source Inductor compiles to probe the CPU's vector ISA
-    (``torch._inductor.cpu_vec_isa.VecISA._avx_code``), or None where this torch has no such probe."""
+def vec_isa_probe_sources() -> tuple[str, ...]:
+    """The C++ sources Inductor compiles to probe the CPU's vector ISA: the ``_*_code`` strings of
+    ``torch._inductor.cpu_vec_isa.VecISA`` and its subclasses (``_avx_code`` for every ISA; on a
+    CPU that has the extension also ``_avx512_bf16_code``, ``_avx512_vnni_code``, ``_amx_code``,
+    ``_amx_fp16_code``, 2.6-2.15). Empty where this torch has no such probe."""
     try:
         from torch._inductor.cpu_vec_isa import VecISA
-
-        return VecISA._avx_code
-    except (ImportError, AttributeError):
-        return None
+    except ImportError:  # pragma: no cover - Inductor is part of every supported torch
+        return ()
+    classes, seen, sources = [VecISA], set(), []
+    while classes:
+        cls = classes.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        classes.extend(cls.__subclasses__())
+        for name, value in vars(cls).items():
+            if name.startswith("_") and name.endswith("_code") and isinstance(value, str) and value not in sources:
+                sources.append(value)
+    return tuple(sources)
 
 
 def fresh_inductor_cache():

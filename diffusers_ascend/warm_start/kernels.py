@@ -26,19 +26,21 @@ _FILE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 def isa_probes(root: str) -> list[str]:
     """The vector-ISA probe libraries Inductor built under `root` since this process started (one
-    build of a fixed source per ISA, the first time a process on this machine picks one), which
-    the portable cache leaves out too. A probe is told by its ``.cpp`` source, not by its time
-    alone: another process's kernel library in the shared cache is not ours to ship (ours are
-    `_compat.compiled_cpp_libraries`). Linux: the start time is the ctime of ``/proc/<pid>``."""
+    build of a fixed source per ISA and ISA extension, the first time a process on this machine
+    picks one: AVX-512 BF16 and VNNI add their own), which the portable cache leaves out too. A
+    probe is told by its ``.cpp`` source, not by its time alone: another process's kernel library
+    in the shared cache is not ours to ship (ours are `_compat.compiled_cpp_libraries`). Linux:
+    the start time is the ctime of ``/proc/<pid>``."""
     from ..compilation import _compat
 
-    probe = _compat.vec_isa_probe_source()
+    probes = _compat.vec_isa_probe_sources()
     try:
         start = os.stat(f"/proc/{os.getpid()}").st_ctime
     except OSError:
         return []
-    if probe is None:
+    if not probes:
         return []
+    longest = max(len(p) for p in probes)
     out = []
     for sub in sorted(os.listdir(root)) if os.path.isdir(root) else []:
         d = os.path.join(root, sub)
@@ -50,7 +52,7 @@ def isa_probes(root: str) -> list[str]:
                 continue
             try:
                 with open(path[:-len(".so")] + ".cpp", encoding="utf-8") as f:
-                    if f.read(len(probe) + 1) == probe:
+                    if f.read(longest + 1) in probes:
                         out.append(path)
             except (OSError, UnicodeDecodeError):
                 continue

@@ -13,9 +13,7 @@ import torch
 from .kernels import check_kernels, install_kernels
 from .manifest import ARTIFACTS_NAME, FORMAT, KERNELS_NAME, KEY_FIELDS, MANIFEST_NAME, mismatches, read_manifest
 from .packages import AotBlock, EnabledModel, PackageMismatchError, temporary_file
-from .store import is_remote, local_source, read_verified, resolve, trusted_opt_in
-
-_READ_ATTEMPTS = 5  # a load that meets a save swapping the directory reads the new cache
+from .store import is_remote, local_source, read_one_save, read_verified, resolve, trusted_opt_in
 
 
 def load_ascend_cache(source, cfg, *, trust_remote_artifacts: bool = False, **hub_kwargs) -> dict[str, Any] | None:
@@ -53,40 +51,34 @@ def load_ascend_cache(source, cfg, *, trust_remote_artifacts: bool = False, **hu
             "in this process. Pass trust_remote_artifacts=True if you trust the repo (like trust_remote_code), or "
             "download and inspect them, then pass the local directory."
         )
-    for attempt in range(_READ_ATTEMPTS):
+
+    def read() -> tuple[dict[str, Any], list[str], dict[str, bytes] | None]:
         manifest = read_manifest(resolve(source, MANIFEST_NAME, **hub_kwargs))
         diffs = mismatches(manifest, cfg)
-        api = _compat.cache_artifacts_api()
-        if api is None:
+        if _compat.cache_artifacts_api() is None:
             diffs.append(f"torch {torch.__version__} cannot load portable compile caches (torch 2.7+)")
-        if diffs:
-            warnings.warn(
-                f"diffusers_ascend: the compile artifacts at {source!r} were made for another setup "
-                f"({'; '.join(diffs)}); ignoring them and compiling normally.",
-                stacklevel=3,
-            )
-            return None
-        try:
-            blobs = {name: read_verified(resolve(source, name, **hub_kwargs), entry)
-                     for name, entry in manifest["files"].items()}
-            break
-        except (OSError, ValueError):
-            # A save swapped a new cache in between the manifest and the files: read the new one.
-            if attempt == _READ_ATTEMPTS - 1 or is_remote(source) or not _manifest_changed(source, manifest, hub_kwargs):
-                raise
+        if diffs:  # made for another setup: no artifact is read
+            return manifest, diffs, None
+        return manifest, diffs, {name: read_verified(resolve(source, name, **hub_kwargs), entry)
+                                 for name, entry in manifest["files"].items()}
+
+    if is_remote(source):
+        manifest, diffs, blobs = read()
+    else:  # a save may swap the directory meanwhile: read one save's files
+        manifest, diffs, blobs = read_one_save(os.path.join(source, hub_kwargs.get("subfolder") or ""), read)
+    if blobs is None:
+        warnings.warn(
+            f"diffusers_ascend: the compile artifacts at {source!r} were made for another setup "
+            f"({'; '.join(diffs)}); ignoring them and compiling normally.",
+            stacklevel=3,
+        )
+        return None
     members = check_kernels(blobs[KERNELS_NAME]) if KERNELS_NAME in blobs else []
     caches = TorchCaches(blobs[ARTIFACTS_NAME], blobs.get(KERNELS_NAME), members, source)
     blocks = _load_packages(manifest["blocks"], blobs, source)
     if not blocks:
         caches()  # no package takes any call: every graph compiles, from these caches
     return {"source": os.fspath(source), "artifacts": sorted(blobs), "blocks": blocks, "caches": caches}
-
-
-def _manifest_changed(source, manifest: dict[str, Any], hub_kwargs: dict[str, Any]) -> bool:
-    try:
-        return read_manifest(resolve(source, MANIFEST_NAME, **hub_kwargs)) != manifest
-    except (OSError, ValueError):
-        return True  # gone or half there: a save is swapping the directory
 
 
 class TorchCaches:

@@ -1,9 +1,10 @@
 """A cache directory: written all or nothing, read back checked, and moved to and from the Hub.
 
 A save writes the whole cache into a staging directory beside the target and swaps it in with one
-rename, under a lock on the parent directory: a reader sees the complete old or the complete new
-cache, never a manifest naming other bytes, and a save that fails or is killed leaves the previous
-cache as it was (docs/warm-start.md, "Saving: all or nothing").
+rename, under a lock on the parent directory, and a save that fails or is killed leaves the
+previous cache as it was. A reader reads the manifest and the files of one directory, a directory
+no save ever writes again (`read_one_save`), so it gets one save's whole cache, never a manifest
+naming another save's bytes (docs/warm-start.md, "Saving: all or nothing").
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import secrets
 import shutil
 import stat
 import sys
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from .kernels import check_kernels
 from .manifest import ARTIFACTS_NAME, FORMAT, KERNELS_NAME, MANIFEST_NAME, PACKAGE_NAME, read_manifest, sha256
@@ -23,6 +24,9 @@ from .manifest import ARTIFACTS_NAME, FORMAT, KERNELS_NAME, MANIFEST_NAME, PACKA
 _STAGING = ".{name}.ascend-staging-"
 _RETIRED = ".{name}.ascend-old-"
 _AT_FDCWD, _RENAME_EXCHANGE = -100, 2
+# Reads that a save may interrupt before one under the savers' lock (which always completes).
+_LOCK_FREE_READS = 3
+T = TypeVar("T")
 
 
 # -- writing ----------------------------------------------------------------------------------------
@@ -63,17 +67,25 @@ def _owned(name: str) -> bool:
 
 
 @contextlib.contextmanager
-def _directory_lock(parent: str):
+def _directory_lock(parent: str, shared: bool = False):
     """An exclusive ``flock`` on `parent`, serializing saves into it across threads and processes;
-    released when the descriptor closes, so a killed saver holds nothing."""
+    released when the descriptor closes, so a killed saver holds nothing. ``shared=True``: a
+    reader's lock, which no save holds at the same time; where `parent` cannot be opened (a reader
+    without read permission on it) the reader goes unlocked."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not POSIX: saves are not serialized
         yield
         return
-    fd = os.open(parent, os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fd = os.open(parent, os.O_RDONLY)
+    except OSError:
+        if not shared:
+            raise
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)
@@ -172,6 +184,52 @@ def commit(target: str, blobs: dict[str, bytes], manifest: dict[str, Any]) -> No
 
 
 # -- reading --------------------------------------------------------------------------------------
+def read_one_save(directory: str, read: Callable[[], T]) -> T:
+    """`read()` (which reads the cache files of `directory` by path) as of one save.
+
+    A save never writes into a directory it has swapped in: it swaps a new one in and deletes the
+    old one. So the files `read` opened all came from one save exactly when `directory` names the
+    same directory before and after: the directory is held open meanwhile, so its inode number
+    cannot pass to a new one. Comparing what was read cannot tell this: two saves of equal content
+    (cache A, then B, then A again) give equal manifests over different files. A read a save
+    interrupted is read again; after `_LOCK_FREE_READS` such reads, under the savers' lock on the
+    parent directory (no save swaps meanwhile). A read that fails while `directory` is unchanged
+    raises: the cache itself is corrupt.
+    """
+    parent = os.path.dirname(os.path.realpath(directory))
+    for attempt in range(_LOCK_FREE_READS + 1):
+        last = attempt == _LOCK_FREE_READS
+        with _directory_lock(parent, shared=True) if last else contextlib.nullcontext():
+            try:
+                fd = os.open(directory, os.O_RDONLY)
+            except FileNotFoundError:  # a save renaming twice (`commit`'s fallback) is between its renames
+                if last:
+                    raise
+                continue
+            try:
+                held = os.fstat(fd)
+                try:
+                    result = read()
+                except (OSError, ValueError):
+                    if last or _same_directory(directory, held):
+                        raise
+                    continue
+                if _same_directory(directory, held):
+                    return result
+            finally:
+                os.close(fd)
+    raise ValueError(f"{directory} was replaced while it was read, by something other than a diffusers-ascend save "
+                     "(which holds the lock it was read under): nothing was loaded; read it again")
+
+
+def _same_directory(directory: str, held: os.stat_result) -> bool:
+    try:
+        now = os.stat(directory)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
+
+
 def is_remote(source) -> bool:
     return isinstance(source, str) and not os.path.exists(source)
 
@@ -245,16 +303,21 @@ def push_ascend_cache(save_directory: str | os.PathLike, repo_id: str, **kwargs)
 
     directory = local_source(save_directory)
     manifest_path = os.path.join(directory, MANIFEST_NAME)
-    manifest = read_manifest(manifest_path)
-    if manifest["format"] != FORMAT:
-        raise ValueError(f"{manifest_path} is of format {manifest['format']!r}, written by diffusers-ascend "
-                         f"{manifest['diffusers_ascend']!r}: no process of this version loads it; save it again")
-    with open(manifest_path, "rb") as f:
-        files: dict[str, str | bytes] = {MANIFEST_NAME: f.read()}
-    if read_manifest(manifest_path) != manifest:
-        raise ValueError(f"{manifest_path} changed while it was read (a save in progress?): nothing was uploaded")
-    for name, entry in manifest["files"].items():
-        files[name] = read_verified(os.path.join(directory, name), entry)
+
+    def read() -> dict[str, str | bytes]:
+        with open(manifest_path, "rb") as f:
+            files: dict[str, str | bytes] = {MANIFEST_NAME: f.read()}
+        manifest = read_manifest(manifest_path)
+        if manifest["format"] != FORMAT:
+            raise ValueError(f"{manifest_path} is of format {manifest['format']!r}, written by diffusers-ascend "
+                             f"{manifest['diffusers_ascend']!r}: no process of this version loads it; save it again")
+        if json.loads(files[MANIFEST_NAME]) != manifest:
+            raise ValueError(f"{manifest_path} changed while it was read: nothing was uploaded")
+        for name, entry in manifest["files"].items():
+            files[name] = read_verified(os.path.join(directory, name), entry)
+        return files
+
+    files = read_one_save(directory, read)
     if KERNELS_NAME in files:
         check_kernels(files[KERNELS_NAME])
     kwargs.setdefault("commit_message", "Upload diffusers-ascend compile artifacts")

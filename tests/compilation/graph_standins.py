@@ -13,12 +13,22 @@ the semantics a capture wrapper relies on, so that a wrapper breaking them fails
   the graph at capture (a Python scalar) stays baked, and outputs alias across replays;
 - a pool token per ``pool_handle()`` call; graphs record the pool and stream they were captured
   with; ``reset()`` drops the recording.
+
+`standin_torch_npu_graphs` adds what ``torch.npu.graph`` does around a capture, from the wheels
+users install (torch_npu 2.10.0.post6 and 2.14.0; the file each rule comes from is named where
+it is modelled): the synchronize and cache emptying of every capture, the refusal of acl_op
+kernels and of ``TASK_QUEUE_ENABLE=2``, and the ``capture_error_mode`` semantics, with
+`NpuRuntime` counting the runtime calls. It is still a CONTRACT test, not hardware: nothing here
+measures what a synchronize or an emptied cache costs on a 910B.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
+import os
+import threading
 import types
 
 import torch
@@ -113,15 +123,124 @@ def standin_graph_api() -> GraphAPI:
                     new_stream=StandInStream, use_stream=_use_stream, current_stream=_current_stream)
 
 
-def _npu_graph(npu_graph, pool=None, stream=None, auto_dispatch_capture=False, capture_error_mode="global"):
-    """``torch.npu.graph``'s signature (torch_npu/npu/graphs.py: the keyword is ``npu_graph``)."""
-    assert isinstance(npu_graph, StandInGraph)
-    assert capture_error_mode in ("global", "thread_local", "relaxed")
-    return _capture(npu_graph, pool, stream)
+# -- torch.npu.graph, as torch_npu/npu/graphs.py and libtorch_npu.so of the wheels do it ----------------
+CAPTURE_ERROR_MODES = ("global", "thread_local", "relaxed")
+RELEASES = ("2.10.0.post6", "2.14.0")
 
 
-def standin_torch_npu_graphs() -> types.SimpleNamespace:
+class _Capture:
+    def __init__(self, mode: str) -> None:
+        self.mode, self.invalidated_by = mode, None
+
+
+# The NPU graph captures under way, by capturing thread: the capture status of that thread's
+# stream, which the runtime checks on every unsafe action, whichever thread makes it.
+_captures: dict[int, _Capture] = {}
+_captures_lock = threading.Lock()
+
+
+def _unsafe_action(what: str, capturing_thread_ok: bool) -> None:
+    """An action ``aclmdlRICaptureMode`` restricts during a capture (an ``npuMalloc``, a device
+    synchronize). torch_npu/npu/graphs.py, ``graph`` and ``NPUGraph.capture_begin`` docstrings
+    (both wheels): "global" errors on such actions in other threads, "thread_local" only on those
+    of the capturing thread, "relaxed" on none; the capture they break fails at its end. The
+    capturing thread's own allocations come from the graph's private pool, which the caching
+    allocator serves safely (`capturing_thread_ok`)."""
+    me = threading.get_ident()
+    with _captures_lock:
+        for ident, cap in _captures.items():
+            own = ident == me
+            if (own and not capturing_thread_ok and cap.mode != "relaxed") or (not own and cap.mode == "global"):
+                cap.invalidated_by = f"{what} in {'the capturing' if own else 'another'} thread"
+                raise RuntimeError(f"{what} is not permitted while an NPU graph capture is under way "
+                                   f"(capture_error_mode={cap.mode!r}); the capture is invalidated")
+
+
+def check_aclop(name: str) -> None:
+    """Called by the stand-in torch_npu on its acl_op paths: acl_op kernels cannot run in a
+    capture (libtorch_npu.so, both wheels: "Cannot run aclop operators during NPU graph capture.
+    Current working aclop is <op>")."""
+    with _captures_lock:
+        capturing = threading.get_ident() in _captures
+    if capturing:
+        raise RuntimeError(f"Cannot run aclop operators during NPU graph capture. Current working aclop is {name}")
+
+
+class NpuRuntime:
+    """The ``torch.npu`` runtime calls around graph capture, counted (`calls`), with the capture
+    error modes each capture was begun with (`modes`). `release` picks the wheel whose
+    ``graph.__enter__`` is modelled; `on_capture_begin` callbacks run inside each capture, right
+    after it began (for tests forcing another thread's work into a capture)."""
+
+    def __init__(self, release: str = "2.14.0") -> None:
+        if release not in RELEASES:
+            raise ValueError(f"release {release!r}: modelled releases are {RELEASES}")
+        self.release = release
+        self.calls: collections.Counter = collections.Counter()
+        self.modes: list[str] = []
+        self.on_capture_begin: list = []
+
+    def synchronize(self, device=None) -> None:
+        _unsafe_action("synchronize", capturing_thread_ok=False)
+        self.calls["synchronize"] += 1
+
+    def empty_cache(self) -> None:
+        self.calls["empty_cache"] += 1
+
+    def host_empty_cache(self) -> None:  # torch_npu.npu.host_empty_cache (2.14.0)
+        self.calls["host_empty_cache"] += 1
+
+    def caching_allocator_alloc(self, size, device=None, stream=None) -> torch.Tensor:
+        """An allocation through the caching allocator (torch_npu/npu/memory.py); after a capture
+        emptied the cache it is an ``npuMalloc``. Returns host bytes (torch_npu: the address)."""
+        _unsafe_action("npuMalloc", capturing_thread_ok=True)
+        self.calls["alloc"] += 1
+        return torch.empty(int(size), dtype=torch.uint8)
+
+    @contextlib.contextmanager
+    def graph(self, npu_graph, pool=None, stream=None, auto_dispatch_capture=False, capture_error_mode="global"):
+        """``torch.npu.graph`` (torch_npu/npu/graphs.py; the keyword is ``npu_graph``)."""
+        assert isinstance(npu_graph, StandInGraph)
+        # graph.__enter__: torch.npu.synchronize(), gc, torch.npu.empty_cache() (2.10.0.post6 and
+        # 2.14.0), then torch_npu.npu.host_empty_cache() (2.14.0 only), then capture_begin.
+        self.synchronize()
+        self.empty_cache()
+        if self.release == "2.14.0":
+            self.host_empty_cache()
+        # NPUGraph::capture_begin (libtorch_npu.so, both wheels).
+        if capture_error_mode not in CAPTURE_ERROR_MODES:
+            raise RuntimeError("Unknown capture error mode. Expected `global`, `thread_local`, or `relaxed`, "
+                               f"got {capture_error_mode}")
+        if os.environ.get("TASK_QUEUE_ENABLE") == "2":
+            raise RuntimeError("Do not support TASK_QUEUE_ENABLE = 2 during NPU graph capture, please export "
+                               "TASK_QUEUE_ENABLE=1/0.")
+        cap = _Capture(capture_error_mode)
+        me = threading.get_ident()
+        with _captures_lock:
+            assert me not in _captures, "a capture is already under way in this thread"
+            _captures[me] = cap
+        self.modes.append(capture_error_mode)
+        try:
+            with _capture(npu_graph, pool, stream):
+                for callback in list(self.on_capture_begin):
+                    callback()
+                yield
+        finally:
+            with _captures_lock:
+                del _captures[me]
+        if cap.invalidated_by is not None:  # capture_end reports the broken capture
+            raise RuntimeError(f"NPU graph capture failed: invalidated by {cap.invalidated_by} "
+                               f"(capture_error_mode={capture_error_mode!r})")
+
+
+def standin_torch_npu_graphs(release: str = "2.14.0") -> types.SimpleNamespace:
     """A stand-in ``torch.npu`` namespace: ``NPUGraph``, ``graph``, ``graph_pool_handle``, ``Stream``,
-    ``stream``, ``current_stream`` over the same `StandInGraph` (what `platform.graph_api("npu")` reads)."""
-    return types.SimpleNamespace(NPUGraph=StandInGraph, graph=_npu_graph, graph_pool_handle=_pool, Stream=StandInStream,
-                                 stream=_use_stream, current_stream=_current_stream, is_available=lambda: True)
+    ``stream``, ``current_stream`` over the same `StandInGraph` (what `platform.graph_api("npu")`
+    reads), and ``synchronize``, ``empty_cache``, ``caching_allocator_alloc`` of one `NpuRuntime`
+    (``runtime``)."""
+    runtime = NpuRuntime(release)
+    return types.SimpleNamespace(NPUGraph=StandInGraph, graph=runtime.graph, graph_pool_handle=_pool,
+                                 Stream=StandInStream, stream=_use_stream, current_stream=_current_stream,
+                                 is_available=lambda: True, synchronize=runtime.synchronize,
+                                 empty_cache=runtime.empty_cache, caching_allocator_alloc=runtime.caching_allocator_alloc,
+                                 runtime=runtime)

@@ -418,7 +418,7 @@ def test_platform_supplies_the_documented_npu_graph_api(monkeypatch):
         pass
 
     def graph(npu_graph, pool=None, stream=None, auto_dispatch_capture=False, capture_error_mode="global"):
-        seen.update(npu_graph=npu_graph, pool=pool, stream=stream)
+        seen.update(npu_graph=npu_graph, pool=pool, stream=stream, capture_error_mode=capture_error_mode)
         return contextlib.nullcontext()
 
     npu = types.SimpleNamespace(NPUGraph=NPUGraph, graph=graph, graph_pool_handle=lambda: "pool", Stream=object,
@@ -429,7 +429,8 @@ def test_platform_supplies_the_documented_npu_graph_api(monkeypatch):
     g = NPUGraph()
     with api.capture(g, "pool", "stream"):
         pass
-    assert seen == dict(npu_graph=g, pool="pool", stream="stream")
+    # passed explicitly: the default "global" fails a capture on any other thread's allocation
+    assert seen == dict(npu_graph=g, pool="pool", stream="stream", capture_error_mode="thread_local")
     monkeypatch.setattr(torch, "npu", types.SimpleNamespace(), raising=False)  # torch_npu before NPUGraph
     assert _ORIGINAL_GRAPH_API("npu") is None
     assert _ORIGINAL_GRAPH_API("cpu") is None

@@ -47,6 +47,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..compilation.graph_standins import check_aclop
+
 __all__ = ["A2_SOC", "A3_SOC", "CONTRACTS", "FIA_SCHEMAS", "FUSION_ATTENTION_SCHEMA", "KernelCounter", "MINDIESD",
            "SCHEMAS", "StandInTorchNpu", "WHEELS", "api_signature", "documented_families", "install_torch_npu",
            "mindiesd_standin", "npu_attention_ops", "soc_family"]
@@ -210,6 +212,8 @@ class StandInTorchNpu(types.ModuleType):
             assert gamma.dtype == x.dtype, f"npu_rms_norm: gamma {gamma.dtype} must have self's dtype {x.dtype}"
         else:  # a device found (by probe.rms_norm_fp32_gamma) to take an fp32 gamma too
             assert gamma.dtype in (x.dtype, torch.float32), f"npu_rms_norm: gamma {gamma.dtype} for self {x.dtype}"
+        if not self._op_api("aclnnRmsNorm"):
+            check_aclop("RmsNorm")
         xf = x.float()
         rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + epsilon)
         return (xf * rstd * gamma.float()).to(x.dtype), rstd
@@ -225,6 +229,7 @@ class StandInTorchNpu(types.ModuleType):
             f"npu_rotary_mul ({scenario}) is not documented for {SOC_NAMES.get(self.soc)} ({self.family})"
         if acl_op:
             # acl_op::npu_rotary_mul (RotaryMulKernelNpu.cpp) and the jit_compile=True doc.
+            check_aclop("RotaryMul")
             if rotary_mode != "half":
                 raise RuntimeError("npu_rotary_mul in aclop only support rotary_mode with half")
             assert x.shape[3] == 128 and r1.dtype == x.dtype, "acl_op RotaryMul: D == 128, one dtype"
