@@ -156,9 +156,10 @@ def npu_device_host(monkeypatch, **torch_npu_kw):
     from tests.simulated_npu import SimulatedNpu
 
     assert installed(), "install() the simulated npu device first (in a dedicated process)"
+    shipped = npu_providers.DEVICE_TYPES
     fake = install_torch_npu(monkeypatch, **torch_npu_kw)
     # install_torch_npu widens the providers to CPU tensors for the CPU-tensor host; here they are on npu.
-    monkeypatch.setattr(npu_providers, "DEVICE_TYPES", ("npu",))
+    monkeypatch.setattr(npu_providers, "DEVICE_TYPES", shipped)
     monkeypatch.setattr(attention_dispatch, "npu_fusion_attention", fake.npu_fusion_attention, raising=False)
     monkeypatch.setattr(attention_dispatch, "_CAN_USE_NPU_ATTN", True)  # computed at diffusers' import
     platform_mod._detect.cache_clear()
