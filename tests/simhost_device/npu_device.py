@@ -28,7 +28,7 @@ import types
 
 import torch
 
-__all__ = ["BACKEND", "device_module", "install", "installed", "npu_device_host"]
+__all__ = ["BACKEND", "device_module", "fallback_count", "install", "installed", "npu_device_host"]
 
 BACKEND = "npu"
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "npu_device.cpp")
@@ -110,9 +110,13 @@ def device_module() -> types.ModuleType:
         memory_allocated=lambda device=None: ext.memory_allocated(), empty_cache=lambda: None,
         get_amp_supported_dtype=lambda: [torch.float16, torch.bfloat16],
         NPUGraph=graphs.NPUGraph, graph=graphs.graph, graph_pool_handle=graphs.graph_pool_handle,
-        fallback_count=ext.fallback_count,
     )
     return mod
+
+
+def fallback_count() -> int:
+    """How many ops the device has run through its CPU-kernel fallback in this process."""
+    return _extension().fallback_count()
 
 
 def installed() -> bool:

@@ -19,6 +19,8 @@ import torch
 import diffusers_ascend
 from diffusers_ascend.tiny import flux_pipeline_inputs, tiny_flux_pipeline
 
+from .npu_device import fallback_count, installed, npu_device_host
+
 BF16 = torch.bfloat16
 FP32_TOL = dict(atol=1e-4, rtol=1e-4)  # the npu rope tables are fp32 where the CPU's are fp64 (diffusers' npu branch)
 BF16_TOL = dict(atol=5e-2, rtol=5e-2)  # 2 bf16 denoising steps through a VAE, as tests/integration/test_composition.py
@@ -28,8 +30,6 @@ FIA = "npu_fused_infer_attention_score_v2"
 @pytest.fixture(scope="module")
 def host():
     from _pytest.monkeypatch import MonkeyPatch
-
-    from .npu_device import installed, npu_device_host
 
     if not installed():
         pytest.skip("needs the simulated npu device: run with -p tests.simhost_device.plugin in its own process")
@@ -87,6 +87,11 @@ def test_device_is_npu_and_refuses_float64(host):
     with pytest.raises(RuntimeError, match="same device.*npu:0 and cpu"):
         x + torch.ones(2, 3)
     torch.testing.assert_close((x * 2 + torch.tensor(1.0)).cpu(), torch.full((2, 3), 3.0))  # a CPU scalar is taken
+    before = torch.npu.memory_allocated()
+    y = torch.empty(1000, device="npu")
+    assert torch.npu.memory_allocated() - before == 4000
+    del y
+    assert torch.npu.memory_allocated() == before
     compiled = torch.compile(lambda a: torch.nn.functional.gelu(a) * 2, backend="aot_eager")
     assert compiled(x).device.type == "npu"  # dynamo asks the device for its stream: the hooks answer
 
@@ -94,8 +99,9 @@ def test_device_is_npu_and_refuses_float64(host):
 def test_fusions_all_two_steps_match_cpu_eager(host, cpu_eager):
     pipe = on_npu(tiny_flux_pipeline())
     pipe.enable_ascend_compile(fusions="all")
+    ran = fallback_count()
     out = pipe(**npu_inputs()).images
-    assert out.device.type == "npu"
+    assert out.device.type == "npu" and fallback_count() > ran  # the ops ran on the device's kernels
     torch.testing.assert_close(out.cpu(), cpu_eager[torch.float32], **FP32_TOL)
     report = pipe.ascend_report()
     assert report.swaps == {"rope": 2, "rms_norm": 6, "gelu_tanh": 3} and not report.fallbacks
