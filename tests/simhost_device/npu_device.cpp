@@ -2,7 +2,7 @@
 //
 // What a backend registered in C++ gives torch, kept to what the user's path needs:
 // - an allocator whose memory is host memory, labelled as device npu:0;
-// - tensor creation (empty.memory_format, empty_strided) refusing float64 / complex128, which the
+// - tensor creation (empty.memory_format, empty_strided) and dtype views refusing float64 / complex128, which the
 //   NPU does not take (diffusers' `_FP64_UNSUPPORTED_DEVICES` lists "npu");
 // - views (as_strided, view, _reshape_alias, unfold) on the tensor's own storage, resize_, and
 //   copies between npu and cpu;
@@ -108,6 +108,12 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
                           std::optional<c10::MemoryFormat> memory_format) {
   check_dtype(self.scalar_type());
   return at::native::resize_(self, size, memory_format);
+}
+
+// A dtype-reinterpreting view allocates nothing: it is checked here, or float64 would slip in.
+at::Tensor view_dtype(const at::Tensor& self, c10::ScalarType dtype) {
+  check_dtype(dtype);
+  return at::native::view_dtype(self, dtype);
 }
 
 c10::Scalar local_scalar_dense(const at::Tensor& self) { return at::_local_scalar_dense(host_view(self)); }
@@ -230,6 +236,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty_strided", empty_strided);
   m.impl("as_strided", at::native::as_strided_tensorimpl);
   m.impl("view", at::native::view);
+  m.impl("view.dtype", view_dtype);
   m.impl("_reshape_alias", at::native::_reshape_alias);
   m.impl("unfold", at::native::unfold);
   m.impl("resize_", resize_);

@@ -81,7 +81,8 @@ def test_device_is_npu_and_refuses_float64(host):
     x = torch.ones(2, 3, device="npu")
     assert x.device == torch.device("npu", 0) and x.is_npu
     for make in (lambda: torch.zeros(2, dtype=torch.float64, device="npu"), lambda: x.double(),
-                 lambda: torch.ones(2, dtype=torch.float64).to("npu"), lambda: x.to(torch.complex128)):
+                 lambda: torch.ones(2, dtype=torch.float64).to("npu"), lambda: x.to(torch.complex128),
+                 lambda: torch.ones(4, device="npu").view(torch.float64), lambda: x.sum(dtype=torch.float64)):
         with pytest.raises(RuntimeError, match="does not support (Double|ComplexDouble).*float64"):
             make()
     with pytest.raises(RuntimeError, match="same device.*npu:0 and cpu"):
