@@ -1,0 +1,258 @@
+// A simulated `npu` device for CONTRACT tests: PrivateUse1 over host memory (no Ascend hardware).
+//
+// What a backend registered in C++ gives torch, kept to what the user's path needs:
+// - an allocator whose memory is host memory, labelled as device npu:0;
+// - tensor creation (empty.memory_format, empty_strided) and dtype views refusing float64 / complex128, which the
+//   NPU does not take (diffusers' `_FP64_UNSUPPORTED_DEVICES` lists "npu");
+// - views (as_strided, view, _reshape_alias, unfold) on the tensor's own storage, resize_, and
+//   copies between npu and cpu;
+// - every other op: a boxed fallback that first checks all tensor arguments are on npu (a CPU
+//   tensor is taken only as a 0-dim scalar, as on CUDA), then runs the CPU kernel
+//   (at::native::cpu_fallback: inputs copied to the host, outputs copied back to npu);
+// - a DeviceGuardImpl (one device, one stream) and PrivateUse1 hooks, which torch.compile and
+//   torch.accelerator ask for.
+#include <torch/extension.h>
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/view_native.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/alloc_cpu.h>
+
+#include <atomic>
+#include <cstring>
+
+namespace {
+
+constexpr c10::DeviceType kNpu = c10::DeviceType::PrivateUse1;
+std::atomic<int64_t> live_bytes{0};
+std::atomic<int64_t> fallback_calls{0};
+
+struct Block {
+  void* ptr;
+  size_t size;
+};
+
+void free_block(void* ctx) {
+  auto* b = static_cast<Block*>(ctx);
+  live_bytes -= static_cast<int64_t>(b->size);
+  c10::free_cpu(b->ptr);
+  delete b;
+}
+
+struct HostAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t n) override {
+    void* p = n ? c10::alloc_cpu(n) : nullptr;
+    live_bytes += static_cast<int64_t>(n);
+    return {p, new Block{p, n}, &free_block, c10::Device(kNpu, 0)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  // copy_data: virtual from torch 2.3.
+  void copy_data(void* dest, const void* src, std::size_t count) const { std::memcpy(dest, src, count); }
+};
+
+HostAllocator allocator;
+
+void check_dtype(c10::ScalarType t) {
+  TORCH_CHECK(t != c10::kDouble && t != c10::kComplexDouble, "the simulated npu device does not support ", t,
+              " (Ascend NPUs have no float64 kernels; diffusers lists 'npu' in _FP64_UNSUPPORTED_DEVICES): use "
+              "float32 or a lower precision");
+}
+
+constexpr c10::DispatchKeySet npu_keys() { return c10::DispatchKeySet(c10::DispatchKey::PrivateUse1); }
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                               std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> memory_format) {
+  auto t = c10::dtype_or_default(dtype);
+  check_dtype(t);
+  return at::detail::empty_generic(size, &allocator, npu_keys(), t, memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
+                         std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                         std::optional<bool> pin_memory) {
+  auto t = c10::dtype_or_default(dtype);
+  check_dtype(t);
+  return at::detail::empty_strided_generic(size, stride, &allocator, npu_keys(), t);
+}
+
+// A CPU tensor over the same host memory (no copy): what the copies below read and write.
+at::Tensor host_view(const at::Tensor& t) {
+  if (t.device().type() != kNpu) return t;
+  if (t.numel() == 0) return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kCPU));
+  return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(at::kCPU));
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  TORCH_CHECK(self.device().type() == kNpu || self.device().is_cpu(), "npu copy: unsupported source device ",
+              self.device());
+  TORCH_CHECK(dst.device().type() == kNpu || dst.device().is_cpu(), "npu copy: unsupported destination device ",
+              dst.device());
+  if (dst.numel() > 0) host_view(dst).copy_(host_view(self));
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  at::native::resize_(dst, self.sizes(), std::nullopt);
+  return copy_from(self, dst, false);
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
+                          std::optional<c10::MemoryFormat> memory_format) {
+  check_dtype(self.scalar_type());
+  return at::native::resize_(self, size, memory_format);
+}
+
+// A dtype-reinterpreting view allocates nothing: it is checked here, or float64 would slip in.
+at::Tensor view_dtype(const at::Tensor& self, c10::ScalarType dtype) {
+  check_dtype(dtype);
+  return at::native::view_dtype(self, dtype);
+}
+
+c10::Scalar local_scalar_dense(const at::Tensor& self) { return at::_local_scalar_dense(host_view(self)); }
+
+void check_devices(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const auto n = schema.arguments().size();
+  auto check = [&](const at::Tensor& t) {
+    TORCH_CHECK(!t.defined() || t.device().type() == kNpu || (t.device().is_cpu() && t.dim() == 0),
+                "Expected all tensors to be on the same device, but found at least two devices, npu:0 and ",
+                t.device(), "! (", schema.name(), " on the simulated npu device)");
+  };
+  for (size_t i = stack->size() - n; i < stack->size(); ++i) {
+    const auto& v = (*stack)[i];
+    if (v.isTensor()) {
+      check(v.toTensor());
+    } else if (v.isTensorList()) {
+      for (const auto& t : v.toTensorVector()) check(t);
+    } else if (v.isOptionalTensorList()) {
+      for (const std::optional<at::Tensor> t : v.toOptionalTensorList()) {
+        if (t.has_value()) check(*t);
+      }
+    } else if (v.isGenerator()) {
+      const auto& g = v.toGenerator();
+      TORCH_CHECK(g.device().type() == kNpu, "Expected a 'npu' device type for generator but found '",
+                  g.device().type(), "' (", schema.name(), " on the simulated npu device)");
+    }
+  }
+}
+
+// aten::convolution sends backends other than CPU/CUDA/... to convolution_overrideable, whose
+// default kernel raises: run the CPU convolution on the same memory.
+at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
+                                    const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                                    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                                    c10::IntArrayRef output_padding, int64_t groups) {
+  for (const at::Tensor* t : {&input, &weight, bias.has_value() ? &*bias : nullptr}) {
+    TORCH_CHECK(t == nullptr || !t->defined() || t->device().type() == kNpu,
+                "Expected all tensors to be on the same device, but found at least two devices, npu:0 and ",
+                t->device(), "! (aten::convolution on the simulated npu device)");
+  }
+  std::optional<at::Tensor> host_bias;
+  if (bias.has_value() && bias->defined()) host_bias = host_view(*bias);
+  return at::convolution(host_view(input), host_view(weight), host_bias, stride, padding, dilation, transposed,
+                         output_padding, groups)
+      .to(input.device());
+}
+
+void npu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  check_devices(op, stack);
+  fallback_calls++;
+  at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
+}
+
+// One device (index 0) and its one stream: enough for torch.accelerator and torch.compile's queries.
+struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return kNpu; }
+  c10::Device exchangeDevice(c10::Device d) const override { return c10::Device(kNpu, 0); }
+  c10::Device getDevice() const override { return c10::Device(kNpu, 0); }
+  void setDevice(c10::Device d) const override {
+    TORCH_CHECK(d.type() == kNpu && (d.index() == 0 || d.index() == -1), "the simulated npu has one device, npu:0; got ",
+                d);
+  }
+  void uncheckedSetDevice(c10::Device d) const noexcept override {}
+  c10::Stream getStream(c10::Device d) const noexcept override {
+    return c10::Stream(c10::Stream::DEFAULT, c10::Device(kNpu, 0));
+  }
+  c10::Stream getDefaultStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::DEFAULT, c10::Device(kNpu, 0));
+  }
+  c10::Stream getNewStream(c10::Device d, int priority = 0) const override {
+    return c10::Stream(c10::Stream::DEFAULT, c10::Device(kNpu, 0));
+  }
+  c10::Stream exchangeStream(c10::Stream s) const noexcept override {
+    return c10::Stream(c10::Stream::DEFAULT, c10::Device(kNpu, 0));
+  }
+  c10::DeviceIndex deviceCount() const noexcept override { return 1; }
+  void destroyEvent(void* event, const c10::DeviceIndex device_index) const noexcept override {}
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
+              const c10::EventFlag flag) const override {}
+  void block(void* event, const c10::Stream& stream) const override {}
+  bool queryEvent(void* event) const override { return true; }
+  bool queryStream(const c10::Stream& stream) const override { return true; }
+  void synchronizeStream(const c10::Stream& stream) const override {}
+  void synchronizeEvent(void* event) const override {}
+  void synchronizeDevice(const c10::DeviceIndex device_index) const {}  // virtual from torch 2.3
+};
+
+struct Hooks final : at::PrivateUse1HooksInterface {
+  // isBuilt / isAvailable / resizePrivateUse1Bytes: virtual in recent releases only (no `override`).
+  bool isBuilt() const { return true; }
+  bool isAvailable() const { return true; }
+  bool hasPrimaryContext(c10::DeviceIndex device_index) const override { return true; }
+  at::Device getDeviceFromPtr(void* data) const override { return c10::Device(kNpu, 0); }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const {
+    // resize_ on this device's storages goes through at::native::resize_, which reallocates with
+    // the storage's own allocator; torch asks the hooks only for storage-level resizes.
+    auto* impl = storage.unsafeGetStorageImpl();
+    auto fresh = allocator.allocate(newsize);
+    const size_t keep = std::min(newsize, impl->nbytes());
+    if (keep) std::memcpy(fresh.get(), impl->data(), keep);
+    impl->set_data_ptr_noswap(std::move(fresh));
+    impl->set_nbytes(newsize);
+  }
+};
+
+C10_REGISTER_GUARD_IMPL(PrivateUse1, GuardImpl);
+
+struct Registrar {
+  Registrar() {
+    c10::SetAllocator(kNpu, &allocator);
+    at::RegisterPrivateUse1HooksInterface(new Hooks());
+  }
+} registrar;
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("as_strided", at::native::as_strided_tensorimpl);
+  m.impl("view", at::native::view);
+  m.impl("view.dtype", view_dtype);
+  m.impl("_reshape_alias", at::native::_reshape_alias);
+  m.impl("unfold", at::native::unfold);
+  m.impl("resize_", resize_);
+  m.impl("_copy_from", copy_from);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("convolution_overrideable", convolution_overrideable);
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&npu_fallback>()); }
+
+// The fallback's calls and the live bytes: what a test reads to prove ops ran on the device.
+int64_t fallback_count() { return fallback_calls.load(); }
+int64_t memory_allocated() { return live_bytes.load(); }
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("fallback_count", &fallback_count);
+  m.def("memory_allocated", &memory_allocated);
+}

@@ -1,0 +1,199 @@
+"""The user's path on tensors whose device is ``npu`` (the simulated device): CONTRACT tests, not hardware.
+
+Run only in a process of its own, with the device's plugin (test_npu_device.py does)::
+
+    python -m pytest -p tests.simhost_device.plugin tests/simhost_device/npu_path_cases.py
+
+The process is the simulated Ascend host at device level (`npu_device.npu_device_host`): the
+stand-in torch_npu, the ``npu`` device over host memory, ``torch.npu`` with the NPUGraph stand-in,
+and the product's own platform detection, provider device types and graph API (nothing widened
+to CPU tensors). Each test moves a tiny pipeline ``.to("npu")``, runs it, and compares it with
+the same pipeline eager on the CPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import diffusers_ascend
+from diffusers_ascend.tiny import flux_pipeline_inputs, tiny_flux_pipeline
+
+from .npu_device import fallback_count, installed, npu_device_host
+
+BF16 = torch.bfloat16
+FP32_TOL = dict(atol=1e-4, rtol=1e-4)  # the npu rope tables are fp32 where the CPU's are fp64 (diffusers' npu branch)
+BF16_TOL = dict(atol=5e-2, rtol=5e-2)  # 2 bf16 denoising steps through a VAE, as tests/integration/test_composition.py
+FIA = "npu_fused_infer_attention_score_v2"
+
+
+@pytest.fixture(scope="module")
+def host():
+    from _pytest.monkeypatch import MonkeyPatch
+
+    if not installed():
+        pytest.skip("needs the simulated npu device: run with -p tests.simhost_device.plugin in its own process")
+    mp = MonkeyPatch()
+    try:
+        with npu_device_host(mp) as h:
+            yield h
+    finally:
+        mp.undo()
+
+
+@pytest.fixture(autouse=True)
+def _fresh(host):
+    torch._dynamo.reset()
+    host.torch_npu.calls.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def npu_inputs(dtype=torch.float32, **kw):
+    return {k: v.to("npu") if isinstance(v, torch.Tensor) else v for k, v in flux_pipeline_inputs(dtype=dtype, **kw).items()}
+
+
+@pytest.fixture(scope="module")
+def cpu_eager():
+    """The tiny Flux pipeline's images, eager on the CPU, per dtype."""
+    return {dtype: tiny_flux_pipeline(dtype=dtype)(**flux_pipeline_inputs(dtype=dtype)).images
+            for dtype in (torch.float32, BF16)}
+
+
+def on_npu(pipe):
+    pipe.to("npu")
+    devices = {p.device.type for c in (pipe.transformer, pipe.vae) for p in c.parameters()}
+    assert devices == {"npu"}, devices
+    return pipe
+
+
+def assert_npu_tensors(calls):
+    """Every tensor a stand-in torch_npu op received was on the npu device."""
+    seen = [v for _, bound in calls for v in bound.values() if isinstance(v, torch.Tensor)]
+    assert seen and {t.device.type for t in seen} == {"npu"}, {t.device for t in seen}
+
+
+def test_device_is_npu_and_refuses_float64(host):
+    from diffusers_ascend.platform import current_platform, platform_info
+
+    assert current_platform() == "npu" and not platform_info()["overridden"]  # detected, not overridden
+    assert torch.accelerator.current_accelerator().type == "npu"
+    x = torch.ones(2, 3, device="npu")
+    assert x.device == torch.device("npu", 0) and x.is_npu
+    for make in (lambda: torch.zeros(2, dtype=torch.float64, device="npu"), lambda: x.double(),
+                 lambda: torch.ones(2, dtype=torch.float64).to("npu"), lambda: x.to(torch.complex128),
+                 lambda: torch.ones(4, device="npu").view(torch.float64), lambda: x.sum(dtype=torch.float64)):
+        with pytest.raises(RuntimeError, match="does not support (Double|ComplexDouble).*float64"):
+            make()
+    with pytest.raises(RuntimeError, match="same device.*npu:0 and cpu"):
+        x + torch.ones(2, 3)
+    torch.testing.assert_close((x * 2 + torch.tensor(1.0)).cpu(), torch.full((2, 3), 3.0))  # a CPU scalar is taken
+    before = torch.npu.memory_allocated()
+    y = torch.empty(1000, device="npu")
+    assert torch.npu.memory_allocated() - before == 4000
+    del y
+    assert torch.npu.memory_allocated() == before
+    compiled = torch.compile(lambda a: torch.nn.functional.gelu(a) * 2, backend="aot_eager")
+    assert compiled(x).device.type == "npu"  # dynamo asks the device for its stream: the hooks answer
+
+
+def test_fusions_all_two_steps_match_cpu_eager(host, cpu_eager):
+    pipe = on_npu(tiny_flux_pipeline())
+    pipe.enable_ascend_compile(fusions="all")
+    ran = fallback_count()
+    out = pipe(**npu_inputs()).images
+    assert out.device.type == "npu" and fallback_count() > ran  # the ops ran on the device's kernels
+    torch.testing.assert_close(out.cpu(), cpu_eager[torch.float32], **FP32_TOL)
+    report = pipe.ascend_report()
+    assert report.swaps == {"rope": 2, "rms_norm": 6, "gelu_tanh": 3} and not report.fallbacks
+    names = host.torch_npu.names()
+    # per step (1 double + 1 single block): 6 qk norms, rope on q and k of 2 attentions, 3 tanh-GELUs, 2 attentions
+    assert [names.count(n) for n in ("npu_rms_norm", "npu_rotary_mul", "npu_gelu", "npu_fusion_attention")] == [12, 8, 6, 4]
+    assert_npu_tensors([c for c in host.torch_npu.calls if c[0] != "npu_fusion_attention"])
+
+
+def test_fusions_auto_matches_cpu_eager(host, cpu_eager):
+    pipe = on_npu(tiny_flux_pipeline())
+    pipe.enable_ascend_compile()  # fusions, attention and executor "auto": the NPU's choices
+    cfg = pipe.transformer._ascend_state.config
+    assert cfg.resolved_executor() == "eager"
+    out = pipe(**npu_inputs()).images
+    torch.testing.assert_close(out.cpu(), cpu_eager[torch.float32], **FP32_TOL)
+    assert set(pipe.ascend_report().swaps) == {"rope", "rms_norm"}  # gelu_tanh is one kernel unfused on NPU
+    procs = diffusers_ascend.attention.processors(pipe.transformer)
+    assert {p._attention_backend.value for p in procs} == {"_native_npu"}
+    assert "npu_fusion_attention" in host.torch_npu.names()
+
+
+def test_attention_npu_fia_bf16_matches_cpu_eager(host, cpu_eager):
+    pipe = on_npu(tiny_flux_pipeline(dtype=BF16))
+    pipe.enable_ascend_compile(fusions="all", attention="npu_fia")
+    out = pipe(**npu_inputs(BF16)).images
+    assert out.device.type == "npu"
+    torch.testing.assert_close(out.float().cpu(), cpu_eager[BF16].float(), **BF16_TOL)
+    names = host.torch_npu.names()
+    assert names.count(FIA) == 4 and "npu_fusion_attention" not in names  # 2 blocks x 2 steps
+    assert not pipe.ascend_report().fallbacks
+
+
+def test_compile_model_matches_cpu_eager(host, cpu_eager):
+    pipe = on_npu(tiny_flux_pipeline())
+    pipe.enable_ascend_compile(fusions="all", compile="model", executor="eager")
+    out = pipe(**npu_inputs()).images
+    torch.testing.assert_close(out.cpu(), cpu_eager[torch.float32], **FP32_TOL)
+    report = pipe.ascend_report()
+    assert len(report.graphs) >= 1 and not report.fallbacks
+    assert host.torch_npu.names().count("npu_rms_norm") == 12
+
+
+def test_graph_capture_on_npu_replays_equal_cpu_eager(host, cpu_eager):
+    from diffusers_ascend.platform import graph_api
+
+    api = graph_api()
+    assert api.device_type == "npu" and api.graph_class is torch.npu.NPUGraph  # the product's NPU branch
+    pipe = on_npu(tiny_flux_pipeline(dtype=BF16))
+    pipe.enable_ascend_compile(graph_capture="graph_with_compile")  # attention auto -> npu_fia under capture
+    out = pipe(**npu_inputs(BF16)).images
+    torch.testing.assert_close(out.float().cpu(), cpu_eager[BF16].float(), **BF16_TOL)
+    stats = pipe.transformer._ascend_state.backend.graph_capture.stats
+    n_blocks = len(pipe.transformer._ascend_state.compiled)
+    assert stats["captures"] >= n_blocks and stats["replays"] > 0 and not pipe.ascend_report().fallbacks
+    captures = stats["captures"]
+    again = pipe(**npu_inputs(BF16)).images  # same shapes: replays only
+    torch.testing.assert_close(again, out, atol=0, rtol=0)
+    assert stats["captures"] == captures
+    names = host.torch_npu.names()
+    assert FIA in names and "npu_fusion_attention" not in names
+
+
+def test_disable_restores_eager(host, cpu_eager):
+    pipe = on_npu(tiny_flux_pipeline())
+    pipe.enable_ascend_compile(fusions="all")
+    pipe(**npu_inputs(steps=1))
+    pipe.disable_ascend_compile()
+    host.torch_npu.calls.clear()
+    out = pipe(**npu_inputs()).images
+    torch.testing.assert_close(out.cpu(), cpu_eager[torch.float32], **FP32_TOL)
+    assert host.torch_npu.names() == [] and not hasattr(pipe.transformer, "_ascend_state")
+
+
+def test_save_and_load_onto_npu(host, cpu_eager, tmp_path):
+    pipe = on_npu(tiny_flux_pipeline())
+    pipe.enable_ascend_compile(fusions="all")
+    pipe.save_pretrained(tmp_path)
+    none = dict(text_encoder=None, tokenizer=None, text_encoder_2=None, tokenizer_2=None)
+    loaded = on_npu(type(pipe).from_pretrained(tmp_path, **none))  # enabled from the saved config
+    assert loaded.transformer._ascend_state.config == pipe.transformer._ascend_state.config
+    out = loaded(**npu_inputs()).images
+    torch.testing.assert_close(out.cpu(), cpu_eager[torch.float32], **FP32_TOL)
+    assert loaded.ascend_report().swaps == {"rope": 2, "rms_norm": 6, "gelu_tanh": 3}
+
+
+def test_warm_start_save_refused_on_eager_executor(host, tmp_path):
+    pipe = on_npu(tiny_flux_pipeline())
+    pipe.enable_ascend_compile(fusions="all")  # executor "auto": eager on NPU
+    pipe(**npu_inputs(steps=1))
+    target = tmp_path / "cache"
+    with pytest.raises(ValueError, match="executor='eager' produces no compiled artifact"):
+        pipe.save_ascend_cache(target)
+    assert not target.exists()
