@@ -32,11 +32,13 @@ def test_platform_and_auto_resolution():
     from diffusers_ascend import AscendConfig
     from diffusers_ascend.platform import current_platform
 
-    from ascend_kernels.npu import mindiesd_available
+    from ascend_kernels.npu import kernels, mindiesd_available
 
     assert current_platform() == "npu"
-    # From the provider registry: gelu_tanh is one kernel unfused on NPU; adaLN needs MindIE SD.
-    expected = ("rms_norm", "rope", "adaln", "mul_add") if mindiesd_available() else ("rms_norm", "rope", "mul_add")
+    # From the provider registry: gelu_tanh is one kernel unfused on NPU; adaLN needs MindIE SD; swiglu
+    # Atlas A2 with aclnnSwiGlu.
+    expected = (("rms_norm", "rope") + (("adaln",) if mindiesd_available() else ()) + ("mul_add",)
+                + (("swiglu",) if kernels.swiglu_kernel() else ()))
     assert AscendConfig().resolved_fusions() == expected
     assert AscendConfig().resolved_executor() == "eager"
 
