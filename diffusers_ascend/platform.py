@@ -112,23 +112,34 @@ def platform_info() -> dict[str, Any]:
     }
 
 
-def auto_attention(platform: str | None = None, *, graph_capture: str | None = None, ring: bool = False) -> str | None:
+def auto_attention(platform: str | None = None, *, graph_capture: str | None = None, ring: bool = False,
+                   dtype: torch.dtype | None = None) -> str | None:
     """The attention backend ``attention="auto"`` picks (None: the model's own is kept).
 
     On NPU ``"npu_fia"`` under graph capture (``npu_fusion_attention``, behind ``"_native_npu"``,
-    cannot be captured) or ring attention (which needs the log-sum-exp only FIA returns).
+    cannot be captured) or ring attention (which needs the log-sum-exp only FIA returns); else
+    ``"_native_npu"`` for a float16/bfloat16 model, the only dtypes diffusers declares it for, and
+    ``"native"`` (SDPA) for any other (e.g. float32).
 
     Args:
         platform: one of `PLATFORMS` (default: current).
         graph_capture: the config's ``graph_capture`` (None when off).
         ring: the model runs diffusers' context parallelism with ``ring_degree > 1``.
+        dtype: the model's dtype (None: unknown, taken as float16/bfloat16).
 
     >>> auto_attention("npu"), auto_attention("npu", graph_capture="graph_with_compile"), auto_attention("cpu")
     ('_native_npu', 'npu_fia', None)
+    >>> import torch
+    >>> auto_attention("npu", dtype=torch.float32)
+    'native'
     """
     if _check(platform or current_platform()) != "npu":
         return None
-    return "npu_fia" if graph_capture is not None or ring else "_native_npu"
+    if graph_capture is not None or ring:
+        return "npu_fia"
+    import torch
+
+    return "_native_npu" if dtype in (None, torch.float16, torch.bfloat16) else "native"
 
 
 def prepare_device(platform: str) -> None:
