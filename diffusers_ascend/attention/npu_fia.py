@@ -36,16 +36,22 @@ _TLS = threading.local()
 class FallbackLog:
     """``{reason: calls}`` of the ``npu_fia`` calls FIA could not take, bounded to the latest reasons.
 
+    Only `_count` (never compiled) records into one, so its counts never enter a compiled graph.
+
     >>> log = FallbackLog()
     >>> log.record("dtype torch.float32 (FIA takes float16/bfloat16)", "sdpa")
     >>> log.counts()
     {'dtype torch.float32 (FIA takes float16/bfloat16) -> sdpa': 1}
+    >>> log.mark()
+    >>> log.counts()
+    {}
     """
 
     MAX_REASONS = 32
 
     def __init__(self):
         self._counts: "collections.OrderedDict[str, int]" = collections.OrderedDict()
+        self._base: dict[str, int] = {}
 
     def record(self, reason: str, path: str) -> None:
         key = f"{reason} -> {path}"
@@ -54,10 +60,12 @@ class FallbackLog:
             self._counts.popitem(last=False)
 
     def counts(self) -> dict[str, int]:
-        return dict(self._counts)
+        """Calls per ``"reason -> path"`` since the last `mark`."""
+        return {k: n - self._base.get(k, 0) for k, n in self._counts.items() if n > self._base.get(k, 0)}
 
-    def clear(self) -> None:
-        self._counts.clear()
+    def mark(self) -> None:
+        """Counts from here on (`counts` is empty now)."""
+        self._base = dict(self._counts)
 
 
 _PROCESS_LOG = FallbackLog()
@@ -91,10 +99,10 @@ def model_fallbacks(model) -> dict[str, int]:
 
 
 def track(model) -> list:
-    """Counts `model`'s own ``npu_fia`` fallbacks from now on (`model_fallbacks`): its log is emptied
-    and forward hooks make it the current log of the thread while `model` runs.
+    """Counts `model`'s own ``npu_fia`` fallbacks from now on (`model_fallbacks`): forward hooks make
+    its log the current log of the thread while `model` runs.
 
-    The log stays the same object across enables: compiled code reads it, and dynamo guards on it.
+    The log stays the same object across enables; `FallbackLog.mark` starts a new count.
 
     Returns:
         The hooks' ``RemovableHandle``s (remove them to stop tracking).
@@ -112,7 +120,7 @@ def track(model) -> list:
         log = _OWN.get(model)
         if log is None:
             log = _OWN[model] = FallbackLog()
-    log.clear()
+    log.mark()
     return [model.register_forward_pre_hook(_enter), model.register_forward_hook(_exit, always_call=True)]
 
 
@@ -138,11 +146,18 @@ def _run(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, 
                          "Ring attention on NPU needs float16/bfloat16 inputs within FIA's limits "
                          "(see docs/multi-card.md), or use Ulysses only (ring_degree=1).")
     out, path = fallback(query, key, value, attn_mask, dropout_p, bool(is_causal), scale, bool(enable_gqa))
+    _count(reason, path)
+    return out
+
+
+@torch.compiler.disable
+def _count(reason: str, path: str) -> None:
+    # Outside the graph: traced, a count would be a constant that changes every call (a recompile
+    # per call). Under compile this is a graph break, on fallback calls only.
     _PROCESS_LOG.record(reason, path)
     log = getattr(_TLS, "log", None)  # the running model's (`track`)
     if log is not None:
         log.record(reason, path)
-    return out
 
 
 def _forward_op(ctx, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,

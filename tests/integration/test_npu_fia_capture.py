@@ -103,7 +103,7 @@ def test_fia_out_of_contract_falls_back_exactly_under_capture(simulated_npu, fre
     settled there: a capture that fails runs uncaptured, with a warning)."""
     pipe = tiny_flux_pipeline(dtype=dtype, **overrides)
     ref = pipe(**flux_pipeline_inputs(dtype=dtype)).images
-    pipe.enable_ascend_compile(graph_capture="graph_with_compile")
+    pipe.enable_ascend_compile(graph_capture="graph_with_compile", attention="npu_fia")  # "auto": fp32 -> native
     with contextlib.ExitStack() as stack:
         if path == "npu_fusion_attention":
             stack.enter_context(pytest.warns(UserWarning, match="runs without graph capture.*npu_fusion_attention"))

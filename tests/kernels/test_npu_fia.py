@@ -205,6 +205,7 @@ def test_fia_config_value_round_trips(tmp_path):
 @pytest.mark.parametrize("attention, capture, ring, platform, expected", [
     ("auto", None, False, "npu", "_native_npu"),
     ("auto", None, False, "npu", "native"),  # a float32 model: diffusers declares _native_npu bf16/fp16 only
+    ("auto", "graph_only", False, "npu", "native"),  # float32: every FIA call would fall back to SDPA
     ("auto", "graph_with_compile", False, "npu", "npu_fia"),
     ("auto", "graph_only", False, "npu", "npu_fia"),
     ("auto", None, True, "npu", "npu_fia"),
@@ -257,7 +258,7 @@ def test_fia_refused_at_enable_without_torch_npu():
     (torch.bfloat16, None, "_native_npu"),
     (torch.float32, None, "native"),
     (torch.bfloat16, "graph_with_compile", "npu_fia"),
-    (torch.float32, "graph_with_compile", "npu_fia"),  # every call falls back to SDPA, exactly
+    (torch.float32, "graph_with_compile", "native"),  # every FIA call would fall back to SDPA
 ])
 def test_fia_auto_on_simulated_npu(simulated_npu, monkeypatch, dtype, capture, expected):
     """attention="auto" picks a backend valid for the model's dtype: with diffusers' checks on
@@ -306,11 +307,18 @@ def test_fia_report_tells_each_models_own_story(simulated_npu, compile):
     assert _fia_entries(fp32) == [f"{calls} call(s) fell back: dtype torch.float32 (FIA takes float16/bfloat16) -> sdpa"]
     assert _fia_entries(bf16) == []
     assert len(simulated_npu.calls("npu_fused_infer_attention_score_v2")) == calls
-    # Counting a fallback splits no compiled graph (it reads the thread's log, no graph break).
-    assert len(diffusers_ascend.ascend_report(fp32).graphs) == len(diffusers_ascend.ascend_report(bf16).graphs)
+    # Counting a fallback (a graph break, outside the graph) recompiles nothing.
+    graphs = len(diffusers_ascend.ascend_report(fp32).graphs)
+    with torch.no_grad():
+        fp32(**flux_model_inputs())
+    assert len(diffusers_ascend.ascend_report(fp32).graphs) == graphs
+    assert _fia_entries(fp32) == [f"{calls + 2} call(s) fell back: dtype torch.float32 (FIA takes float16/bfloat16) -> sdpa"]
     diffusers_ascend.disable_ascend_compile(fp32)
     diffusers_ascend.enable_ascend_compile(fp32, **kw)
     assert _fia_entries(fp32) == []  # a new enable reports its own calls
+    with torch.no_grad():
+        fp32(**flux_model_inputs())
+    assert _fia_entries(fp32) == ["2 call(s) fell back: dtype torch.float32 (FIA takes float16/bfloat16) -> sdpa"]
     for m in (fp32, bf16):
         diffusers_ascend.disable_ascend_compile(m)
 
