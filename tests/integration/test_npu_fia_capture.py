@@ -97,10 +97,11 @@ def test_fia_capture_refuses_native_npu(simulated_npu):
     (torch.bfloat16, dict(attention_head_dim=24, axes_dims_rope=[8, 8, 8]), "npu_fusion_attention"),
 ], ids=["fp32", "bf16_head_dim_24"])
 def test_fia_out_of_contract_falls_back_exactly_under_capture(simulated_npu, fresh_dynamo, dtype, overrides, path):
-    """Calls outside FIA's limits fall back, equal to eager, and the report says why. A graph whose
-    fallback is npu_fusion_attention (documented as not capturable) runs uncaptured; one whose
-    fallback is SDPA is captured (on a 910B, whether torch_npu's SDPA kernel captures is to be
-    settled there: a capture that fails runs uncaptured, with a warning)."""
+    """Calls outside FIA's limits fall back, equal to eager, and the report says why. The graph
+    holding npu_fusion_attention (documented as not capturable) runs uncaptured, the rest of the
+    block (the fallback's count is a graph break) is captured; an SDPA fallback is captured (on a
+    910B, whether torch_npu's SDPA kernel captures is to be settled there: a capture that fails
+    runs uncaptured, with a warning)."""
     pipe = tiny_flux_pipeline(dtype=dtype, **overrides)
     ref = pipe(**flux_pipeline_inputs(dtype=dtype)).images
     pipe.enable_ascend_compile(graph_capture="graph_with_compile", attention="npu_fia")  # "auto": fp32 -> native
@@ -112,9 +113,8 @@ def test_fia_out_of_contract_falls_back_exactly_under_capture(simulated_npu, fre
     reasons = [f["reason"] for f in pipe.ascend_report().fallbacks]
     why = "dtype torch.float32" if dtype == torch.float32 else "multiple of 16"
     assert any("call(s) fell back: " in r and why in r and r.endswith(f"-> {path}") for r in reasons), reasons
-    captures = pipe.transformer._ascend_state.backend.graph_capture.stats["captures"]
-    assert (captures == 0) == (path == "npu_fusion_attention")
-    assert any("not captured" in r for r in reasons) == (path == "npu_fusion_attention")
+    assert pipe.transformer._ascend_state.backend.graph_capture.stats["captures"] > 0
+    assert any("not captured" in r and "npu_fusion_attention" in r for r in reasons) == (path == "npu_fusion_attention")
 
 
 @pytest.mark.parametrize("aclnn_rms_norm", [True, False], ids=["aclnn", "acl_op"])
