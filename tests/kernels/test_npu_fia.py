@@ -289,14 +289,14 @@ def _fia_entries(model) -> list[str]:
     return [f["reason"] for f in diffusers_ascend.ascend_report(model).fallbacks if f["module"] == "attention (npu_fia)"]
 
 
-@pytest.mark.parametrize("compile", ["none", "blocks"])
+@pytest.mark.parametrize("compile", ["none", "blocks", "model"])
 def test_fia_report_tells_each_models_own_story(simulated_npu, compile):
     """Two models in one process, one float32 (every call falls back), one bfloat16 (every call on
     FIA): each report shows its own calls only (the log used to be the process's)."""
     import diffusers_ascend
     from diffusers_ascend.tiny import flux_model_inputs, tiny_flux_transformer
 
-    kw = dict(attention="npu_fia", compile=compile, **({"executor": "eager"} if compile == "blocks" else {}))
+    kw = dict(attention="npu_fia", compile=compile, **({"executor": "eager"} if compile != "none" else {}))
     fp32 = diffusers_ascend.enable_ascend_compile(tiny_flux_transformer(), **kw)
     bf16 = diffusers_ascend.enable_ascend_compile(tiny_flux_transformer(dtype=torch.bfloat16), **kw)
     with torch.no_grad():
