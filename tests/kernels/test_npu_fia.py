@@ -329,3 +329,25 @@ def test_fia_env_shows_the_decision_and_contract(simulated_npu):
     info = env_info()
     assert info["attention_backend"] == "_native_npu" and info["attention_with_capture"] == "npu_fia"
     assert info["npu_fia"].startswith(f"torch_npu.{FIA_V2} (SoC Ascend910B2); calls outside Atlas A2/A3; float16/bfloat16")
+
+
+def test_fia_report_per_model_of_a_pipeline(simulated_npu):
+    """A two-stage Wan pipeline (transformer and transformer_2, float32: every call falls back):
+    each model's report counts its own calls, the pipeline's report both."""
+    import diffusers_ascend
+    from diffusers_ascend.tiny import tiny_wan_pipeline, wan_pipeline_inputs
+
+    pipe = tiny_wan_pipeline(two_stage=True)
+    pipe.enable_ascend_compile(attention="npu_fia", compile="none")
+    forwards = {}
+    for name in ("transformer", "transformer_2"):
+        model = getattr(pipe, name)
+        model.register_forward_pre_hook(lambda m, a, name=name: forwards.__setitem__(name, forwards.get(name, 0) + 1))
+    with torch.no_grad():
+        pipe(**wan_pipeline_inputs())
+    assert forwards["transformer"] >= 1 and forwards["transformer_2"] >= 1
+    for name in ("transformer", "transformer_2"):
+        model = getattr(pipe, name)
+        calls = forwards[name] * len(diffusers_ascend.attention.processors(model))  # one call per processor
+        assert _fia_entries(model) == [f"{calls} call(s) fell back: dtype torch.float32 (FIA takes float16/bfloat16) -> sdpa"]
+    assert len(_fia_entries(pipe)) == 2
