@@ -105,12 +105,9 @@ def describe() -> str:
 
 def _mask_batch(mask: torch.Tensor, batch: int, heads: int, sq: int, skv: int) -> Optional[str]:
     """Why ``mask`` (SDPA broadcasting against ``[B, N, S, S_kv]``) has no FIA form, or None."""
-    if mask.dim() > 4:
-        return f"attn_mask has {mask.dim()} dims (at most 4)"
-    shape = (1,) * (4 - mask.dim()) + tuple(mask.shape)
-    for have, full, name in zip(shape, (batch, heads, sq, skv), ("batch", "head", "query", "key")):
-        if have not in (1, full):
-            return f"attn_mask {tuple(mask.shape)} does not broadcast to [B, N, S, S_kv] = {(batch, heads, sq, skv)} ({name} dim)"
+    shape = _mask_batch_shape(mask, batch, heads, sq, skv)
+    if shape is None:
+        return f"attn_mask {tuple(mask.shape)} does not broadcast to [B, N, S, S_kv] = {(batch, heads, sq, skv)}"
     if shape[1] != 1 and mask.dtype == torch.bool:
         return f"per-head attn_mask {tuple(mask.shape)}: FIA's atten_mask has no head dimension"
     return None
