@@ -120,7 +120,7 @@ def _cmd_env(args) -> int:
     text = "\n".join(f"{k:<24}{'-' if v is None else v}" for k, v in rows
                      if k not in ("providers", "provider_reasons", "npu_fia_fallbacks"))
     if info["npu_fia_fallbacks"]:
-        text += "\nnpu_fia calls that ran _native_npu (reason: calls):\n" + "\n".join(
+        text += "\nnpu_fia calls FIA could not take (reason -> fallback: calls):\n" + "\n".join(
             f"  {why}: {n}" for why, n in info["npu_fia_fallbacks"].items())
     text += "\nproviders (op -> provider a typical call uses here: why):\n" + "\n".join(
         f"  {op:<22}{p:<8}{info['provider_reasons'][op]}" for op, p in info["providers"].items()

@@ -259,7 +259,7 @@ class AscendConfig:
 
         return default_executor(_platform(platform))
 
-    def resolved_attention(self, platform: str | None = None, *, ring: bool = False) -> str | None:
+    def resolved_attention(self, platform: str | None = None, *, ring: bool = False, dtype=None) -> str | None:
         """The attention backend set on the model's processors, or None (the model's own is kept).
 
         ``"auto"`` is `diffusers_ascend.platform.auto_attention`; an explicit name is returned as is.
@@ -267,6 +267,7 @@ class AscendConfig:
         Args:
             platform: ``"npu"``, ``"cuda"`` or ``"cpu"`` (default: the current one).
             ring: the model is context-parallel with ``ring_degree > 1``.
+            dtype: the model's dtype (``"auto"`` keeps float32 models off ``"_native_npu"``).
 
         >>> AscendConfig().resolved_attention("npu"), AscendConfig(graph_capture="graph_only").resolved_attention("npu")
         ('_native_npu', 'npu_fia')
@@ -277,7 +278,7 @@ class AscendConfig:
             return self.attention
         from .platform import auto_attention
 
-        return auto_attention(_platform(platform), graph_capture=self.graph_capture, ring=ring)
+        return auto_attention(_platform(platform), graph_capture=self.graph_capture, ring=ring, dtype=dtype)
 
     def replace(self, **overrides: Any) -> "AscendConfig":
         """A validated copy with ``overrides`` applied; ``self`` is unchanged.

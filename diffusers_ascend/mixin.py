@@ -26,6 +26,7 @@ class _State:
         self.compiled: list[torch.nn.Module] = []
         self.fallbacks: list[dict[str, str]] = []
         self.attention: dict[Any, Any] | None = None  # processor -> its previous _attention_backend
+        self.attention_hooks: list[Any] = []  # npu_fia's forward hooks (`attention.npu_fia.track`)
         self.swapped: list[tuple[object, type]] = []  # (object, original class), see layers.apply_swaps
         self.swaps: dict[str, int] = {}
         self.shared: list[tuple[Any, Any, Any]] = []  # see processors.share_processors
@@ -384,15 +385,22 @@ def _set_attention(model, cfg, state: _State) -> None:
         _maybe_download_kernel_for_backend,
     )
 
-    from .attention import BACKENDS, backend_for, processors
+    from .attention import NPU_FIA, backend_for, processors
+    from .attention.npu_fia import track
 
     if not hasattr(model, "set_attention_backend"):
         return
-    backend = cfg.resolved_attention(ring=_runs_ring(model))
+    backend = cfg.resolved_attention(ring=_runs_ring(model), dtype=getattr(model, "dtype", None))
     if backend is None:
         return
     member = backend_for(backend)
-    if backend not in BACKENDS:  # diffusers' own checks of set_attention_backend (package installed, kernel)
+    if backend == NPU_FIA:
+        from ascend_kernels.npu import torch_npu_available
+
+        if not torch_npu_available():  # as diffusers refuses "_native_npu" here
+            raise RuntimeError(f"attention={backend!r} needs torch_npu, which is not installed; install torch_npu on "
+                               "an Ascend host, or use attention='auto' or a diffusers backend (e.g. 'native').")
+    else:  # diffusers' own checks of set_attention_backend (package installed, kernel)
         _check_attention_backend_requirements(member)
         _maybe_download_kernel_for_backend(member)
     procs = processors(model)
@@ -402,13 +410,11 @@ def _set_attention(model, cfg, state: _State) -> None:
             f"attention={backend!r} does not support diffusers' context parallelism, which this model runs; "
             f"valid: {sorted(_AttentionBackendRegistry._supports_context_parallel)}."
         )
-    if backend in BACKENDS:
-        from .attention.npu_fia import fallbacks
-
-        state.fia_fallbacks = fallbacks()
     state.attention = {p: p._attention_backend for p in procs}
     for p in procs:
         p._attention_backend = member
+    if backend == NPU_FIA:
+        state.attention_hooks = track(model)  # its own fallback log, for its report
 
 
 def _enable_model(model, cfg, name: str = "", verify: bool = True, lazy_compile: bool = False) -> None:
@@ -506,6 +512,8 @@ def _disable_model(model) -> None:
     if state.attention is not None:
         for proc, prev in state.attention.items():
             proc._attention_backend = prev
+    for hook in getattr(state, "attention_hooks", ()):  # a state pickled before this field has none
+        hook.remove()
     del model._ascend_state
     _set_config_key(model, None)
     _release_recompile_limit(state)
@@ -705,19 +713,14 @@ def ascend_report(pipe_or_model):
 
 
 def _report_attention(model, rep) -> None:
-    """Adds the ``npu_fia`` calls that ran ``_native_npu`` (their reasons) when `model` uses npu_fia."""
-    from .attention import NPU_FIA, processors
+    """Adds `model`'s own ``npu_fia`` calls that FIA could not take (reason and path), since enable."""
+    from .attention import NPU_FIA
+    from .attention.npu_fia import model_fallbacks
 
-    if not any(getattr(p._attention_backend, "value", None) == NPU_FIA for p in processors(model)):
+    if not getattr(model._ascend_state, "attention_hooks", None):
         return
-    from .attention.npu_fia import fallbacks
-
-    # The log is the process's; what grew since this model was enabled is what its calls did
-    # (models enabled at the same time share it).
-    before = getattr(model._ascend_state, "fia_fallbacks", {})
-    for reason, calls in fallbacks().items():
-        if calls > before.get(reason, 0):
-            rep.add_fallback(f"attention ({NPU_FIA})", f"{calls - before.get(reason, 0)} call(s) ran _native_npu: {reason}")
+    for reason, calls in model_fallbacks(model).items():
+        rep.add_fallback(f"attention ({NPU_FIA})", f"{calls} call(s) fell back: {reason}")
 
 
 class AscendAccelerationMixin:

@@ -114,23 +114,37 @@ def platform_info() -> dict[str, Any]:
     }
 
 
-def auto_attention(platform: str | None = None, *, graph_capture: str | None = None, ring: bool = False) -> str | None:
+def auto_attention(platform: str | None = None, *, graph_capture: str | None = None, ring: bool = False,
+                   dtype: torch.dtype | None = None) -> str | None:
     """The attention backend ``attention="auto"`` picks (None: the model's own is kept).
 
-    On NPU ``"npu_fia"`` under graph capture (``npu_fusion_attention``, behind ``"_native_npu"``,
-    cannot be captured) or ring attention (which needs the log-sum-exp only FIA returns).
+    On NPU ``"npu_fia"`` for ring attention (which needs the log-sum-exp only FIA returns); for a
+    model of another dtype than float16/bfloat16 (e.g. float32) ``"native"`` (SDPA): diffusers
+    declares ``"_native_npu"`` for those two only, and every FIA call would fall back to SDPA; else
+    ``"npu_fia"`` under graph capture (``npu_fusion_attention``, behind ``"_native_npu"``, cannot be
+    captured) and ``"_native_npu"`` without.
 
     Args:
         platform: one of `PLATFORMS` (default: current).
         graph_capture: the config's ``graph_capture`` (None when off).
         ring: the model runs diffusers' context parallelism with ``ring_degree > 1``.
+        dtype: the model's dtype (None: unknown, taken as float16/bfloat16).
 
     >>> auto_attention("npu"), auto_attention("npu", graph_capture="graph_with_compile"), auto_attention("cpu")
     ('_native_npu', 'npu_fia', None)
+    >>> import torch
+    >>> auto_attention("npu", dtype=torch.float32), auto_attention("npu", graph_capture="graph_only", dtype=torch.float32)
+    ('native', 'native')
     """
     if _check(platform or current_platform()) != "npu":
         return None
-    return "npu_fia" if graph_capture is not None or ring else "_native_npu"
+    if ring:
+        return "npu_fia"
+    import torch
+
+    if dtype not in (None, torch.float16, torch.bfloat16):
+        return "native"
+    return "npu_fia" if graph_capture is not None else "_native_npu"
 
 
 def prepare_device(platform: str) -> None:

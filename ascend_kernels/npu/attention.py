@@ -1,7 +1,9 @@
-"""``torch_npu.npu_fused_infer_attention_score`` (FIA): its documented limits as one check, and the call.
+"""``torch_npu.npu_fused_infer_attention_score`` (FIA): its documented limits as one check, and the
+call; and the exact fallback for calls FIA cannot take (`fallback`).
 
 The contract (v1/v2 schemas, BSND layout, mask polarity True = masked out, additive masks as
-``pse_shift``, limits, graph capture) is written out in docs/npu-notes.md. No sequence lengths are
+``pse_shift``, limits, graph capture) is written out in docs/npu-notes.md, with the text of the
+installed wheel's doc (``torch_npu/_op_plugin_docs.py``) it is taken from. No sequence lengths are
 passed: the kernel reads them from the shapes, so a captured graph never needs an update.
 """
 
@@ -20,23 +22,28 @@ __all__ = [
     "MAX_GQA_RATIO",
     "MAX_HEAD_DIM",
     "MAX_HEADS",
+    "MAX_HEADS_X_DIM",
     "MAX_PSE_BYTES",
     "MAX_SEQ",
     "LIMITS",
     "describe",
+    "fallback",
     "fia",
     "fia_op",
     "fia_unsupported",
 ]
 
 FIA_OPS = ("npu_fused_infer_attention_score_v2", "npu_fused_infer_attention_score")  # preferred first
-MAX_BATCH, MAX_HEADS, MAX_HEAD_DIM, MAX_SEQ, MAX_GQA_RATIO = 65536, 256, 512, 20 * 1024 * 1024, 64
+# The Q_S > 1 limits of the wheel's doc: "B <= 65536 ... N <= 256, D <= 512; input_layout BSH or
+# BSND: N*D < 65535 ... S <= 20971520 (20M) ... float16/bfloat16 inputs: D 16-aligned".
+MAX_BATCH, MAX_HEADS, MAX_HEAD_DIM, MAX_SEQ, MAX_GQA_RATIO = 65536, 256, 512, 20971520, 64
+MAX_HEADS_X_DIM = 65535  # N*D must stay below it in BSND
 # An additive mask becomes a per-head pse_shift of B*N*S*S_kv elements; above this, native is better.
 MAX_PSE_BYTES = 256 * 1024 * 1024
 _DTYPES = (torch.float16, torch.bfloat16)
-LIMITS = ("float16/bfloat16 (bfloat16 on Atlas A2/A3)", "query length > 1", "D a multiple of 16, <= 512",
-          "N <= 256, B <= 65536, S <= 20M", "GQA ratio <= 64", "bool mask with one head, or additive (pse_shift)",
-          "no dropout, no is_causal, no gradients")
+LIMITS = ("Atlas A2/A3", "float16/bfloat16", "query length > 1", "D a multiple of 16, <= 512",
+          "N <= 256, N*D < 65535, B <= 65536, S <= 20M", "GQA ratio <= 64",
+          "bool mask with one head, or additive (pse_shift)", "no dropout, no is_causal, no gradients")
 # What each schema calls the arguments this call sets (v1 name -> v2 name).
 _V2_NAMES = {"num_heads": "num_query_heads", "scale": "softmax_scale", "softmax_lse_flag": "return_softmax_lse"}
 
@@ -51,9 +58,21 @@ def fia_op() -> Optional[str]:
 
 
 @torch.compiler.assume_constant_result
-def _stack() -> tuple[str, bool, str]:
-    """(FIA op name or "", SoC is Atlas A2/A3, SoC name), constants to a compiled graph."""
-    return _find_op(), probe.is_a2_a3(), probe.soc_name()
+def _stack() -> tuple[str, bool, str, str]:
+    """(FIA op name or "", SoC is Atlas A2/A3, SoC name, why there is no FIA op), constants to a compiled graph."""
+    from . import torch_npu_available
+
+    if not torch_npu_available():
+        return "", False, "unknown", "torch_npu is not installed"
+    op = _find_op()
+    return op, probe.is_a2_a3(), probe.soc_name(), "" if op else "torch_npu has no npu_fused_infer_attention_score"
+
+
+@torch.compiler.assume_constant_result
+def _has_fusion_attention() -> bool:
+    from . import torch_npu_available
+
+    return torch_npu_available() and probe.has_op("npu_fusion_attention")
 
 
 def _find_op() -> str:
@@ -79,18 +98,16 @@ def describe() -> str:
         return "torch_npu not installed"
     name = fia_op()
     if name is None:
-        return "torch_npu has no npu_fused_infer_attention_score: npu_fia calls run _native_npu"
-    return f"torch_npu.{name} (SoC {probe.soc_name()}); calls outside {'; '.join(LIMITS)} run _native_npu"
+        return "torch_npu has no npu_fused_infer_attention_score: npu_fia calls fall back (npu_fusion_attention or SDPA)"
+    return (f"torch_npu.{name} (SoC {probe.soc_name()}); calls outside {'; '.join(LIMITS)} fall back to "
+            "npu_fusion_attention where it computes SDPA's result exactly, else to torch SDPA")
 
 
 def _mask_batch(mask: torch.Tensor, batch: int, heads: int, sq: int, skv: int) -> Optional[str]:
     """Why ``mask`` (SDPA broadcasting against ``[B, N, S, S_kv]``) has no FIA form, or None."""
-    if mask.dim() > 4:
-        return f"attn_mask has {mask.dim()} dims (at most 4)"
-    shape = (1,) * (4 - mask.dim()) + tuple(mask.shape)
-    for have, full, name in zip(shape, (batch, heads, sq, skv), ("batch", "head", "query", "key")):
-        if have not in (1, full):
-            return f"attn_mask {tuple(mask.shape)} does not broadcast to [B, N, S, S_kv] = {(batch, heads, sq, skv)} ({name} dim)"
+    shape = _mask_batch_shape(mask, batch, heads, sq, skv)
+    if shape is None:
+        return f"attn_mask {tuple(mask.shape)} does not broadcast to [B, N, S, S_kv] = {(batch, heads, sq, skv)}"
     if shape[1] != 1 and mask.dtype == torch.bool:
         return f"per-head attn_mask {tuple(mask.shape)}: FIA's atten_mask has no head dimension"
     return None
@@ -111,15 +128,15 @@ def fia_unsupported(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     >>> fia_unsupported(q, q, q)  # doctest: +SKIP
     'dtype torch.float32 (FIA takes float16/bfloat16)'
     """
-    op, a2_a3, soc = _stack()
+    op, a2_a3, soc, no_op = _stack()
     if not op:
-        return "torch_npu has no npu_fused_infer_attention_score"
+        return no_op
     if layout != "BSND":
         return f"layout {layout!r} (only BSND is wired)"
+    if not a2_a3:
+        return f"SoC {soc} (FIA is documented for Atlas A2/A3 only)"
     if query.dtype not in _DTYPES:
         return f"dtype {query.dtype} (FIA takes float16/bfloat16)"
-    if query.dtype == torch.bfloat16 and not a2_a3:
-        return f"bfloat16 on SoC {soc} (FIA's limits are documented for Atlas A2/A3)"
     if key.dtype != query.dtype or value.dtype != query.dtype:
         return f"mixed dtypes q {query.dtype}, k {key.dtype}, v {value.dtype}"
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
@@ -141,6 +158,8 @@ def fia_unsupported(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     if b > MAX_BATCH or n > MAX_HEADS or d > MAX_HEAD_DIM or d % 16 or max(sq, skv) > MAX_SEQ:
         return (f"shape B={b}, N={n}, D={d}, S={sq}, S_kv={skv} outside FIA's limits "
                 f"(B <= {MAX_BATCH}, N <= {MAX_HEADS}, D <= {MAX_HEAD_DIM} and a multiple of 16, S <= 20M)")
+    if n * d >= MAX_HEADS_X_DIM:
+        return f"N*D = {n}*{d} = {n * d} (FIA's BSND layout needs N*D < {MAX_HEADS_X_DIM})"
     if nkv != n:
         if not enable_gqa:
             return f"{n} query heads and {nkv} key heads without enable_gqa"
@@ -215,3 +234,95 @@ def fia(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: 
         return out
     # softmax_lse (B, N, S, 1) -> (B, S, N), the layout diffusers' templated attention merges.
     return out, lse.squeeze(-1).transpose(1, 2).contiguous()
+
+
+# -- the fallback -----------------------------------------------------------------------------------
+# npu_fusion_attention's doc (the wheel's): q/k/v "float16, bfloat16, float32", "B 1~2M", "D 1~768",
+# "S 1~1M", "Nq 1~256" with Nq/Nkv an integer, atten_mask bool/uint8 "True = masked out" shaped
+# BNSS/B1SS/11SS/SS, keep_prob for dropout; "supported models: Atlas A2 training series".
+_FA_MAX_HEAD_DIM, _FA_MAX_SEQ, _FA_MAX_HEADS = 768, 1024 * 1024, 256
+
+
+def _fusion_attention_exact(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa) -> bool:
+    """Whether ``npu_fusion_attention`` computes exactly what SDPA computes for this call.
+
+    Only masks it takes as they are (none, or bool turned into its True = masked-out form, or the
+    causal mask built here) and the dtypes diffusers' ``_native_npu`` declares (float16/bfloat16);
+    everything else (additive masks: its ``pse`` is added before the scale; dropout: another RNG;
+    gradients) is SDPA's.
+    """
+    if not _has_fusion_attention() or not _stack()[1]:
+        return False
+    if query.dtype not in _DTYPES or key.dtype != query.dtype or value.dtype != query.dtype:
+        return False
+    if query.dim() != 4 or key.dim() != 4 or key.shape != value.shape or dropout_p:
+        return False
+    if query.requires_grad or key.requires_grad or value.requires_grad:
+        return False
+    b, sq, n, d = query.shape
+    bk, skv, nkv, dk = key.shape
+    if bk != b or dk != d or d > _FA_MAX_HEAD_DIM or max(sq, skv) > _FA_MAX_SEQ or n > _FA_MAX_HEADS:
+        return False
+    if nkv != n and not (enable_gqa and n % nkv == 0):
+        return False
+    if attn_mask is not None:
+        if is_causal or attn_mask.dtype != torch.bool or _mask_batch_shape(attn_mask, b, n, sq, skv) is None:
+            return False
+    return True
+
+
+def _mask_batch_shape(mask: torch.Tensor, batch: int, heads: int, sq: int, skv: int) -> Optional[tuple]:
+    """``mask``'s 4-D shape after SDPA's broadcasting against ``[B, N, S, S_kv]``, or None if it does not broadcast."""
+    if mask.dim() > 4:
+        return None
+    shape = (1,) * (4 - mask.dim()) + tuple(mask.shape)
+    if any(have not in (1, full) for have, full in zip(shape, (batch, heads, sq, skv))):
+        return None
+    return shape
+
+
+def _fusion_attention(query, key, value, attn_mask, is_causal, scale):
+    """``npu_fusion_attention`` (BSND) with a bool mask in its polarity (True = masked out)."""
+    b, sq, n, d = query.shape
+    skv = key.shape[1]
+    masked = None
+    if is_causal:  # SDPA's causal mask: top-left aligned, query i sees keys j <= i
+        masked = torch.ones(sq, skv, dtype=torch.bool, device=query.device).triu(1)
+    elif attn_mask is not None:
+        lead, heads = _mask_batch_shape(attn_mask, b, n, sq, skv)[:2]
+        masked = (~attn_mask.reshape((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape))).expand(
+            lead, heads, sq, skv).contiguous()
+    # pre/next_tockens left at their defaults (INT_MAX): with sparse_mode=0 and a mask, smaller
+    # values cut a band out of the scores, which SDPA does not.
+    return torch.ops.npu.npu_fusion_attention(
+        query.contiguous(), key.contiguous(), value.contiguous(), n, "BSND", atten_mask=masked,
+        scale=1.0 / math.sqrt(d) if scale is None else float(scale))[0]
+
+
+def fallback(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
+             dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None,
+             enable_gqa: bool = False) -> tuple[torch.Tensor, str]:
+    """Attention for a call FIA cannot take, computing what SDPA computes on the same arguments.
+
+    ``npu_fusion_attention`` where it computes exactly that (float16/bfloat16, no mask, a bool mask
+    or ``is_causal`` alone; see docs/npu-notes.md), else ``torch.nn.functional.scaled_dot_product_attention``
+    itself, so a call SDPA refuses (an int mask, heads that do not divide) raises SDPA's error.
+
+    Args:
+        query: ``[B, S, N, D]``; key, value: ``[B, S_kv, N_kv, D]``.
+        attn_mask, dropout_p, is_causal, scale, enable_gqa: as SDPA's (bool True = attend, or additive).
+
+    Returns:
+        ``(out [B, S, N, D], path)`` with path ``"npu_fusion_attention"`` or ``"sdpa"``.
+
+    >>> q = torch.randn(1, 8, 2, 12)
+    >>> out, path = fallback(q, q, q, is_causal=True)
+    >>> out.shape, path
+    (torch.Size([1, 8, 2, 12]), 'sdpa')
+    """
+    if _fusion_attention_exact(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
+        return _fusion_attention(query, key, value, attn_mask, is_causal, scale), "npu_fusion_attention"
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), attn_mask=attn_mask,
+        dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+    return out.transpose(1, 2), "sdpa"

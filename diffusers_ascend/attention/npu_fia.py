@@ -3,9 +3,12 @@
 log-sum-exp ring attention needs.
 
 diffusers' backend registry is keyed by ``AttentionBackendName`` members and the enum cannot be
-extended, so the backend is one extra instance of it (``"npu_fia"``), registered as diffusers
+extended, so the backend is an extra instance of it (``"npu_fia"``), registered as diffusers
 registers its own and set on processors by `enable_ascend_compile`; nothing of diffusers is
-patched. A call outside FIA's limits runs ``_native_npu`` and its reason is counted in `fallbacks`.
+patched. A call outside FIA's limits runs `ascend_kernels.npu.attention.fallback`, which computes
+what SDPA computes (or raises SDPA's error); its reason is counted in the process's log
+(`fallbacks`) and in the log of the enabled model whose forward is running (`track`), so
+``ascend_report(model)`` tells that model's story.
 """
 
 from __future__ import annotations
@@ -13,64 +16,155 @@ from __future__ import annotations
 import collections
 import enum
 import threading
+import weakref
 from typing import Any, Optional
 
 import torch
 
-__all__ = ["NAME", "backend_name", "fallbacks", "npu_fia_attention", "register"]
+__all__ = ["NAME", "FallbackLog", "backend_name", "fallbacks", "model_fallbacks", "npu_fia_attention", "register",
+           "track"]
 
 NAME = "npu_fia"
 _LOCK = threading.Lock()
-_MEMBER: list = []  # the AttentionBackendName instance, built once
-# Reasons calls fell back to _native_npu, with counts: a bounded diagnostic for the report and CLI.
-_MAX_REASONS = 32
-_FALLBACKS: "collections.OrderedDict[str, int]" = collections.OrderedDict()
+_MEMBER: list = []  # the shared AttentionBackendName instance, built once
+# model -> its FallbackLog; weak, so neither a pickled nor a collected model keeps one.
+_OWN: "weakref.WeakKeyDictionary[Any, FallbackLog]" = weakref.WeakKeyDictionary()
+# Per thread: the log of the tracked model whose forward runs (`_enter` / `_exit`), and the ones it interrupted.
+_TLS = threading.local()
 
 
-def _record(reason: str) -> None:
-    count = _FALLBACKS.pop(reason, 0) + 1
-    _FALLBACKS[reason] = count
-    while len(_FALLBACKS) > _MAX_REASONS:
-        _FALLBACKS.popitem(last=False)
+class FallbackLog:
+    """``{reason: calls}`` of the ``npu_fia`` calls FIA could not take, bounded to the latest reasons.
+
+    Only `_count` (never compiled) records into one, so its counts never enter a compiled graph.
+
+    >>> log = FallbackLog()
+    >>> log.record("dtype torch.float32 (FIA takes float16/bfloat16)", "sdpa")
+    >>> log.counts()
+    {'dtype torch.float32 (FIA takes float16/bfloat16) -> sdpa': 1}
+    >>> log.mark()
+    >>> log.counts()
+    {}
+    """
+
+    MAX_REASONS = 32
+
+    def __init__(self):
+        self._counts: "collections.OrderedDict[str, int]" = collections.OrderedDict()
+        self._base: dict[str, int] = {}
+
+    def record(self, reason: str, path: str) -> None:
+        key = f"{reason} -> {path}"
+        self._counts[key] = self._counts.pop(key, 0) + 1
+        while len(self._counts) > self.MAX_REASONS:
+            self._counts.popitem(last=False)
+
+    def counts(self) -> dict[str, int]:
+        """Calls per ``"reason -> path"`` since the last `mark`."""
+        return {k: n - self._base.get(k, 0) for k, n in self._counts.items() if n > self._base.get(k, 0)}
+
+    def mark(self) -> None:
+        """Counts from here on (`counts` is empty now)."""
+        self._base = dict(self._counts)
+
+
+_PROCESS_LOG = FallbackLog()
 
 
 def fallbacks() -> dict[str, int]:
-    """``{reason: calls}`` of the ``npu_fia`` calls of this process that ran ``_native_npu`` instead.
+    """``{"reason -> path": calls}`` of every ``npu_fia`` call of this process that FIA could not take
+    (all models together; one model's: `model_fallbacks`, or its ``ascend_report()``). The path is
+    ``npu_fusion_attention`` or ``sdpa``, both computing SDPA's result.
 
-    Calls replayed from a captured graph are not counted; a graph holding a fallback is never captured.
+    Calls replayed from a captured graph are not counted.
 
     >>> from diffusers_ascend.attention.npu_fia import fallbacks
     >>> isinstance(fallbacks(), dict)
     True
     """
-    return dict(_FALLBACKS)
+    return _PROCESS_LOG.counts()
 
 
-def _native_npu(**kwargs):
-    from diffusers.models.attention_dispatch import AttentionBackendName, _AttentionBackendRegistry
+def model_fallbacks(model) -> dict[str, int]:
+    """``{"reason -> path": calls}`` of `model`'s own ``npu_fia`` calls FIA could not take, since it was
+    last `track`ed (empty if it never was).
 
-    return _AttentionBackendRegistry._backends[AttentionBackendName._NATIVE_NPU](**kwargs)
+    >>> from diffusers_ascend.attention.npu_fia import model_fallbacks
+    >>> import torch
+    >>> model_fallbacks(torch.nn.Linear(2, 2))
+    {}
+    """
+    log = _OWN.get(model)
+    return log.counts() if log is not None else {}
+
+
+def track(model) -> list:
+    """Counts `model`'s own ``npu_fia`` fallbacks from now on (`model_fallbacks`): forward hooks make
+    its log the current log of the thread while `model` runs.
+
+    The log stays the same object across enables; `FallbackLog.mark` starts a new count.
+
+    Returns:
+        The hooks' ``RemovableHandle``s (remove them to stop tracking).
+
+    >>> import torch
+    >>> from diffusers_ascend.attention.npu_fia import model_fallbacks, track
+    >>> model = torch.nn.Linear(2, 2)
+    >>> handles = track(model)
+    >>> model_fallbacks(model)
+    {}
+    >>> for h in handles:
+    ...     h.remove()
+    """
+    with _LOCK:
+        log = _OWN.get(model)
+        if log is None:
+            log = _OWN[model] = FallbackLog()
+    log.mark()
+    return [model.register_forward_pre_hook(_enter), model.register_forward_hook(_exit, always_call=True)]
+
+
+def _enter(module, args) -> None:
+    stack = _TLS.__dict__.setdefault("stack", [])
+    stack.append(getattr(_TLS, "log", None))
+    _TLS.log = _OWN.get(module)
+
+
+def _exit(module, args, output) -> None:
+    stack = _TLS.__dict__.get("stack")
+    _TLS.log = stack.pop() if stack else None
+
+
+def _run(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse, where):
+    from ascend_kernels.npu.attention import fallback, fia, fia_unsupported
+
+    reason = fia_unsupported(query, key, value, attn_mask, dropout_p, bool(is_causal), bool(enable_gqa))
+    if reason is None:
+        return fia(query, key, value, attn_mask, scale, return_lse=return_lse)
+    if return_lse:
+        raise ValueError(f"npu_fia: {where} needs FIA's log-sum-exp, but FIA cannot run this call: {reason}. "
+                         "Ring attention on NPU needs float16/bfloat16 inputs within FIA's limits "
+                         "(see docs/multi-card.md), or use Ulysses only (ring_degree=1).")
+    out, path = fallback(query, key, value, attn_mask, dropout_p, bool(is_causal), scale, bool(enable_gqa))
+    _count(reason, path)
+    return out
+
+
+@torch.compiler.disable
+def _count(reason: str, path: str) -> None:
+    # Outside the graph: traced, a count would be a constant that changes every call (a recompile
+    # per call). Under compile this is a graph break, on fallback calls only.
+    _PROCESS_LOG.record(reason, path)
+    log = getattr(_TLS, "log", None)  # the running model's (`track`)
+    if log is not None:
+        log.record(reason, path)
 
 
 def _forward_op(ctx, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                 enable_gqa=False, return_lse=False, _save_ctx=True, _parallel_config=None):
     """diffusers' templated context-parallel ``forward_op`` signature (Ulysses / Ring), on FIA."""
-    from ascend_kernels.npu.attention import fia, fia_unsupported
-
-    reason = fia_unsupported(query, key, value, attn_mask, dropout_p, bool(is_causal), bool(enable_gqa))
-    if reason is None:
-        return fia(query, key, value, attn_mask, scale, return_lse=return_lse)
-    _record(reason)
-    if return_lse:
-        raise ValueError(
-            f"npu_fia attention under context parallelism needs FIA's log-sum-exp, but FIA cannot run this call: "
-            f"{reason}. Ring attention on NPU needs float16/bfloat16 inputs within FIA's limits "
-            "(see docs/multi-card.md), or use Ulysses only (ring_degree=1)."
-        )
-    from diffusers.models.attention_dispatch import _npu_attention_forward_op
-
-    return _npu_attention_forward_op(ctx, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
-                                     False, _save_ctx=_save_ctx, _parallel_config=_parallel_config)
+    return _run(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse,
+                "ring attention (return_lse=True)")
 
 
 def _backward_op(ctx, grad_out, *args, **kwargs):
@@ -94,9 +188,11 @@ def npu_fia_attention(
     Args:
         query, key, value: ``[B, S, N, D]`` (key/value may have fewer heads with ``enable_gqa``).
         attn_mask: SDPA convention (bool True = attend, or additive), broadcastable to ``[B, N, S, S_kv]``.
-        dropout_p, is_causal, scale, enable_gqa: as SDPA's (dropout and causal run ``_native_npu``).
-        return_lse: also return the fp32 log-sum-exp ``[B, S, N]``.
+        dropout_p, is_causal, scale, enable_gqa: as SDPA's (calls FIA cannot take run
+            `ascend_kernels.npu.attention.fallback`, which computes SDPA's result).
+        return_lse: also return the fp32 log-sum-exp ``[B, S, N]`` (FIA only: otherwise a ValueError).
         _parallel_config: diffusers' context-parallel config.
+
     >>> from diffusers_ascend.attention.npu_fia import npu_fia_attention
     >>> callable(npu_fia_attention)
     True
@@ -104,19 +200,14 @@ def npu_fia_attention(
     if _parallel_config is not None and _parallel_config.context_parallel_config is not None:
         from diffusers.models.attention_dispatch import _templated_context_parallel_attention
 
+        # is_causal and enable_gqa go through: diffusers' templated attention refuses both (with its
+        # reason) rather than have its ranks compute something else.
         return _templated_context_parallel_attention(
-            query, key, value, attn_mask, dropout_p, False, scale, False, return_lse,
-            forward_op=_forward_op, backward_op=_backward_op, _parallel_config=_parallel_config,
+            query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse,
+            forward_op=_forward_op, backward_op=_backward_op,
+            _parallel_config=_parallel_config,
         )
-    from ascend_kernels.npu.attention import fia, fia_unsupported
-
-    reason = fia_unsupported(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
-    if reason is None:
-        return fia(query, key, value, attn_mask, scale, return_lse=return_lse)
-    _record(reason)
-    if return_lse:
-        raise ValueError(f"npu_fia: return_lse=True needs FIA, which cannot run this call: {reason}")
-    return _native_npu(query=query, key=key, value=value, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
+    return _run(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse, "return_lse=True")
 
 
 def backend_name():

@@ -6,8 +6,10 @@ each, and run a tiny bf16 Flux transformer with diffusers' ``enable_parallelism`
 or Ulysses degree 2) and ``enable_ascend_compile`` (per-block compile, eager executor) in both
 orders. Rank 0's output must equal the single-process output. Ring merges the two ranks' partial
 attention with the LSE, which only FIA returns (diffusers' ``_native_npu`` refuses
-``return_lse``). One spawn runs every case (process start and imports dominate). On 2 cards:
-tests/kernels/test_npu_hardware.py.
+``return_lse``). The same spawn runs the fallback matrix of tests/kernels/test_npu_fia_fallbacks.py
+under Ulysses degree 2 (attention calls through diffusers' dispatcher with a ``ParallelConfig``):
+every fallback equals SDPA on the whole sequence, or raises. One spawn runs every case (process
+start and imports dominate). On 2 cards: tests/kernels/test_npu_hardware.py.
 """
 
 from __future__ import annotations
@@ -33,6 +35,13 @@ CASES = [
     ("ulysses_parallelize_then_enable", dict(ulysses_degree=2), "parallelize_first", "npu_fia"),
 ]
 TIMEOUT_S = 300
+# Fallback reasons run under Ulysses; left out: query length 1 and GQA without the flag (Ulysses
+# splits sequence and heads by 2: 1 token and 1 local key head cannot be split / mean something
+# else per rank), dropout (each rank draws its own mask), per-head masks (diffusers passes every
+# rank the whole mask, all heads of it, beside half the heads).
+ULYSSES_SKIPPED = {"query_length_1", "gqa_without_flag", "dropout", "per_head_bool_mask"}
+# diffusers' Ulysses reshapes the gathered output with query's head dim: a value head dim of its own raises there.
+ULYSSES_REFUSED = {"value_head_dim_32": "shape"}
 
 
 # "tiny": diffusers' test-size Flux (2 heads x 16) on the simulated host; "wide": Flux.1 width
@@ -121,11 +130,45 @@ def _worker(rank: int, world: int, port: int, outdir: str, device: str = "cpu") 
                     results[case[0]] = dict(error=traceback.format_exc())
                 if host is not None:
                     host.torch_npu.calls.clear()
+            if device == "cpu":
+                results["fallbacks"] = _ulysses_fallback_cases(rank, world)
             if rank == 0:
                 torch.save(results, os.path.join(outdir, "results.pt"))
     finally:
         mp.undo()
         torch.distributed.destroy_process_group()
+
+
+def _ulysses_fallback_cases(rank: int, world: int) -> dict:
+    """Rank 0's output rows (or the error) of each fallback case, run under Ulysses degree 2."""
+    from _pytest.monkeypatch import MonkeyPatch
+    from diffusers import ContextParallelConfig, ParallelConfig
+    from diffusers.models.attention_dispatch import dispatch_attention_fn
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from diffusers_ascend.attention import backend_for
+    from tests.kernels.test_npu_fia_fallbacks import CASES, call_args, reason_host
+
+    cp = ContextParallelConfig(ulysses_degree=world)
+    config = ParallelConfig(context_parallel_config=cp)
+    config.setup(rank, world, torch.device("cpu"),
+                 mesh=init_device_mesh("cpu", mesh_shape=cp.mesh_shape, mesh_dim_names=cp.mesh_dim_names))
+    out = {}
+    for name, mask_kind, causal in CASES:
+        if name in ULYSSES_SKIPPED:
+            continue
+        mp = MonkeyPatch()
+        try:
+            with reason_host(mp, name):
+                q, k, v, kw = call_args(name, mask_kind, causal)
+                local = [t.detach().chunk(world, dim=1)[rank].contiguous() for t in (q, k, v)]
+                result = dispatch_attention_fn(*local, backend=backend_for("npu_fia"), parallel_config=config, **kw)
+                out[(name, mask_kind, causal)] = dict(out=result.detach().clone())
+        except Exception as e:  # noqa: BLE001  (the test decides whether this call had to raise)
+            out[(name, mask_kind, causal)] = dict(error=f"{type(e).__name__}: {e}")
+        finally:
+            mp.undo()
+    return out
 
 
 def _spawn(outdir: str, device: str) -> dict:
@@ -177,6 +220,37 @@ def test_fia_context_parallel_equals_single_process(parallel_results, single_pro
     assert result["graphs"] >= 2 and not result["fallbacks"]  # compiled blocks, every call through FIA
     ring = case.startswith("ring")
     assert (result["fia_lse"] > 0) == ring  # ring merges partial results with FIA's LSE; Ulysses does not ask
+
+
+def _ulysses_cases():
+    from tests.kernels.test_npu_fia_fallbacks import CASES
+
+    return [c for c in CASES if c[0] not in ULYSSES_SKIPPED]
+
+
+@pytest.mark.parametrize("name, mask_kind, causal", _ulysses_cases(),
+                         ids=[f"{r}-{m}-{'causal' if c else 'full'}" for r, m, c in _ulysses_cases()])
+def test_fia_fallback_under_ulysses_equals_sdpa(parallel_results, name, mask_kind, causal):
+    """Under Ulysses a fallback (on each rank's heads, the whole sequence) equals SDPA on the whole
+    call, or the call raises: SDPA refuses it, or diffusers' templated attention refuses is_causal /
+    GQA (it used to compute non-causal attention silently)."""
+    from ascend_kernels.testing import TOLERANCES
+    from tests.kernels.test_npu_fia_fallbacks import REASONS, call_args, sdpa_reference
+
+    got = parallel_results["fallbacks"][(name, mask_kind, causal)]
+    q, k, v, kw = call_args(name, mask_kind, causal)
+    ref, ref_error = sdpa_reference(q, k, v, **kw)
+    if kw["is_causal"] or kw.get("enable_gqa"):
+        assert "error" in got and "not yet supported for templated attention" in got["error"], got
+    elif name in ULYSSES_REFUSED:
+        assert "error" in got and ULYSSES_REFUSED[name] in got["error"], got
+    elif ref_error is not None:
+        assert "error" in got, f"SDPA refuses this call ({ref_error}) but Ulysses returned"
+    else:
+        assert "error" not in got, got["error"]
+        rows = ref[:, : q.shape[1] // 2]  # rank 0's half of the sequence
+        torch.testing.assert_close(got["out"].float(), rows, **TOLERANCES[q.dtype])
+    assert name in REASONS
 
 
 @pytest.mark.npu

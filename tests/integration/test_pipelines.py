@@ -164,7 +164,7 @@ def test_attention_auto_on_npu_sets_native_npu(monkeypatch):
     from diffusers_ascend.platform import override_platform
 
     monkeypatch.setattr(attention_dispatch, "_CAN_USE_NPU_ATTN", True)  # diffusers' torch_npu check
-    model = tiny_flux_pipeline().transformer
+    model = tiny_flux_pipeline(dtype=torch.bfloat16).transformer  # _native_npu is bf16/fp16 only (float32: "native")
     procs = processors(model)
     active = _AttentionBackendRegistry._active_backend
     with override_platform("npu"):

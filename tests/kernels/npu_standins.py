@@ -405,7 +405,7 @@ def _check_fia(query, key, value, pse_shift, atten_mask, num_heads, num_key_valu
     for t in (query, key, value):
         assert t.is_contiguous(), "FIA: non-contiguous query/key/value are not supported"
     assert query.dtype in (torch.float16, torch.bfloat16), f"FIA: query dtype {query.dtype} (A2/A3: float16, bfloat16)"
-    assert query.dtype != torch.bfloat16 or soc >= 220, "bf16 needs SocVersion >= Ascend910B1"
+    assert _a2_a3(soc), f"FIA: documented for Atlas A2/A3 only, SoC {soc}"
     assert key.dtype == value.dtype == query.dtype, "FIA: key/value in query's dtype (no quantisation here)"
     assert key.shape == value.shape, "FIA: key and value shapes must be identical"
     b, sq, n, d = query.shape
@@ -416,6 +416,7 @@ def _check_fia(query, key, value, pse_shift, atten_mask, num_heads, num_key_valu
     assert kv_heads == nkv, "FIA BSND: num_key_value_heads must equal key/value's N"
     assert n % kv_heads == 0 and n // kv_heads <= 64, "FIA GQA: num_heads divisible by num_key_value_heads, ratio <= 64"
     assert b <= 65536 and n <= 256 and d <= 512 and d % 16 == 0, f"FIA limits: B={b} N={n} D={d}"
+    assert n * d < 65535, f"FIA BSND: N*D must be < 65535, got {n * d}"
     assert actual_seq_lengths is None or len(actual_seq_lengths) in (1,) or len(actual_seq_lengths) >= b
     masked = None
     if atten_mask is not None:
@@ -468,16 +469,37 @@ def _fia_fake(query, key, value, *args, **kw):
     return torch.empty_like(query), query.new_empty((b, n, s, 1) if flag else (1,), dtype=torch.float32)
 
 
+def _a2_a3(soc: int) -> bool:
+    return 220 <= soc < 240 or 250 <= soc < 260
+
+
 def _fusion_attention(*args, **kw):
-    # torch_npu-npu_fusion_attention.md: BSND here; atten_mask True = discard; keep_prob 1 = no dropout.
+    # The wheel's npu_fusion_attention doc: BSND here; q/k/v float16/bfloat16/float32, one dtype,
+    # key.shape == value.shape, D 1~768, Nq 1~256 with Nq/Nkv an integer; atten_mask bool/uint8,
+    # True (1) = masked out, shaped BNSS/B1SS/11SS/SS; sparse_mode 0 with a mask keeps only the band
+    # pre_tockens/next_tockens around the diagonal; keep_prob 1 = no dropout; Atlas A2.
     b = _bound("npu_fusion_attention", args, kw)
     _record("npu_fusion_attention", b)
     query, key, value, head_num = b["query"], b["key"], b["value"], b["head_num"]
+    fake = _current()
+    assert _a2_a3(fake.soc if fake is not None else A2_SOC), "npu_fusion_attention: Atlas A2"
     assert b["input_layout"] == "BSND" and head_num == query.shape[2] and b["keep_prob"] == 1.0
-    assert query.dtype in _DTYPES
+    assert query.dtype in _DTYPES and key.dtype == value.dtype == query.dtype, "one of float16/bfloat16/float32"
+    assert key.shape == value.shape and query.shape[3] == key.shape[3] and 1 <= query.shape[3] <= 768
+    bsz, sq, n, _ = query.shape
+    skv, nkv = key.shape[1], key.shape[2]
+    assert n <= 256 and n % nkv == 0, f"npu_fusion_attention: Nq={n} over Nkv={nkv}"
+    assert b["sparse_mode"] == 0, "the stand-in models sparse_mode=0 only"
     mask = b["atten_mask"]
-    masked = None if mask is None else mask.bool().reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
-    out, _ = _bsnd_attention(query, key, value, head_num, key.shape[2], b["scale"], masked)
+    masked = None
+    if mask is not None:
+        assert mask.dtype in (torch.bool, torch.uint8), f"npu_fusion_attention atten_mask dtype {mask.dtype} (bool/uint8)"
+        allowed = {(bsz, n, sq, skv), (bsz, 1, sq, skv), (1, 1, sq, skv), (sq, skv)}
+        assert tuple(mask.shape) in allowed, f"npu_fusion_attention atten_mask shape {tuple(mask.shape)} not in {sorted(allowed)}"
+        masked = mask.bool().reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
+        i, j = torch.arange(sq).reshape(-1, 1), torch.arange(skv)
+        masked = masked | (i - j > b["pre_tockens"]) | (j - i > b["next_tockens"])
+    out, _ = _bsnd_attention(query, key, value, head_num, nkv, b["scale"], masked)
     z = query.new_zeros(1, dtype=torch.float32)
     return out.to(query.dtype), z, z.clone(), z.clone(), 0, 0, 0
 

@@ -20,6 +20,7 @@ from diffusers.models.attention_dispatch import dispatch_attention_fn
 from diffusers_ascend import AscendConfig
 from diffusers_ascend.attention import backend_for
 from diffusers_ascend.attention.npu_fia import fallbacks
+from tests.kernels.npu_standins import SOC_NAMES
 
 FIA_V1, FIA_V2 = "npu_fused_infer_attention_score", "npu_fused_infer_attention_score_v2"
 
@@ -116,30 +117,6 @@ def test_fia_returns_lse_in_diffusers_form(simulated_npu, mask):
     assert simulated_npu.calls(FIA_V2)[0]["return_softmax_lse"] is True
 
 
-OUT_OF_CONTRACT = {
-    "fp32": (dict(dtype=torch.float32), {}, "dtype torch.float32"),
-    "head_dim_24": (dict(d=24), {}, "multiple of 16"),
-    "query_length_1": (dict(sq=1), {}, "query length 1"),
-    "gqa_without_flag": (dict(n=4, nkv=2), {}, "without enable_gqa"),
-    "per_head_bool_mask": ({}, dict(attn_mask=torch.ones(2, 4, 32, 24, dtype=torch.bool)), "per-head attn_mask"),
-    "int_mask": ({}, dict(attn_mask=torch.ones(2, 1, 1, 24, dtype=torch.long)), "attn_mask dtype torch.int64"),
-}
-
-
-@pytest.mark.parametrize("case", sorted(OUT_OF_CONTRACT))
-def test_fia_out_of_contract_runs_native_npu_with_reason(simulated_npu, case):
-    shape, kw, reason = OUT_OF_CONTRACT[case]
-    q, k, v = _qkv(**shape)
-    before = fallbacks()
-    out = _fia(q, k, v, **kw)
-    mask = kw.get("attn_mask")  # npu_fusion_attention takes GQA heads without a flag
-    _close(out, _sdpa(q, k, v, None if mask is None else mask.bool(), gqa=case == "gqa_without_flag")[0], q.dtype)
-    assert not simulated_npu.calls(FIA_V2) and not simulated_npu.calls(FIA_V1)
-    assert simulated_npu.calls("npu_fusion_attention")
-    grown = {r: n - before.get(r, 0) for r, n in fallbacks().items() if n > before.get(r, 0)}
-    assert len(grown) == 1 and reason in next(iter(grown)) and next(iter(grown.values())) == 1
-
-
 @pytest.mark.parametrize("kw, reason", [
     (dict(dropout_p=0.1), "dropout_p=0.1"),
     (dict(is_causal=True), "is_causal"),
@@ -154,9 +131,37 @@ def test_fia_unsupported_reasons(simulated_npu, kw, reason):
     assert fia_unsupported(q.detach(), k, v) is None
 
 
+@pytest.mark.parametrize("shape, reason", [
+    (dict(n=128, d=512), "N*D = 128*512 = 65536"),  # the wheel's doc: BSND needs N*D < 65535
+    (dict(n=127, d=512), None),  # 65024
+    (dict(d=12), "multiple of 16"),  # the doc: float16/bfloat16 need D 16-aligned
+    (dict(d=528), "D <= 512"),
+])
+def test_fia_limits_as_the_wheel_documents_them(simulated_npu, shape, reason):
+    from ascend_kernels.npu.attention import fia_unsupported
+
+    q, k, v = _qkv(b=1, sq=4, skv=4, **shape)
+    got = fia_unsupported(q, k, v)
+    assert got is None if reason is None else reason in got
+    if reason is None:  # what we pass, the stand-in (the doc's limits) takes
+        _close(_fia(q, k, v), _sdpa(q, k, v)[0], torch.bfloat16)
+
+
+@pytest.mark.parametrize("soc, takes", [(221, True), (250, True), (102, False), (260, False), (241, False)])
+def test_fia_only_on_atlas_a2_a3(monkeypatch, soc, takes):
+    """The doc lists Atlas A2/A3 only: any other SoC falls back (fp16 too), with the SoC named."""
+    from ascend_kernels.npu.attention import fia_unsupported
+    from tests.simulated_npu import simulated_npu_host
+
+    with simulated_npu_host(monkeypatch, soc=soc):
+        q, k, v = _qkv(dtype=torch.float16)
+        reason = fia_unsupported(q, k, v)
+        assert (reason is None) == takes and (takes or f"SoC {SOC_NAMES.get(soc, f'soc{soc}')}" in reason)
+
+
 def test_fia_lse_out_of_contract_is_an_error(simulated_npu):
     q, k, v = _qkv(dtype=torch.float32)
-    with pytest.raises(ValueError, match="return_lse=True needs FIA.*float32"):
+    with pytest.raises(ValueError, match="return_lse=True needs FIA's log-sum-exp.*float32"):
         _fia(q, k, v, attention_kwargs={"return_lse": True})
 
 
@@ -167,7 +172,7 @@ def test_fia_missing_from_torch_npu_falls_back(monkeypatch):
         q, k, v = _qkv()
         _close(_fia(q, k, v), _sdpa(q, k, v)[0], torch.bfloat16)
         assert [n for n, _ in host.torch_npu.calls] == ["npu_fusion_attention"]
-        assert "torch_npu has no npu_fused_infer_attention_score" in fallbacks()
+        assert "torch_npu has no npu_fused_infer_attention_score -> npu_fusion_attention" in fallbacks()
 
 
 def test_fia_compiles_into_one_graph_with_the_op(simulated_npu):
@@ -199,6 +204,8 @@ def test_fia_config_value_round_trips(tmp_path):
 
 @pytest.mark.parametrize("attention, capture, ring, platform, expected", [
     ("auto", None, False, "npu", "_native_npu"),
+    ("auto", None, False, "npu", "native"),  # a float32 model: diffusers declares _native_npu bf16/fp16 only
+    ("auto", "graph_only", False, "npu", "native"),  # float32: every FIA call would fall back to SDPA
     ("auto", "graph_with_compile", False, "npu", "npu_fia"),
     ("auto", "graph_only", False, "npu", "npu_fia"),
     ("auto", None, True, "npu", "npu_fia"),
@@ -210,7 +217,10 @@ def test_fia_config_value_round_trips(tmp_path):
 ])
 def test_fia_resolved_attention(attention, capture, ring, platform, expected):
     cfg = AscendConfig(attention=attention, graph_capture=capture)
-    assert cfg.resolved_attention(platform, ring=ring) == expected
+    dtype = torch.float32 if expected == "native" else torch.bfloat16
+    assert cfg.resolved_attention(platform, ring=ring, dtype=dtype) == expected
+    if expected == "_native_npu" and attention == "auto":  # an unknown dtype keeps the bf16/fp16 choice
+        assert cfg.resolved_attention(platform, ring=ring) == expected
 
 
 def test_fia_enable_sets_processors_and_disable_restores(simulated_npu):
@@ -222,35 +232,95 @@ def test_fia_enable_sets_processors_and_disable_restores(simulated_npu):
     diffusers_ascend.enable_ascend_compile(model, attention="npu_fia", compile="none")
     procs = diffusers_ascend.attention.processors(model)
     assert procs and all(p._attention_backend is backend_for("npu_fia") for p in procs)
-    loaded = pickle.loads(pickle.dumps(model))  # the backend pickles by reference
+    loaded = pickle.loads(pickle.dumps(model))  # the backend (and the log's hooks) pickle by reference
     assert all(p._attention_backend is backend_for("npu_fia") for p in diffusers_ascend.attention.processors(loaded))
+    assert len(model._forward_pre_hooks) == 1 and len(model._forward_hooks) == 1  # the model's own log
     diffusers_ascend.disable_ascend_compile(model)
     assert [p._attention_backend for p in diffusers_ascend.attention.processors(model)] == before
+    assert not model._forward_pre_hooks and not model._forward_hooks
 
 
-@pytest.mark.parametrize("capture, expected", [(None, "_native_npu"), ("graph_with_compile", "npu_fia")])
-def test_fia_auto_on_simulated_npu(simulated_npu, capture, expected):
+def test_fia_refused_at_enable_without_torch_npu():
+    """No torch_npu (this machine): enable refuses npu_fia, as diffusers refuses _native_npu, and
+    changes nothing (before, the first call failed with ModuleNotFoundError)."""
     import diffusers_ascend
     from diffusers_ascend.tiny import tiny_flux_transformer
 
-    model = tiny_flux_transformer(dtype=torch.bfloat16)
+    model = tiny_flux_transformer()
+    before = [p._attention_backend for p in diffusers_ascend.attention.processors(model)]
+    with pytest.raises(RuntimeError, match="attention='npu_fia' needs torch_npu, which is not installed.*'native'"):
+        diffusers_ascend.enable_ascend_compile(model, attention="npu_fia", compile="none")
+    assert [p._attention_backend for p in diffusers_ascend.attention.processors(model)] == before
+    assert diffusers_ascend.ascend_report(model) is None
+
+
+@pytest.mark.parametrize("dtype, capture, expected", [
+    (torch.bfloat16, None, "_native_npu"),
+    (torch.float32, None, "native"),
+    (torch.bfloat16, "graph_with_compile", "npu_fia"),
+    (torch.float32, "graph_with_compile", "native"),  # every FIA call would fall back to SDPA
+])
+def test_fia_auto_on_simulated_npu(simulated_npu, monkeypatch, dtype, capture, expected):
+    """attention="auto" picks a backend valid for the model's dtype: with diffusers' checks on
+    (DIFFUSERS_ATTN_CHECKS=1), a float32 model on "_native_npu" raises at its first call."""
+    import diffusers_ascend
+    from diffusers.models.attention_dispatch import _AttentionBackendRegistry
+
+    from diffusers_ascend.tiny import flux_model_inputs, tiny_flux_transformer
+
+    monkeypatch.setattr(_AttentionBackendRegistry, "_checks_enabled", True)
+    model = tiny_flux_transformer(dtype=dtype)
+    with torch.no_grad():
+        ref = model(**flux_model_inputs(dtype=dtype))[0]
     if capture is None:
         diffusers_ascend.enable_ascend_compile(model, compile="none")
     else:
         diffusers_ascend.enable_ascend_compile(model, executor="eager", graph_capture=capture)
     assert {str(p._attention_backend.value) for p in diffusers_ascend.attention.processors(model)} == {expected}
+    with torch.no_grad():
+        out = model(**flux_model_inputs(dtype=dtype))[0]
+    torch.testing.assert_close(out.float(), ref.float(), **TOLERANCES[dtype])
     diffusers_ascend.disable_ascend_compile(model)
 
 
-def test_fia_report_names_fallbacks(simulated_npu):
+def _fia_entries(model) -> list[str]:
     import diffusers_ascend
-    from diffusers_ascend.tiny import flux_block_inputs, tiny_flux_transformer
 
-    model = diffusers_ascend.enable_ascend_compile(tiny_flux_transformer(), attention="npu_fia", compile="none")
-    block = model.transformer_blocks[0]
-    block(**flux_block_inputs())  # fp32: outside FIA's dtypes
-    (entry,) = [f for f in diffusers_ascend.ascend_report(model).fallbacks if f["module"] == "attention (npu_fia)"]
-    assert entry["reason"].startswith("1 call(s) ran _native_npu: dtype torch.float32")
+    return [f["reason"] for f in diffusers_ascend.ascend_report(model).fallbacks if f["module"] == "attention (npu_fia)"]
+
+
+@pytest.mark.parametrize("compile", ["none", "blocks", "model"])
+def test_fia_report_tells_each_models_own_story(simulated_npu, compile):
+    """Two models in one process, one float32 (every call falls back), one bfloat16 (every call on
+    FIA): each report shows its own calls only (the log used to be the process's)."""
+    import diffusers_ascend
+    from diffusers_ascend.tiny import flux_model_inputs, tiny_flux_transformer
+
+    kw = dict(attention="npu_fia", compile=compile, **({"executor": "eager"} if compile != "none" else {}))
+    fp32 = diffusers_ascend.enable_ascend_compile(tiny_flux_transformer(), **kw)
+    bf16 = diffusers_ascend.enable_ascend_compile(tiny_flux_transformer(dtype=torch.bfloat16), **kw)
+    with torch.no_grad():
+        for _ in range(2):
+            fp32(**flux_model_inputs())
+            bf16(**flux_model_inputs(dtype=torch.bfloat16))
+    calls = 2 * 2  # 2 forwards x (1 double-stream + 1 single-stream block), one attention each
+    assert _fia_entries(fp32) == [f"{calls} call(s) fell back: dtype torch.float32 (FIA takes float16/bfloat16) -> sdpa"]
+    assert _fia_entries(bf16) == []
+    assert len(simulated_npu.calls("npu_fused_infer_attention_score_v2")) == calls
+    # Counting a fallback (a graph break, outside the graph) recompiles nothing.
+    graphs = len(diffusers_ascend.ascend_report(fp32).graphs)
+    with torch.no_grad():
+        fp32(**flux_model_inputs())
+    assert len(diffusers_ascend.ascend_report(fp32).graphs) == graphs
+    assert _fia_entries(fp32) == [f"{calls + 2} call(s) fell back: dtype torch.float32 (FIA takes float16/bfloat16) -> sdpa"]
+    diffusers_ascend.disable_ascend_compile(fp32)
+    diffusers_ascend.enable_ascend_compile(fp32, **kw)
+    assert _fia_entries(fp32) == []  # a new enable reports its own calls
+    with torch.no_grad():
+        fp32(**flux_model_inputs())
+    assert _fia_entries(fp32) == ["2 call(s) fell back: dtype torch.float32 (FIA takes float16/bfloat16) -> sdpa"]
+    for m in (fp32, bf16):
+        diffusers_ascend.disable_ascend_compile(m)
 
 
 def test_fia_env_shows_the_decision_and_contract(simulated_npu):
@@ -258,4 +328,26 @@ def test_fia_env_shows_the_decision_and_contract(simulated_npu):
 
     info = env_info()
     assert info["attention_backend"] == "_native_npu" and info["attention_with_capture"] == "npu_fia"
-    assert info["npu_fia"].startswith(f"torch_npu.{FIA_V2} (SoC Ascend910B2); calls outside float16/bfloat16")
+    assert info["npu_fia"].startswith(f"torch_npu.{FIA_V2} (SoC Ascend910B2); calls outside Atlas A2/A3; float16/bfloat16")
+
+
+def test_fia_report_per_model_of_a_pipeline(simulated_npu):
+    """A two-stage Wan pipeline (transformer and transformer_2, float32: every call falls back):
+    each model's report counts its own calls, the pipeline's report both."""
+    import diffusers_ascend
+    from diffusers_ascend.tiny import tiny_wan_pipeline, wan_pipeline_inputs
+
+    pipe = tiny_wan_pipeline(two_stage=True)
+    pipe.enable_ascend_compile(attention="npu_fia", compile="none")
+    forwards = {}
+    for name in ("transformer", "transformer_2"):
+        model = getattr(pipe, name)
+        model.register_forward_pre_hook(lambda m, a, name=name: forwards.__setitem__(name, forwards.get(name, 0) + 1))
+    with torch.no_grad():
+        pipe(**wan_pipeline_inputs())
+    assert forwards["transformer"] >= 1 and forwards["transformer_2"] >= 1
+    for name in ("transformer", "transformer_2"):
+        model = getattr(pipe, name)
+        calls = forwards[name] * len(diffusers_ascend.attention.processors(model))  # one call per processor
+        assert _fia_entries(model) == [f"{calls} call(s) fell back: dtype torch.float32 (FIA takes float16/bfloat16) -> sdpa"]
+    assert len(_fia_entries(pipe)) == 2
