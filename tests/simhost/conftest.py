@@ -20,7 +20,7 @@ import sys
 import pytest
 
 SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "site")
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.realpath(__file__))
 
 
 def standin_active() -> bool:
