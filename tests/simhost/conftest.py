@@ -53,17 +53,19 @@ def pytest_collection_modifyitems(config, items):
 def simhost(monkeypatch):
     """The simulated Ascend host (tests/simulated_npu.py: platform ``"npu"``, torch.npu's graph
     stand-in, npu providers on CPU tensors) over the stand-in torch_npu DISTRIBUTION diffusers
-    imported; yields a `tests.simulated_npu.SimulatedNpu` whose ``torch_npu`` is that module."""
+    imported; yields a `tests.simulated_npu.SimulatedNpu` whose ``torch_npu`` is that module's
+    stand-in (``torch_npu._standin``: its calls, SoC, compile mode, aclnn kernels)."""
     from ascend_kernels.npu import probe
     from tests.simulated_npu import SimulatedNpu, simulated_npu_host
 
     dist = sys.modules["torch_npu"]
+    standin = dist._standin
     with simulated_npu_host(monkeypatch) as sim:
         # The helper put a fresh stand-in in sys.modules: the distribution's module is the one
         # diffusers holds, so it must be the one our providers call too.
         monkeypatch.setitem(sys.modules, "torch_npu", dist)
-        monkeypatch.setattr(probe, "aclnn_available", lambda api: api in dist.aclnn)
+        monkeypatch.setattr(probe, "aclnn_available", lambda api: api in standin.aclnn)
         probe.cache_clear()
-        dist.calls.clear()
-        yield SimulatedNpu(dist, sim.npu)
+        standin.calls.clear()
+        yield SimulatedNpu(standin, sim.npu)
     probe.cache_clear()

@@ -26,7 +26,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tests.kernels.npu_standins import ALL_ACLNN, A2_SOC, StandInTorchNpu, _record
+import sys
+
+from tests.kernels.npu_standins import ALL_ACLNN, A2_SOC, StandInTorchNpu
 
 __all__ = ["SCHEMAS", "SimHostTorchNpu", "VERSION", "op_api_kernels"]
 
@@ -45,9 +47,19 @@ def op_api_kernels() -> frozenset:
     return ALL_ACLNN | {"aclnnGeGluV3"}
 
 
-def _check_dtype(name: str, t: torch.Tensor) -> None:
-    from tests.kernels.npu_standins import _current
+def _current() -> "SimHostTorchNpu | None":
+    """The stand-in behind the torch_npu module in ``sys.modules`` (None when it is another one)."""
+    standin = getattr(sys.modules.get("torch_npu"), "_standin", None)
+    return standin if isinstance(standin, SimHostTorchNpu) else None
 
+
+def _record(name: str, bound: dict) -> None:
+    standin = _current()
+    if standin is not None:
+        standin.calls.append((name, bound))
+
+
+def _check_dtype(name: str, t: torch.Tensor) -> None:
     if t.dtype not in _DTYPES:
         raise RuntimeError(f"{name}: dtype {t.dtype} not supported (float16, bfloat16, float32)")
     fake = _current()
@@ -127,22 +139,24 @@ def _define_ops() -> None:
 
 
 class SimHostTorchNpu(StandInTorchNpu):
-    """The module ``import torch_npu`` returns in the simulated-host process (see the module docstring).
+    """The stand-in behind ``import torch_npu`` in the simulated-host process (see the module docstring).
+
+    The package module itself stays a plain module holding `exports` (dynamo on torch 2.10 traces
+    ``import torch_npu`` inside a forward only when the module's type is exactly ``ModuleType``);
+    this object, ``torch_npu._standin``, holds the stand-in's state: ``calls``, ``soc``, ``jit``, ``aclnn``.
 
     Args:
-        spec: the package's ``__spec__`` (so ``importlib.util.find_spec`` points at the stand-in site).
-        file: the package's ``__file__``.
         **kw: `StandInTorchNpu` arguments (default: A2, ``jit_compile=False``, `op_api_kernels`).
     """
 
-    def __init__(self, spec=None, file=None, **kw):
+    def __init__(self, **kw):
         kw.setdefault("aclnn", op_api_kernels())
         super().__init__(**kw)
-        if spec is not None:
-            self.__spec__ = spec
-        if file is not None:
-            self.__file__ = file
-        self.__version__ = VERSION
         _define_ops()
         self.npu_rms_norm = torch.ops.npu.npu_rms_norm
         self.npu_geglu = torch.ops.npu.npu_geglu
+
+    def exports(self) -> dict:
+        """The public attributes of the torch_npu module: its ops, ``npu`` and ``__version__``."""
+        names = [n for n in vars(self) if n.startswith("npu")]
+        return {**{n: getattr(self, n) for n in names}, "__version__": VERSION, "_standin": self}

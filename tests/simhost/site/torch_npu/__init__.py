@@ -3,11 +3,11 @@
 Only the simulated-host session puts this directory on ``PYTHONPATH`` (``nox -s simhost-2.10``,
 tests/simhost/conftest.py), so that diffusers finds a torch_npu distribution at its import and
 takes every NPU branch it has. It is no package of diffusers-ascend's build (pyproject's find
-includes ``ascend_kernels*`` and ``diffusers_ascend*`` only). The module is replaced by a
-`tests.simhost.torch_npu_standin.SimHostTorchNpu` built from the repository's stand-ins.
+includes ``ascend_kernels*`` and ``diffusers_ascend*`` only). The module's attributes come from a
+`tests.simhost.torch_npu_standin.SimHostTorchNpu` built from the repository's stand-ins: this
+plain module holds its ops, ``npu`` and ``__version__``; ``_standin`` the stand-in's state.
 """
 
-import sys
 
 try:
     from tests.simhost.torch_npu_standin import SimHostTorchNpu
@@ -19,4 +19,4 @@ except ModuleNotFoundError as e:  # pragma: no cover - only outside the reposito
         "from a diffusers-ascend checkout (nox -s simhost-2.10), never as an installed package"
     ) from e
 
-sys.modules[__name__] = SimHostTorchNpu(spec=__spec__, file=__file__)
+globals().update(SimHostTorchNpu().exports())
