@@ -7,7 +7,8 @@ passes, ``"graph_with_compile"`` after them. The device graph API comes from
 A call's key is its input signature plus the addresses of its parameter inputs, so each block
 instance replays its own graph reading its weights in place (never copied); activations are
 copied into per-signature static buffers. Graphs that cannot be captured (gradients, inputs off
-the device, `UNCAPTURABLE_OPS`, ``jit_compile=True`` on NPU, a failed capture) run as compiled,
+the device, `UNCAPTURABLE_OPS`, diffusers' own torch_npu calls on their acl_op path
+(`OP_API_ONLY`), ``jit_compile=True`` on NPU, a failed capture) run as compiled,
 with a warning and a report entry. docs/graph-capture.md describes the rest.
 """
 

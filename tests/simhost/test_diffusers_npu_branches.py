@@ -147,11 +147,12 @@ def test_swapped_norms_are_ours_and_fused_once(simhost):
     assert upstream_fused(model) == {"npu_rms_norm": 9}
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("name", FAMILIES)
-def test_family_enables_and_matches_eager(name, dtype, simhost):
-    """``fusions="all"``, blocks compiled: equal to eager (diffusers' NPU branches), no fallback,
-    every diffusers RMSNorm swapped for ours (none left to diffusers)."""
+def test_family_enables_and_matches_eager(name, simhost):
+    """``fusions="all"``, blocks compiled, bf16 (fp32: the zoo, tests/simhost/test_zoo_npu.py):
+    equal to eager (diffusers' NPU branches) within bf16 tolerances, no fallback, every diffusers
+    RMSNorm swapped for ours (none left to diffusers)."""
+    dtype = torch.bfloat16
     model, inputs = _model(name, dtype)
     with torch.no_grad():
         ref = model(**inputs)
