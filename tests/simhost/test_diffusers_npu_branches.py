@@ -235,3 +235,25 @@ def test_capture_rule_follows_torch_npu_kernel_path(op, api, simhost, monkeypatc
     monkeypatch.setattr(simhost.torch_npu, "jit", True)
     (reason,) = uncapturable_ops(gm).values()
     assert "jit_compile=True" in reason
+
+
+def test_refused_swap_leaves_the_norm_to_diffusers(simhost):
+    """A diffusers RMSNorm whose swap is refused (an instance ``forward``, as offloading hooks
+    install) still runs diffusers' own npu_rms_norm: reported as fused by diffusers, once."""
+    import diffusers_ascend
+    from diffusers.models.normalization import RMSNorm
+
+    model, inputs = _build("QwenImageTransformer2DModel")
+    hooked = next(m for m in model.modules() if isinstance(m, RMSNorm))
+    hooked.forward = hooked.forward  # an instance attribute wrapping the class's forward
+    with torch.no_grad():
+        ref = model(**inputs)
+    with pytest.warns(UserWarning):
+        diffusers_ascend.enable_ascend_compile(model, fusions=["rms_norm"], compile="none")
+    report = model.ascend_report()
+    assert report.swaps == {"rms_norm": 8} and report.upstream_fused == {"npu_rms_norm": 1}
+    simhost.torch_npu.calls.clear()
+    with torch.no_grad():
+        out = model(**inputs)
+    assert len(simhost.calls("npu_rms_norm")) == 9  # 8 through our provider, 1 by diffusers
+    _assert_close(out, ref, torch.float32)
