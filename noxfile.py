@@ -3,6 +3,7 @@
     nox -s "engine-2.8"          # fusion-engine tests on torch 2.8.0
     nox -t engine                # every release of the matrix
     nox -t engine-by-hand        # releases run by hand (2.8, 2.9, 2.12), not in CI
+    nox -s simhost-2.10          # the simulated Ascend host alone, whole zoo (CI runs it in engine-2.10)
     nox -l                       # list the sessions
 
 The engine tests are the ones that reach torch internals: ops, passes, backend, integration on
@@ -69,17 +70,44 @@ ENGINE_TESTS = ["tests/compilation", "tests/kernels/test_opcheck.py", "tests/ker
 ZOO_RELEASES = {"2.10"}
 WARM_START_SKIPPED = {"2.14"}
 
+# The simulated Ascend host as diffusers sees it (tests/simhost, contract tests, not hardware): a
+# second pytest process whose PYTHONPATH starts with a stand-in torch_npu distribution, so diffusers
+# finds torch_npu at its import and takes its own NPU branches. It runs on 2.10 (what Ascend hosts
+# pin) inside the engine-2.10 session's environment (no second torch download in CI), with the
+# zoo's `tests.simhost.zoo_npu.CI_SUBSET`; `nox -s simhost-2.10` runs it alone, with the whole zoo.
+# Hook: further modules that must see the stand-in torch_npu (the wheel binding test) go here.
+SIMHOST_TESTS = ["tests/simhost"]
+SIMHOST_RELEASES = {"2.10"}
 
-def _engine(session: nox.Session, version: str, zoo: bool, warm_start: bool) -> None:
+
+def _install_torch(session: nox.Session, version: str) -> None:
     # One resolve with torch pinned: a dependency that wants a newer torch fails here instead of
     # silently upgrading the release under test.
     session.install(f"torch=={version}", "-e", ".[test]", *SEED)
     session.run("python", "-c", f"import torch; print('torch', torch.__version__); "
                 f"assert torch.__version__.split('+')[0] == {version!r}, 'the session must run torch {version}'")
+
+
+def _engine(session: nox.Session, version: str, zoo: bool, warm_start: bool) -> None:
+    _install_torch(session, version)
     tests = [t for t in ENGINE_TESTS if warm_start or t != "tests/test_warm_start.py"]
     tests += ["tests/models/test_zoo.py"] if zoo else []
     # exit 5: the selection (with the caller's -k / -m) holds no tests, which is no failure.
     session.run("python", "-m", "pytest", "-q", "-n", "2", *tests, *session.posargs, success_codes=[0, 5])
+    if _short_of(version) in SIMHOST_RELEASES:
+        _simhost(session, zoo="subset")
+
+
+def _short_of(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def _simhost(session: nox.Session, zoo: str) -> None:
+    """The simulated-host suite in its own process (see `SIMHOST_TESTS`); ``zoo``: ``"subset"`` or ``"all"``."""
+    site = os.path.join(os.getcwd(), "tests", "simhost", "site")
+    env = {"PYTHONPATH": os.pathsep.join([site, os.getcwd()]), "DIFFUSERS_ASCEND_SIMHOST_ZOO": zoo}
+    session.run("python", "-m", "pytest", "-q", "-n", "2", *SIMHOST_TESTS, *session.posargs, env=env,
+                success_codes=[0, 5])
 
 
 for _short, _version in {**TORCH, **TORCH_BY_HAND}.items():
@@ -88,6 +116,14 @@ for _short, _version in {**TORCH, **TORCH_BY_HAND}.items():
     nox.session(name=f"engine-{_short}", python="3.11", tags=["engine" if _short in TORCH else "engine-by-hand"])(
         lambda session, _v=_version, _z=_short in ZOO_RELEASES or _short in TORCH_BY_HAND,
         _w=_short not in WARM_START_SKIPPED: _engine(session, _v, _z, _w)
+    )
+
+
+for _short in SIMHOST_RELEASES:
+    # By hand (not tagged for CI, which runs the suite inside engine-2.10): the simulated host alone,
+    # with the whole zoo.
+    nox.session(name=f"simhost-{_short}", python="3.11", tags=["simhost"])(
+        lambda session, _v=TORCH[_short]: (_install_torch(session, _v), _simhost(session, zoo="all"))
     )
 
 

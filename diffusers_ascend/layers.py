@@ -24,6 +24,7 @@ __all__ = [
     "Swap",
     "apply_swaps",
     "restore_swaps",
+    "upstream_fused",
 ]
 
 
@@ -265,3 +266,50 @@ def restore_swaps(undo: list[tuple[object, type]]) -> None:
     """Puts back the original classes recorded by `apply_swaps` (the objects never changed)."""
     for obj, cls in reversed(undo):
         obj.__class__ = cls
+
+
+def _upstream_branches() -> tuple[tuple[type, str, Callable[[object], bool]], ...]:
+    """diffusers' modules whose stock forward calls a torch_npu kernel itself where the torch_npu
+    distribution is installed (diffusers 0.42: ``models/normalization.py``, ``models/activations.py``):
+    ``(class, kernel, condition on the module)``."""
+    from diffusers.models.activations import GEGLU
+    from diffusers.models.normalization import RMSNorm
+
+    return (
+        (RMSNorm, "npu_rms_norm", lambda m: m.weight is not None),  # weight None: the stock math
+        (GEGLU, "npu_geglu", lambda m: True),  # npu_geglu(..., approximate=1): tanh, not the erf GELU
+    )
+
+
+def upstream_fused(model: torch.nn.Module) -> dict[str, int]:
+    """The modules of `model` that diffusers fuses itself: torch_npu kernel -> modules whose
+    forward (diffusers' own, not a swapped-in class) calls it.
+
+    diffusers takes these branches when it found the torch_npu distribution at its import
+    (``diffusers.utils.is_torch_npu_available``), whatever the tensors' device; elsewhere the
+    result is empty. A module swapped for one of our fused classes runs our forward instead (its
+    kernel is picked by our provider registry, capture rules included), so it is counted in
+    `apply_swaps`' counts, never here: one fusion per site.
+
+    Args:
+        model: a diffusers model or block.
+
+    Returns:
+        ``{kernel: number of modules}``, nonzero entries only.
+
+    >>> from diffusers_ascend.tiny import tiny_flux_transformer
+    >>> upstream_fused(tiny_flux_transformer())  # {} where torch_npu is not installed
+    {}
+    """
+    from diffusers.utils import import_utils
+
+    if not import_utils.is_torch_npu_available():
+        return {}
+    counts: dict[str, int] = {}
+    branches = _upstream_branches()
+    for module in model.modules():
+        for cls, kernel, applies in branches:
+            if isinstance(module, cls) and type(module).forward is cls.forward and applies(module):
+                counts[kernel] = counts.get(kernel, 0) + 1
+                break
+    return counts

@@ -695,6 +695,7 @@ def ascend_report(pipe_or_model):
     {'rms_norm': 6}
     """
     from .compilation import FusionReport
+    from .layers import upstream_fused
 
     reports = []
     outer = _outer_compiled(pipe_or_model)
@@ -707,6 +708,7 @@ def ascend_report(pipe_or_model):
         for fb in state.fallbacks:
             rep.add_fallback(fb["module"], fb["reason"], fb.get("lost"))
         rep.record_swaps(state.swaps)
+        rep.record_upstream_fused(upstream_fused(model))
         _report_attention(model, rep)
         reports.append(rep)
     return FusionReport.merge(reports) if reports else None

@@ -7,7 +7,8 @@ passes, ``"graph_with_compile"`` after them. The device graph API comes from
 A call's key is its input signature plus the addresses of its parameter inputs, so each block
 instance replays its own graph reading its weights in place (never copied); activations are
 copied into per-signature static buffers. Graphs that cannot be captured (gradients, inputs off
-the device, `UNCAPTURABLE_OPS`, ``jit_compile=True`` on NPU, a failed capture) run as compiled,
+the device, `UNCAPTURABLE_OPS`, diffusers' own torch_npu calls on their acl_op path
+(`OP_API_ONLY`), ``jit_compile=True`` on NPU, a failed capture) run as compiled,
 with a warning and a report entry. docs/graph-capture.md describes the rest.
 """
 
@@ -26,6 +27,7 @@ from . import _compat
 
 __all__ = [
     "MODES",
+    "OP_API_ONLY",
     "UNCAPTURABLE_OPS",
     "WARMUP_CALLS",
     "CapturedCallable",
@@ -45,6 +47,10 @@ UNCAPTURABLE_OPS = {
     "npu::npu_fusion_attention": "torch_npu documents npu_fusion_attention as not supporting aclgraph",
     "npu::npu_fusion_attention_v2": "torch_npu documents npu_fusion_attention as not supporting aclgraph",
 }
+# torch_npu ops diffusers calls itself on an NPU host (`diffusers_ascend.layers.upstream_fused`), not
+# through our providers: op -> its aclnn kernel. torch_npu runs the acl_op fallback where that
+# kernel is missing from CANN or jit_compile=True, and NPU graphs capture aclnn kernels only.
+OP_API_ONLY = {"npu::npu_rms_norm": "aclnnRmsNorm", "npu::npu_geglu": "aclnnGeGluV3"}
 
 
 def check_capture_config(config, platform: str) -> None:
@@ -92,17 +98,39 @@ def static_input_indices() -> tuple[int, ...]:
 
 
 def uncapturable_ops(gm: torch.fx.GraphModule) -> dict[str, str]:
-    """``{node name: reason}`` for the nodes of `gm` that call an op in `UNCAPTURABLE_OPS`."""
+    """``{node name: reason}`` for the nodes of `gm` that call an op in `UNCAPTURABLE_OPS`, or an
+    op of `OP_API_ONLY` that torch_npu runs as its acl_op kernel here."""
     found = {}
     for node in gm.graph.nodes:
         target = node.target
         if node.op != "call_function" or not isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
             continue
         name = target.name() if isinstance(target, torch._ops.OpOverload) else target._qualified_op_name
-        reason = UNCAPTURABLE_OPS.get(name.split(".")[0])
+        op = name.split(".")[0]
+        reason = UNCAPTURABLE_OPS.get(op) or _acl_op_reason(op)
         if reason is not None:
             found[node.name] = reason
     return found
+
+
+def _acl_op_reason(op: str) -> str | None:
+    """Why `op` (an `OP_API_ONLY` op) cannot be captured here, or None (not such an op, or its
+    aclnn kernel runs)."""
+    api = OP_API_ONLY.get(op)
+    if api is None:
+        return None
+    from ascend_kernels.npu import probe  # only reached when the graph holds a torch_npu op
+
+    if probe.jit_compile():
+        why = "jit_compile=True"
+    elif not probe.aclnn_available(api):
+        why = f"{api} is missing from CANN's op-api libraries"
+    else:
+        return None
+    # Our rms_norm swap replaces diffusers' RMSNorm.forward, and our provider picks a capturable kernel.
+    hint = "enable the rms_norm fusion or " if op == "npu::npu_rms_norm" else ""
+    return (f"diffusers calls torch_npu's {op.split('::')[1]} itself here and torch_npu runs it as an acl_op kernel "
+            f"({why}), which NPU graphs cannot capture; {hint}run without graph capture")
 
 
 def mutated_inputs(gm: torch.fx.GraphModule) -> set[int]:

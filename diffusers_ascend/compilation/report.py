@@ -25,6 +25,10 @@ class FusionReport:
         fallbacks: ``{"module": ..., "reason": ...}`` for each part that runs unfused, with
             ``"lost": {fusion: matches}`` when graphs compiled for it were discarded.
         swaps: module-level layer swaps (a swapped-in fused RMSNorm shows here, not as a match).
+        upstream_fused: modules fused by diffusers itself, not by us: torch_npu kernel -> modules
+            whose stock forward calls it (diffusers takes these branches where the torch_npu
+            distribution is installed, e.g. ``RMSNorm`` -> ``npu_rms_norm``; see
+            `diffusers_ascend.layers.upstream_fused`). Never counted in `matches` or `swaps`.
 
     >>> r = FusionReport(matches={"rms_norm": 2})
     >>> r.add_fallback("blocks.0", "compile failed")
@@ -39,6 +43,7 @@ class FusionReport:
     graphs_compiled: int = 0
     fallbacks: list[dict[str, str]] = field(default_factory=list)
     swaps: dict[str, int] = field(default_factory=dict)
+    upstream_fused: dict[str, int] = field(default_factory=dict)
 
     # -- recording ------------------------------------------------------------------------------
     def add_graph(self, name: str, matches: dict[str, int], ops_before: int, ops_after: int, **info: Any) -> None:
@@ -88,6 +93,11 @@ class FusionReport:
         for name, n in counts.items():
             self.swaps[name] = self.swaps.get(name, 0) + int(n)
 
+    def record_upstream_fused(self, counts: dict[str, int]) -> None:
+        """Add modules fused by diffusers' own torch_npu calls (kernel -> number of modules)."""
+        for name, n in counts.items():
+            self.upstream_fused[name] = self.upstream_fused.get(name, 0) + int(n)
+
     # -- reading --------------------------------------------------------------------------------
     @property
     def total_matches(self) -> int:
@@ -103,13 +113,13 @@ class FusionReport:
         return json.loads(json.dumps(dict(
             matches=self.matches, ops_before=self.ops_before, ops_after=self.ops_after,
             graphs=self.graphs, graphs_compiled=self.graphs_compiled, fallbacks=self.fallbacks,
-            swaps=self.swaps,
+            swaps=self.swaps, upstream_fused=self.upstream_fused,
         ), default=str))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "FusionReport":
         return cls(**{k: d[k] for k in ("matches", "ops_before", "ops_after", "graphs", "graphs_compiled",
-                                        "fallbacks", "swaps") if k in d})
+                                        "fallbacks", "swaps", "upstream_fused") if k in d})
 
     @classmethod
     def merge(cls, reports: Iterable["FusionReport"]) -> "FusionReport":
@@ -124,6 +134,7 @@ class FusionReport:
             out.graphs_compiled += r.graphs_compiled
             out.fallbacks.extend(dict(f) for f in r.fallbacks)
             out.record_swaps(r.swaps)
+            out.record_upstream_fused(r.upstream_fused)
         return out
 
     def __str__(self) -> str:
@@ -143,6 +154,8 @@ class FusionReport:
             lines.append("  " + "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))))
         if self.swaps:
             lines.append("  layer swaps: " + ", ".join(f"{k}={v}" for k, v in self.swaps.items()))
+        if self.upstream_fused:
+            lines.append("  fused by diffusers: " + ", ".join(f"{k}={v}" for k, v in self.upstream_fused.items()))
         for f in self.fallbacks:
             lost = f.get("lost")
             lost_text = f" (not run: {', '.join(f'{k}={v}' for k, v in lost.items())})" if lost else ""

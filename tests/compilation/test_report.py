@@ -77,3 +77,14 @@ def test_uuid_follows_the_fusion_set():
     assert FusionPassManager(["gelu_tanh"]).uuid() != FusionPassManager(["fast_gelu"]).uuid()
     b = AscendBackend(fusions=["rms_norm", "rope"], executor="eager")
     assert b.manager.uuid() == a.uuid()
+
+
+def test_report_keeps_diffusers_own_fusions_apart():
+    # fused by diffusers itself (its NPU branches): merged, serialized and printed, never a match or a swap
+    r = FusionReport(matches={"rms_norm": 0})
+    r.record_upstream_fused({"npu_rms_norm": 9})
+    r.record_upstream_fused({"npu_rms_norm": 1, "npu_geglu": 2})
+    merged = FusionReport.merge([r, FusionReport.from_dict(r.to_dict())])
+    assert merged.upstream_fused == {"npu_rms_norm": 20, "npu_geglu": 4}
+    assert merged.matches == {"rms_norm": 0} and merged.swaps == {}
+    assert "fused by diffusers: npu_rms_norm=20, npu_geglu=4" in str(merged)
