@@ -75,8 +75,9 @@ WARM_START_SKIPPED = {"2.14"}
 # finds torch_npu at its import and takes its own NPU branches. It runs on 2.10 (what Ascend hosts
 # pin) inside the engine-2.10 session's environment (no second torch download in CI), with the
 # zoo's `tests.simhost.zoo_npu.CI_SUBSET`; `nox -s simhost-2.10` runs it alone, with the whole zoo.
-# Hook: further modules that must see the stand-in torch_npu (the wheel binding test) go here.
-SIMHOST_TESTS = ["tests/simhost"]
+# The wheel binding test runs here too: every call we make, recorded in a process where diffusers
+# saw torch_npu, bound against the torch_npu 2.10.0.post6 / 2.14.0 schemas.
+SIMHOST_TESTS = ["tests/simhost", "tests/kernels/test_npu_wheel_bindings.py"]
 SIMHOST_RELEASES = {"2.10"}
 
 
