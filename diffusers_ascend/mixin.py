@@ -426,8 +426,9 @@ def _enable_model(model, cfg, name: str = "", verify: bool = True, lazy_compile:
         backend, signatures, wrappers = backends.get(cfg, verify)
     state = _State(cfg, backend)
     state.signatures, state.wrappers = signatures, wrappers
-    state.record_signatures = (cfg.compile == "blocks" and backend.executor == "inductor"
-                               and backend.graph_capture is None and not cfg.freezing)
+    # Block packages (`save_ascend_cache`): AOTInductor ones run uncaptured, eager ones under capture too.
+    state.record_signatures = (cfg.compile == "blocks" and not cfg.freezing
+                               and (backend.executor == "eager" or backend.graph_capture is None))
     model._ascend_state = state
     unswapped: list[tuple[str, str, str, str | None]] = []
     state.swapped, state.swaps = apply_swaps(model, cfg.resolved_fusions(), skipped=unswapped,
