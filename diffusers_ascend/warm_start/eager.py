@@ -149,8 +149,9 @@ class EagerBlock(AotBlock):
         `signature`, `state` and `outputs`.
 
         Raises:
-            PackageMismatchError: the package records another entry than this one.
-            ValueError: the package is not what `build_eager_package` writes (`check_program`).
+            PackageMismatchError: the package records another entry than this one, or holds what no
+                package of ours holds (`check_program`): the loader refuses the whole cache.
+            ValueError: the package is not a JSON object of our keys.
         """
         import ascend_kernels.ops  # noqa: F401  (the graph names our ops: registered before it is read)
 
@@ -166,7 +167,10 @@ class EagerBlock(AotBlock):
         if payload["binding"] != package_binding(signature, state, outputs):
             raise PackageMismatchError("the package was built for another call signature, state or output than its "
                                        "manifest entry says (entries swapped or edited?)")
-        check_program(payload["program"])
+        try:
+            check_program(payload["program"])
+        except ValueError as e:  # matching sha256 and binding, yet not ours: a crafted cache, refused whole
+            raise PackageMismatchError(str(e)) from None
         return cls(_read_program(payload["program"]), sig, names, keys, spec)
 
     def attach(self, backend) -> None:
