@@ -30,6 +30,8 @@ from ._common import machine_info, write_json
 SIZES = {
     "tiny": {"flux": (dict(num_layers=1, num_single_layers=1), (8, 8)), "wan": (dict(num_layers=2), (2, 8, 8))},
     "small": {"flux": (dict(num_layers=4, num_single_layers=4), (16, 16)), "wan": (dict(num_layers=4), (2, 16, 16))},
+    # The real models' depths at the tiny width: FLUX.1-dev (19 double + 38 single blocks), Wan 2.1 14B (40).
+    "depth": {"flux": (dict(num_layers=19, num_single_layers=38), (8, 8)), "wan": (dict(num_layers=40), (2, 8, 8))},
 }
 
 
@@ -68,15 +70,17 @@ def _child(model: str, size: str, mode: str, art: str) -> None:
     print("RESULT " + json.dumps(info), flush=True)
 
 
-def _run(model: str, size: str, mode: str, art: str) -> dict:
+def _run(model: str, size: str, mode: str, art: str, child: str = "inductor", extra=(), env=None) -> dict:
     import diffusers_ascend
 
     # The child imports this copy of the package, installed or not.
     root = os.path.dirname(os.path.dirname(os.path.abspath(diffusers_ascend.__file__)))
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "PYTHONPATH": path, "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix=f"inductor-{mode}-")}
+    env = {**os.environ, **(env or {}), "PYTHONPATH": path,
+           "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix=f"inductor-{mode}-")}
     start = time.time()
-    out = subprocess.run([sys.executable, "-m", __name__, model, size, mode, art], capture_output=True, text=True, env=env)
+    out = subprocess.run([sys.executable, "-m", __name__, child, model, size, mode, art, *extra], capture_output=True,
+                         text=True, env=env)
     if out.returncode:
         raise RuntimeError(f"{model} {mode} process failed:\n{out.stderr[-3000:]}")
     info = json.loads(next(l for l in out.stdout.splitlines() if l.startswith("RESULT "))[7:])
@@ -110,6 +114,98 @@ def warm_start(size: str = "small", models=("flux", "wan"), repeat: int = 1) -> 
                 repeat=repeat, rows=rows, machine=machine_info())
 
 
+# executor="eager": a fresh process on a machine where no process ran before (no self-check
+# verdict), one after it, and one from saved eager packages.
+EAGER_MODES = ("cold_first", "cold", "warm")
+
+
+def _eager_child(model: str, size: str, mode: str, art: str, capture: str) -> None:
+    import contextlib
+
+    import torch
+
+    import diffusers_ascend
+    from diffusers_ascend import tiny
+    from diffusers_ascend.compilation.passes import base
+    from diffusers_ascend.compilation.passes.manager import FusionPassManager
+    from diffusers_ascend.mixin import package_counters
+
+    spent = {"self_check_s": 0.0, "registration_s": 0.0}
+
+    def timed(fn, key):
+        def wrapper(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[key] += time.perf_counter() - t
+        return wrapper
+
+    # Instrumented in this child only: where the cold path's fixed cost goes.
+    FusionPassManager.ensure_verified = timed(FusionPassManager.ensure_verified, "self_check_s")
+    base._registered = timed(base._registered, "registration_s")
+    scope = contextlib.nullcontext()
+    cfg = dict(fusions="all", executor="eager", compile="blocks")
+    if capture == "1":
+        # The CPU stand-in graph API of the test suite (a CONTRACT stand-in: it times the host work
+        # of capture, not a device graph), on a platform that has device graphs.
+        from diffusers_ascend import platform as P
+        from tests.compilation.graph_standins import standin_graph_api
+
+        P.graph_api = lambda platform=None: standin_graph_api()
+        scope = P.override_platform("cuda")
+        cfg["graph_capture"] = "graph_with_compile"
+    overrides, shape = SIZES[size][model]
+    if model == "flux":
+        net, inputs = tiny.tiny_flux_transformer(**overrides), tiny.flux_model_inputs(*shape)
+    else:
+        net, inputs = tiny.tiny_wan_transformer(**overrides), tiny.wan_model_inputs(*shape)
+    with scope:
+        t = time.perf_counter()
+        diffusers_ascend.enable_ascend_compile(net, cache=art if mode == "warm" else None, **cfg)
+        enable_s = time.perf_counter() - t
+        enable_spent = dict(spent)
+        t = time.perf_counter()
+        with torch.no_grad():
+            net(**inputs)
+        first_call_s = time.perf_counter() - t
+        done = time.time()
+        report = diffusers_ascend.ascend_report(net)
+        info = dict(enable_s=enable_s, first_call_s=first_call_s, first_output_at=done,
+                    enable_self_check_s=enable_spent["self_check_s"], enable_registration_s=enable_spent["registration_s"],
+                    self_check_s=spent["self_check_s"], registration_s=spent["registration_s"],
+                    graphs=report.graphs_compiled, packages=package_counters(net))
+        if mode == "cold_first":
+            t = time.perf_counter()
+            manifest = diffusers_ascend.save_ascend_cache(net, art)
+            info["save_s"] = time.perf_counter() - t
+            info["artifact_bytes"] = {k: v["size"] for k, v in manifest["files"].items()}
+    print("RESULT " + json.dumps(info), flush=True)
+
+
+def eager_warm_start(size: str = "depth", models=("flux", "wan"), captures=(False, True)) -> dict:
+    """``executor="eager"``: fresh-process time to the first output, per model and with or without
+    graph capture (the CPU stand-in), for the three `EAGER_MODES` (each in a new process, sharing
+    one new self-check verdict directory). Ratio = warm / cold (after the first process) of one run."""
+    from .. import platform as _platform  # noqa: F401  (fails here, not in a child, if the package is broken)
+
+    rows = []
+    for model in models:
+        for capture in captures:
+            art = tempfile.mkdtemp(prefix=f"ascend-eager-cache-{model}-")
+            env = {"DIFFUSERS_ASCEND_VERDICT_DIR": tempfile.mkdtemp(prefix="ascend-verdicts-")}
+            runs = {mode: _run(model, size, mode, art, child="eager", extra=["1" if capture else "0"], env=env)
+                    for mode in EAGER_MODES}
+            rows.append(dict(model=model, graph_capture="graph_with_compile (CPU stand-in)" if capture else None,
+                             blocks=SIZES[size][model][0], **runs,
+                             ratio=runs["warm"]["to_first_output_s"] / runs["cold"]["to_first_output_s"],
+                             ratio_first=runs["warm"]["to_first_output_s"] / runs["cold_first"]["to_first_output_s"]))
+    import torch
+
+    return dict(benchmark="warm_start", size=size, executor="eager", compile="blocks", torch=torch.__version__,
+                rows=rows, machine=machine_info())
+
+
 def cli(args) -> int:
     """``diffusers-ascend bench warm_start``: prints a markdown table, writes warm_start.json."""
     result = warm_start(args.size, args.models, args.repeat)
@@ -136,5 +232,5 @@ def cli(args) -> int:
     return 0
 
 
-if __name__ == "__main__":  # a child process of `warm_start`: MODEL SIZE MODE ARTIFACTS
-    _child(*sys.argv[1:])
+if __name__ == "__main__":  # a child process: inductor MODEL SIZE MODE ARTIFACTS, or eager ... CAPTURE
+    {"inductor": _child, "eager": _eager_child}[sys.argv[1]](*sys.argv[2:])
