@@ -600,9 +600,12 @@ def save_ascend_cache(pipe_or_model, save_directory):
     With ``compile="blocks"``, this also builds one AOTInductor package per compiled block class
     and call signature (one Inductor compile each; a package that fails its check is left out with
     a warning), which a process started from these artifacts runs without tracing or compiling.
+    Under ``executor="eager"`` (``compile="blocks"``) the cache holds one eager package per block
+    class and signature instead: the fused graph as torch.export's program JSON (docs/warm-start.md).
 
     Args:
-        pipe_or_model: enabled with ``executor="inductor"``, and called at least once.
+        pipe_or_model: enabled (``executor="inductor"``, or ``"eager"`` with ``compile="blocks"``),
+            and called at least once.
         save_directory: a local directory (created if missing), replaced whole by the new cache;
             plain files in it that are not the cache's (a model's ``save_pretrained`` output) are
             carried over, a subdirectory is refused.
@@ -612,7 +615,8 @@ def save_ascend_cache(pipe_or_model, save_directory):
 
     Raises:
         ValueError: `pipe_or_model` is not enabled, has compiled nothing yet, uses the eager
-            executor, torch has no portable compile cache (2.6), or `save_directory` is a file or
+            executor with ``compile="model"``, nothing could be packaged (eager), torch has no
+            portable compile cache (2.6, Inductor), or `save_directory` is a file or
             holds a subdirectory (checked before anything is compiled). Nothing is written then.
         OSError: writing failed (the previous cache at `save_directory` is left as it was).
 

@@ -12,6 +12,13 @@ so it measures torch's compile caches alone. The time is taken by this parent fr
 starting the child to the moment the child has its first output (interpreter start, imports,
 model construction, enable and the first call included). Ratio = warm / cold of one run; with
 ``--repeat N`` the median of N runs (each with a new cold process), all runs in the JSON.
+
+``--executor eager`` (issue 36; ``--size depth``: FLUX.1-dev's 19 + 38 and Wan 2.1 14B's 40 blocks
+at the tiny width), per model without and with graph capture (on a CPU, the test suite's stand-in
+graph API: host work only): a fresh process on a machine where none ran before (no self-check
+verdict, `compilation/passes/verdict.py`) compiles and saves eager packages; a second cold one
+finds the verdict; a third starts from the packages. Each child also reports the seconds spent in
+the self-check and pattern registration, in its enable and over its first call.
 """
 
 from __future__ import annotations
@@ -144,22 +151,27 @@ def _eager_child(model: str, size: str, mode: str, art: str, capture: str) -> No
     # Instrumented in this child only: where the cold path's fixed cost goes.
     FusionPassManager.ensure_verified = timed(FusionPassManager.ensure_verified, "self_check_s")
     base._registered = timed(base._registered, "registration_s")
+    from diffusers_ascend import platform as P
+
     scope = contextlib.nullcontext()
     cfg = dict(fusions="all", executor="eager", compile="blocks")
+    device = P.current_platform()  # an NPU or CUDA host runs on its device, captured by its own graphs
     if capture == "1":
-        # The CPU stand-in graph API of the test suite (a CONTRACT stand-in: it times the host work
-        # of capture, not a device graph), on a platform that has device graphs.
-        from diffusers_ascend import platform as P
-        from tests.compilation.graph_standins import standin_graph_api
-
-        P.graph_api = lambda platform=None: standin_graph_api()
-        scope = P.override_platform("cuda")
         cfg["graph_capture"] = "graph_with_compile"
+        if not P.graph_capture_supported():
+            # The CPU stand-in graph API of the test suite (a CONTRACT stand-in: it times the host
+            # work of capture, not a device graph), on a platform that has device graphs.
+            from tests.compilation.graph_standins import standin_graph_api
+
+            P.graph_api = lambda platform=None: standin_graph_api()
+            scope = P.override_platform("cuda")
     overrides, shape = SIZES[size][model]
     if model == "flux":
         net, inputs = tiny.tiny_flux_transformer(**overrides), tiny.flux_model_inputs(*shape)
     else:
         net, inputs = tiny.tiny_wan_transformer(**overrides), tiny.wan_model_inputs(*shape)
+    net.to(device)
+    inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
     with scope:
         t = time.perf_counter()
         diffusers_ascend.enable_ascend_compile(net, cache=art if mode == "warm" else None, **cfg)
@@ -206,8 +218,32 @@ def eager_warm_start(size: str = "depth", models=("flux", "wan"), captures=(Fals
                 rows=rows, machine=machine_info())
 
 
+def _eager_cli(args) -> int:
+    result = eager_warm_start(args.size, args.models)
+    print(f"torch {result['torch']}, {result['machine'].get('cpu', '')}, executor=eager; seconds from process start to "
+          "first output (in brackets: enable + first call); self-check + registration: in the enable of a cold process "
+          "[over the whole first output]")
+    print("| model | graph capture | cold, first process | cold | warm (packages) | ratio warm/cold | self-check cold |")
+    print("|---|---|---|---|---|---|---|")
+
+    def cell(run):
+        return f"{run['to_first_output_s']:.1f} [{run['enable_s'] + run['first_call_s']:.1f}]"
+
+    for r in result["rows"]:
+        cold = r["cold"]
+        print(f"| {r['model']} | {r['graph_capture'] or '-'} | {cell(r['cold_first'])} | {cell(cold)} | {cell(r['warm'])} | "
+              f"{r['ratio']:.2f} [{(r['warm']['enable_s'] + r['warm']['first_call_s']) / (cold['enable_s'] + cold['first_call_s']):.2f}] | "
+              f"{cold['enable_self_check_s'] + cold['enable_registration_s']:.2f} "
+              f"[{cold['self_check_s'] + cold['registration_s']:.1f}] |")
+    write_json(result, args.out, f"warm_start-eager-{args.size}.json")
+    return 0
+
+
 def cli(args) -> int:
-    """``diffusers-ascend bench warm_start``: prints a markdown table, writes warm_start.json."""
+    """``diffusers-ascend bench warm_start``: prints a markdown table, writes warm_start.json
+    (``--executor eager``: warm_start-eager-<size>.json)."""
+    if getattr(args, "executor", "inductor") == "eager":
+        return _eager_cli(args)
     result = warm_start(args.size, args.models, args.repeat)
     print(f"torch {result['torch']}, {result['machine'].get('cpu', '')}; seconds from process start to first output, "
           f"median of {args.repeat} run(s) (ratios: median [min-max])")
