@@ -180,6 +180,8 @@ def _first_node(payload):
     (lambda p: _first_node(p)["inputs"][0]["arg"].update(as_expr={"expr_str": "__import__('os')"}), True, "'as_expr'"),
     (lambda p: p["program"]["graph_module"]["signature"]["input_specs"].__setitem__(
         0, {"parameter": {"arg": {"name": "arg0_1"}, "parameter_name": "w"}}), True, "other than user_inputs"),
+    (lambda p: _first_node(p).update(metadata={"source_fn_stack": "x,torch.serialization.os.system"}), True,
+     "node metadata"),
     (lambda p: p.update(binding="0" * 64), True, "built for another call signature"),
 ])
 def test_a_tampered_eager_package_is_refused_and_nothing_is_loaded(saved, tmp_path, monkeypatch, edit, resign, needle):

@@ -18,7 +18,8 @@ falls back to ``weights_only=False``), and its JSON names call targets by Python
 `check_program` reads the JSON first and lets through only what a package of ours holds: calls of
 ``aten``, ``prims`` and ``ascend_kernels`` overloads and ``operator.getitem``, user inputs and
 outputs only, static shapes (no symbolic expression, which torch parses with ``sympy.sympify``),
-no guard code, no custom object, no subgraph. Only then does torch's deserializer see it, with an
+no guard code, no custom object, no subgraph, no node metadata (whose ``source_fn_stack`` torch
+resolves by attribute path too). Only then does torch's deserializer see it, with an
 empty state dict, no constants and no example inputs, so nothing is unpickled.
 """
 
@@ -62,6 +63,8 @@ def build_eager_package(block: torch.nn.Module, signature: CallSignature, manage
         program = _compat.export_program(gm, inputs)
     payload = {"binding": package_binding(signature.to_json(), fields["state"], fields["outputs"]),
                "program": json.loads(_compat.export_to_json(program))}
+    for node in payload["program"]["graph_module"]["graph"]["nodes"]:
+        node["metadata"] = {}  # source locations and module paths: not needed to run, names resolved by torch
     check_program(payload["program"])
     data = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
     _check_round_trip(data, gm, inputs, len(fields["state"]["names"]))
@@ -97,6 +100,8 @@ def check_program(program: Any) -> None:
         if not isinstance(target, str) or not (target == _GETITEM or _TARGET.match(target)):
             raise ValueError(f"the package's program calls {target!r}: only aten, prims and ascend_kernels ops "
                              "and tuple indexing are allowed")
+        if node.get("metadata"):
+            raise ValueError("the package's program holds node metadata (torch resolves names in it); a package has none")
     signature = graph_module.get("signature")
     specs = (signature.get("input_specs"), signature.get("output_specs")) if isinstance(signature, dict) else (None, None)
     if not all(isinstance(s, list) for s in specs):
