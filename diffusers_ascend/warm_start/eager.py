@@ -42,7 +42,7 @@ _GETITEM = "_operator.getitem"
 # subgraphs of higher-order ops, operators passed as arguments.
 _REFUSED_FIELDS = frozenset({
     "as_sym_int", "as_sym_ints", "as_sym_float", "as_sym_floats", "as_sym_bool", "as_sym_bools", "as_expr",
-    "as_custom_obj", "as_graph", "as_operator", "as_sym_int_or_ints",
+    "as_custom_obj", "as_graph", "as_operator",
 })
 _PAYLOAD_KEYS = {"binding", "program"}
 
