@@ -769,7 +769,10 @@ def _add_bench_device_parsers(sub) -> None:
     host.add_argument("--calls", type=_positive_int, default=2000, help="calls per timed run")
     host.add_argument("--repeat", type=_positive_int, default=5, help="timed runs (the median is reported)")
     warm = add("warm_start", "time to the first output of a fresh process, without and with saved compile artifacts")
-    warm.add_argument("--size", default="small", choices=("small", "tiny"))
+    warm.add_argument("--size", default="small", choices=("small", "tiny", "depth"),
+                      help="depth: FLUX.1-dev's and Wan 2.1 14B's block counts at the tiny width")
+    warm.add_argument("--executor", default="inductor", choices=("inductor", "eager"),
+                      help="eager: eager block packages, with and without graph capture (the CPU stand-in on a CPU)")
     warm.add_argument("--models", nargs="+", default=["flux", "wan"], choices=("flux", "wan"))
     warm.add_argument("--repeat", type=_positive_int, default=1, help="runs per model, each from a new cold process")
 

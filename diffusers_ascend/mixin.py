@@ -432,8 +432,9 @@ def _enable_model(model, cfg, name: str = "", verify: bool = True, lazy_compile:
         backend, signatures, wrappers = backends.get(cfg, verify)
     state = _State(cfg, backend)
     state.signatures, state.wrappers = signatures, wrappers
-    state.record_signatures = (cfg.compile == "blocks" and backend.executor == "inductor"
-                               and backend.graph_capture is None and not cfg.freezing)
+    # Block packages (`save_ascend_cache`): AOTInductor ones run uncaptured, eager ones under capture too.
+    state.record_signatures = (cfg.compile == "blocks" and not cfg.freezing
+                               and (backend.executor == "eager" or backend.graph_capture is None))
     model._ascend_state = state
     unswapped: list[tuple[str, str, str, str | None]] = []
     state.swapped, state.swaps = apply_swaps(model, cfg.resolved_fusions(), skipped=unswapped,
@@ -607,9 +608,12 @@ def save_ascend_cache(pipe_or_model, save_directory):
     With ``compile="blocks"``, this also builds one AOTInductor package per compiled block class
     and call signature (one Inductor compile each; a package that fails its check is left out with
     a warning), which a process started from these artifacts runs without tracing or compiling.
+    Under ``executor="eager"`` (``compile="blocks"``) the cache holds one eager package per block
+    class and signature instead: the fused graph as torch.export's program JSON (docs/warm-start.md).
 
     Args:
-        pipe_or_model: enabled with ``executor="inductor"``, and called at least once.
+        pipe_or_model: enabled (``executor="inductor"``, or ``"eager"`` with ``compile="blocks"``),
+            and called at least once.
         save_directory: a local directory (created if missing), replaced whole by the new cache;
             plain files in it that are not the cache's (a model's ``save_pretrained`` output) are
             carried over, a subdirectory is refused.
@@ -619,7 +623,8 @@ def save_ascend_cache(pipe_or_model, save_directory):
 
     Raises:
         ValueError: `pipe_or_model` is not enabled, has compiled nothing yet, uses the eager
-            executor, torch has no portable compile cache (2.6), or `save_directory` is a file or
+            executor with ``compile="model"``, nothing could be packaged (eager), torch has no
+            portable compile cache (2.6, Inductor), or `save_directory` is a file or
             holds a subdirectory (checked before anything is compiled). Nothing is written then.
         OSError: writing failed (the previous cache at `save_directory` is left as it was).
 

@@ -343,7 +343,7 @@ def test_save_refuses_what_has_no_artifacts(tmp_path):
     with pytest.raises(ValueError, match="is not enabled"):
         diffusers_ascend.save_ascend_cache(model, tmp_path)
     diffusers_ascend.enable_ascend_compile(model, fusions=["rms_norm"], executor="eager")
-    with pytest.raises(ValueError, match="executor='eager' produces no compiled artifact"):
+    with pytest.raises(ValueError, match="compiled no graph yet: call it once"):  # eager packages: issue 36
         model.save_ascend_cache(tmp_path)
     diffusers_ascend.enable_ascend_compile(model, fusions=["rms_norm"], executor="inductor")
     with pytest.raises(ValueError, match="compiled no graph yet: call it once"):

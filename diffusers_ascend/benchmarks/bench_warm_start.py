@@ -12,6 +12,13 @@ so it measures torch's compile caches alone. The time is taken by this parent fr
 starting the child to the moment the child has its first output (interpreter start, imports,
 model construction, enable and the first call included). Ratio = warm / cold of one run; with
 ``--repeat N`` the median of N runs (each with a new cold process), all runs in the JSON.
+
+``--executor eager`` (issue 36; ``--size depth``: FLUX.1-dev's 19 + 38 and Wan 2.1 14B's 40 blocks
+at the tiny width), per model without and with graph capture (on a CPU, the test suite's stand-in
+graph API: host work only): a fresh process on a machine where none ran before (no self-check
+verdict, `compilation/passes/verdict.py`) compiles and saves eager packages; a second cold one
+finds the verdict; a third starts from the packages. Each child also reports the seconds spent in
+the self-check and pattern registration, in its enable and over its first call.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from ._common import machine_info, write_json
 SIZES = {
     "tiny": {"flux": (dict(num_layers=1, num_single_layers=1), (8, 8)), "wan": (dict(num_layers=2), (2, 8, 8))},
     "small": {"flux": (dict(num_layers=4, num_single_layers=4), (16, 16)), "wan": (dict(num_layers=4), (2, 16, 16))},
+    # The real models' depths at the tiny width: FLUX.1-dev (19 double + 38 single blocks), Wan 2.1 14B (40).
+    "depth": {"flux": (dict(num_layers=19, num_single_layers=38), (8, 8)), "wan": (dict(num_layers=40), (2, 8, 8))},
 }
 
 
@@ -68,15 +77,17 @@ def _child(model: str, size: str, mode: str, art: str) -> None:
     print("RESULT " + json.dumps(info), flush=True)
 
 
-def _run(model: str, size: str, mode: str, art: str) -> dict:
+def _run(model: str, size: str, mode: str, art: str, child: str = "inductor", extra=(), env=None) -> dict:
     import diffusers_ascend
 
     # The child imports this copy of the package, installed or not.
     root = os.path.dirname(os.path.dirname(os.path.abspath(diffusers_ascend.__file__)))
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "PYTHONPATH": path, "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix=f"inductor-{mode}-")}
+    env = {**os.environ, **(env or {}), "PYTHONPATH": path,
+           "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix=f"inductor-{mode}-")}
     start = time.time()
-    out = subprocess.run([sys.executable, "-m", __name__, model, size, mode, art], capture_output=True, text=True, env=env)
+    out = subprocess.run([sys.executable, "-m", __name__, child, model, size, mode, art, *extra], capture_output=True,
+                         text=True, env=env)
     if out.returncode:
         raise RuntimeError(f"{model} {mode} process failed:\n{out.stderr[-3000:]}")
     info = json.loads(next(l for l in out.stdout.splitlines() if l.startswith("RESULT "))[7:])
@@ -110,8 +121,129 @@ def warm_start(size: str = "small", models=("flux", "wan"), repeat: int = 1) -> 
                 repeat=repeat, rows=rows, machine=machine_info())
 
 
+# executor="eager": a fresh process on a machine where no process ran before (no self-check
+# verdict), one after it, and one from saved eager packages.
+EAGER_MODES = ("cold_first", "cold", "warm")
+
+
+def _eager_child(model: str, size: str, mode: str, art: str, capture: str) -> None:
+    import contextlib
+
+    import torch
+
+    import diffusers_ascend
+    from diffusers_ascend import tiny
+    from diffusers_ascend.compilation.passes import base
+    from diffusers_ascend.compilation.passes.manager import FusionPassManager
+    from diffusers_ascend.mixin import package_counters
+
+    spent = {"self_check_s": 0.0, "registration_s": 0.0}
+
+    def timed(fn, key):
+        def wrapper(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[key] += time.perf_counter() - t
+        return wrapper
+
+    # Instrumented in this child only: where the cold path's fixed cost goes.
+    FusionPassManager.ensure_verified = timed(FusionPassManager.ensure_verified, "self_check_s")
+    base._registered = timed(base._registered, "registration_s")
+    from diffusers_ascend import platform as P
+
+    scope = contextlib.nullcontext()
+    cfg = dict(fusions="all", executor="eager", compile="blocks")
+    device = P.current_platform()  # an NPU or CUDA host runs on its device, captured by its own graphs
+    if capture == "1":
+        cfg["graph_capture"] = "graph_with_compile"
+        if not P.graph_capture_supported():
+            # The CPU stand-in graph API of the test suite (a CONTRACT stand-in: it times the host
+            # work of capture, not a device graph), on a platform that has device graphs.
+            from tests.compilation.graph_standins import standin_graph_api
+
+            P.graph_api = lambda platform=None: standin_graph_api()
+            scope = P.override_platform("cuda")
+    overrides, shape = SIZES[size][model]
+    if model == "flux":
+        net, inputs = tiny.tiny_flux_transformer(**overrides), tiny.flux_model_inputs(*shape)
+    else:
+        net, inputs = tiny.tiny_wan_transformer(**overrides), tiny.wan_model_inputs(*shape)
+    net.to(device)
+    inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+    with scope:
+        t = time.perf_counter()
+        diffusers_ascend.enable_ascend_compile(net, cache=art if mode == "warm" else None, **cfg)
+        enable_s = time.perf_counter() - t
+        enable_spent = dict(spent)
+        t = time.perf_counter()
+        with torch.no_grad():
+            net(**inputs)
+        first_call_s = time.perf_counter() - t
+        done = time.time()
+        report = diffusers_ascend.ascend_report(net)
+        info = dict(enable_s=enable_s, first_call_s=first_call_s, first_output_at=done,
+                    enable_self_check_s=enable_spent["self_check_s"], enable_registration_s=enable_spent["registration_s"],
+                    self_check_s=spent["self_check_s"], registration_s=spent["registration_s"],
+                    graphs=report.graphs_compiled, packages=package_counters(net))
+        if mode == "cold_first":
+            t = time.perf_counter()
+            manifest = diffusers_ascend.save_ascend_cache(net, art)
+            info["save_s"] = time.perf_counter() - t
+            info["artifact_bytes"] = {k: v["size"] for k, v in manifest["files"].items()}
+    print("RESULT " + json.dumps(info), flush=True)
+
+
+def eager_warm_start(size: str = "depth", models=("flux", "wan"), captures=(False, True)) -> dict:
+    """``executor="eager"``: fresh-process time to the first output, per model and with or without
+    graph capture (the CPU stand-in), for the three `EAGER_MODES` (each in a new process, sharing
+    one new self-check verdict directory). Ratio = warm / cold (after the first process) of one run."""
+    from .. import platform as _platform  # noqa: F401  (fails here, not in a child, if the package is broken)
+
+    rows = []
+    for model in models:
+        for capture in captures:
+            art = tempfile.mkdtemp(prefix=f"ascend-eager-cache-{model}-")
+            env = {"DIFFUSERS_ASCEND_VERDICT_DIR": tempfile.mkdtemp(prefix="ascend-verdicts-")}
+            runs = {mode: _run(model, size, mode, art, child="eager", extra=["1" if capture else "0"], env=env)
+                    for mode in EAGER_MODES}
+            rows.append(dict(model=model, graph_capture="graph_with_compile (CPU stand-in)" if capture else None,
+                             blocks=SIZES[size][model][0], **runs,
+                             ratio=runs["warm"]["to_first_output_s"] / runs["cold"]["to_first_output_s"],
+                             ratio_first=runs["warm"]["to_first_output_s"] / runs["cold_first"]["to_first_output_s"]))
+    import torch
+
+    return dict(benchmark="warm_start", size=size, executor="eager", compile="blocks", torch=torch.__version__,
+                rows=rows, machine=machine_info())
+
+
+def _eager_cli(args) -> int:
+    result = eager_warm_start(args.size, args.models)
+    print(f"torch {result['torch']}, {result['machine'].get('cpu', '')}, executor=eager; seconds from process start to "
+          "first output (in brackets: enable + first call); self-check + registration: in the enable of a cold process "
+          "[over the whole first output]")
+    print("| model | graph capture | cold, first process | cold | warm (packages) | ratio warm/cold | self-check cold |")
+    print("|---|---|---|---|---|---|---|")
+
+    def cell(run):
+        return f"{run['to_first_output_s']:.1f} [{run['enable_s'] + run['first_call_s']:.1f}]"
+
+    for r in result["rows"]:
+        cold = r["cold"]
+        print(f"| {r['model']} | {r['graph_capture'] or '-'} | {cell(r['cold_first'])} | {cell(cold)} | {cell(r['warm'])} | "
+              f"{r['ratio']:.2f} [{(r['warm']['enable_s'] + r['warm']['first_call_s']) / (cold['enable_s'] + cold['first_call_s']):.2f}] | "
+              f"{cold['enable_self_check_s'] + cold['enable_registration_s']:.2f} "
+              f"[{cold['self_check_s'] + cold['registration_s']:.1f}] |")
+    write_json(result, args.out, f"warm_start-eager-{args.size}.json")
+    return 0
+
+
 def cli(args) -> int:
-    """``diffusers-ascend bench warm_start``: prints a markdown table, writes warm_start.json."""
+    """``diffusers-ascend bench warm_start``: prints a markdown table, writes warm_start.json
+    (``--executor eager``: warm_start-eager-<size>.json)."""
+    if getattr(args, "executor", "inductor") == "eager":
+        return _eager_cli(args)
     result = warm_start(args.size, args.models, args.repeat)
     print(f"torch {result['torch']}, {result['machine'].get('cpu', '')}; seconds from process start to first output, "
           f"median of {args.repeat} run(s) (ratios: median [min-max])")
@@ -136,5 +268,5 @@ def cli(args) -> int:
     return 0
 
 
-if __name__ == "__main__":  # a child process of `warm_start`: MODEL SIZE MODE ARTIFACTS
-    _child(*sys.argv[1:])
+if __name__ == "__main__":  # a child process: inductor MODEL SIZE MODE ARTIFACTS, or eager ... CAPTURE
+    {"inductor": _child, "eager": _eager_child}[sys.argv[1]](*sys.argv[2:])

@@ -553,6 +553,24 @@ def export_program(fn: torch.nn.Module, args: Sequence[Any]):
     return require("torch.export.export", lambda: torch.export.export)(fn, tuple(args), strict=False)
 
 
+def export_to_json(program) -> bytes:
+    """`program` (an ExportedProgram) as torch.export's schema JSON (``_export.serde.serialize``,
+    2.3+): the graph, its tensor metadata and signature. Its state dict, constants and example
+    inputs (pickles) are left out: our programs take their weights as inputs."""
+    serde = require("torch._export.serde.serialize", lambda: __import__(
+        "torch._export.serde.serialize", fromlist=["serialize"]))
+    return serde.serialize(program).exported_program
+
+
+def export_from_json(data: bytes):
+    """The ExportedProgram of `export_to_json` bytes, with an empty state dict, no constants and
+    no example inputs: nothing is unpickled (``deserialize`` reads those three as pickles only when
+    they are non-empty)."""
+    serde = require("torch._export.serde.serialize", lambda: __import__(
+        "torch._export.serde.serialize", fromlist=["deserialize", "SerializedArtifact"]))
+    return serde.deserialize(serde.SerializedArtifact(data, b"", b"", b""))
+
+
 def tree_flatten(tree: Any) -> tuple[list[Any], Any]:
     """``torch.utils._pytree.tree_flatten`` (leaves, spec)."""
     from torch.utils import _pytree

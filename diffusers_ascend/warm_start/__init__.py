@@ -9,6 +9,10 @@
 - ``ascend_inductor_cache.bin``: torch's portable compile cache, which serves every other call.
 - ``ascend_cpp_kernels.tar`` (CPU only): the C++ kernels that cache leaves out (`kernels.py`).
 
+Under ``executor="eager"`` (``compile="blocks"``) the cache holds the manifest and one
+``ascend_export_<n>.json`` per compiled block class and call signature: the fused graph as
+torch.export's program JSON, read back as data and run op by op (`eager.py`, its trust model there).
+
 `enable_ascend_compile(obj, ..., cache=path_or_repo_id)` validates the manifest before it reads
 any artifact: one made for another setup is a warning and a normal compile; one that is not what a
 save writes, or a file whose sha256 differs, is a `ValueError` and nothing is loaded. Hub sources
@@ -19,6 +23,7 @@ warm start its models as `EnabledModel` records; warm start never reaches back i
 from .load import TorchCaches, cache_info, count_packages, install_packages, load_ascend_cache
 from .manifest import (
     ARTIFACTS_NAME,
+    EAGER_MECHANISM,
     FORMAT,
     KERNELS_NAME,
     MANIFEST_NAME,
@@ -33,6 +38,7 @@ from .store import pull_ascend_cache, push_ascend_cache, trusted_opt_in
 
 __all__ = [
     "ARTIFACTS_NAME",
+    "EAGER_MECHANISM",
     "FORMAT",
     "KERNELS_NAME",
     "MANIFEST_NAME",

@@ -11,7 +11,16 @@ from typing import Any
 import torch
 
 from .kernels import check_kernels, install_kernels
-from .manifest import ARTIFACTS_NAME, FORMAT, KERNELS_NAME, KEY_FIELDS, MANIFEST_NAME, mismatches, read_manifest
+from .manifest import (
+    ARTIFACTS_NAME,
+    EAGER_MECHANISM,
+    FORMAT,
+    KERNELS_NAME,
+    KEY_FIELDS,
+    MANIFEST_NAME,
+    mismatches,
+    read_manifest,
+)
 from .packages import AotBlock, EnabledModel, PackageMismatchError, temporary_file
 from .store import is_remote, local_source, read_one_save, read_verified, resolve, trusted_opt_in
 
@@ -28,8 +37,9 @@ def load_ascend_cache(source, cfg, *, trust_remote_artifacts: bool = False, **hu
         **hub_kwargs: ``revision``, ``cache_dir``, ``local_files_only``, ``token``, ``subfolder``.
 
     Returns:
-        ``{"source", "artifacts", "blocks", "caches"}``: the loaded block packages (`AotBlock`
-        entries) and the `TorchCaches` (already handed to torch unless packages were loaded); or
+        ``{"source", "artifacts", "blocks", "caches"}``: the loaded block packages (`AotBlock` or,
+        from an ``executor="eager"`` cache, `EagerBlock` entries) and the `TorchCaches` (already
+        handed to torch unless packages were loaded; None for an eager cache); or
         None when the manifest was made for another process (with a warning naming each
         difference: compilation proceeds normally).
 
@@ -55,7 +65,8 @@ def load_ascend_cache(source, cfg, *, trust_remote_artifacts: bool = False, **hu
     def read() -> tuple[dict[str, Any], list[str], dict[str, bytes] | None]:
         manifest = read_manifest(resolve(source, MANIFEST_NAME, **hub_kwargs))
         diffs = mismatches(manifest, cfg)
-        if _compat.cache_artifacts_api() is None:
+        eager = manifest.get("mechanism") == EAGER_MECHANISM
+        if not eager and _compat.cache_artifacts_api() is None:
             diffs.append(f"torch {torch.__version__} cannot load portable compile caches (torch 2.7+)")
         if diffs:  # made for another setup: no artifact is read
             return manifest, diffs, None
@@ -73,10 +84,12 @@ def load_ascend_cache(source, cfg, *, trust_remote_artifacts: bool = False, **hu
             stacklevel=3,
         )
         return None
-    members = check_kernels(blobs[KERNELS_NAME]) if KERNELS_NAME in blobs else []
-    caches = TorchCaches(blobs[ARTIFACTS_NAME], blobs.get(KERNELS_NAME), members, source)
+    caches = None  # eager packages: nothing of torch's caches to hand over
+    if manifest.get("mechanism") != EAGER_MECHANISM:
+        members = check_kernels(blobs[KERNELS_NAME]) if KERNELS_NAME in blobs else []
+        caches = TorchCaches(blobs[ARTIFACTS_NAME], blobs.get(KERNELS_NAME), members, source)
     blocks = _load_packages(manifest["blocks"], blobs, source)
-    if not blocks:
+    if not blocks and caches is not None:
         caches()  # no package takes any call: every graph compiles, from these caches
     return {"source": os.fspath(source), "artifacts": sorted(blobs), "blocks": blocks, "caches": caches}
 
@@ -120,19 +133,27 @@ def _load_packages(entries: list[dict[str, Any]], blobs: dict[str, bytes], sourc
 
     out = []
     for entry in entries:
-        with temporary_file(blobs[entry["file"]], suffix=".pt2") as path:
-            try:
-                block = AotBlock.load(path, entry["signature"], entry["state"], entry["outputs"])
-            except PackageMismatchError as e:
-                raise ValueError(f"{entry['file']} at {source!r}, the package of {entry['class']}: {e} "
-                                 "(tampered?): nothing was loaded.") from None
-            except Exception as e:  # noqa: BLE001 - the JIT caches still serve this class
-                warnings.warn(f"diffusers_ascend: the package of {entry['class']} at {source!r} did not load "
-                              f"({describe_failure(e)}); it compiles normally.", stacklevel=4)
-                continue
+        try:
+            block = _load_package(entry, blobs[entry["file"]])
+        except PackageMismatchError as e:
+            raise ValueError(f"{entry['file']} at {source!r}, the package of {entry['class']}: {e} "
+                             "(tampered?): nothing was loaded.") from None
+        except Exception as e:  # noqa: BLE001 - the JIT caches still serve this class
+            warnings.warn(f"diffusers_ascend: the package of {entry['class']} at {source!r} did not load "
+                          f"({describe_failure(e)}); it compiles normally.", stacklevel=4)
+            continue
         out.append({**{k: entry[k] for k in ("model", "class", "file", "matches", "ops_before", "ops_after")},
                     "block": block})
     return out
+
+
+def _load_package(entry: dict[str, Any], data: bytes) -> AotBlock:
+    if entry["file"].endswith(".json"):  # an eager package: read as data, never written to disk
+        from .eager import EagerBlock
+
+        return EagerBlock.read(data, entry["signature"], entry["state"], entry["outputs"])
+    with temporary_file(data, suffix=".pt2") as path:
+        return AotBlock.load(path, entry["signature"], entry["state"], entry["outputs"])
 
 
 def install_packages(models: list[EnabledModel], blocks: list[dict[str, Any]], caches: TorchCaches) -> None:
@@ -154,11 +175,18 @@ def install_packages(models: list[EnabledModel], blocks: list[dict[str, Any]], c
         recorded = m.signatures.setdefault(entry["class"], [])
         if instance is not None and m.recording and all(block.signature != s for s, _ in recorded):
             recorded.append((block.signature, weakref.ref(instance)))
+        eager = hasattr(block, "attach")
+        name = f"{entry['class']}:{'export' if eager else 'aoti'}"
         report = m.backend.report
-        if any(g.get("package") == entry["file"] and g["name"] == f"{entry['class']}:aoti" for g in report.graphs):
-            continue  # a backend reused from an earlier enable lists it already
-        report.add_graph(f"{entry['class']}:aoti", entry["matches"], entry["ops_before"], entry["ops_after"],
-                         executor="aoti", package=entry["file"], training=False, dynamic=False)
+        listed = [i for i, g in enumerate(report.graphs) if g.get("package") == entry["file"] and g["name"] == name]
+        if listed:  # a backend reused from an earlier enable lists it already (moved last: see `attach`)
+            report.graphs.append(report.graphs.pop(listed[0]))
+        else:
+            report.add_graph(name, entry["matches"], entry["ops_before"], entry["ops_after"],
+                             executor="eager" if eager else "aoti", package=entry["file"], training=False,
+                             dynamic=False)
+        if eager:
+            block.attach(m.backend)
 
 
 def count_packages(models: list[EnabledModel]) -> dict[str, int]:

@@ -21,7 +21,12 @@ ARTIFACTS_NAME = "ascend_inductor_cache.bin"
 KERNELS_NAME = "ascend_cpp_kernels.tar"
 FORMAT = 2
 MECHANISM = "inductor-mega-cache+aoti-blocks"
-PACKAGE_NAME = re.compile(r"^ascend_aoti_[0-9]{1,4}\.pt2$")
+# executor="eager": block packages only, each the fused graph as torch.export's program JSON (`eager.py`).
+EAGER_MECHANISM = "eager-export-blocks"
+PACKAGE_NAME = re.compile(r"^(ascend_aoti_[0-9]{1,4}\.pt2|ascend_export_[0-9]{1,4}\.json)$")
+# The package file names of each mechanism.
+_PACKAGE_NAMES = {MECHANISM: (re.compile(r"^ascend_aoti_[0-9]{1,4}\.pt2$"), "ascend_aoti_<n>.pt2"),
+                  EAGER_MECHANISM: (re.compile(r"^ascend_export_[0-9]{1,4}\.json$"), "ascend_export_<n>.json")}
 # Manifest key -> its meaning, as a mismatch warning names it.
 KEY_FIELDS = {
     "torch": "torch version",
@@ -89,9 +94,12 @@ def read_manifest(path: str) -> dict[str, Any]:
     if set(data) != _MANIFEST_KEYS:
         missing, extra = sorted(_MANIFEST_KEYS - set(data)), sorted(set(data) - _MANIFEST_KEYS)
         raise ValueError(f"{where}: missing keys {missing}, unknown keys {extra}")
-    if data["format"] != FORMAT or data["mechanism"] != MECHANISM:
+    if data["format"] != FORMAT or data["mechanism"] not in _PACKAGE_NAMES:
         raise ValueError(f"{where}: format {data['format']!r} / mechanism {data['mechanism']!r}; "
-                         f"this diffusers-ascend reads format {FORMAT} / {MECHANISM!r}")
+                         f"this diffusers-ascend reads format {FORMAT} / {' or '.join(map(repr, _PACKAGE_NAMES))}")
+    eager = data["mechanism"] == EAGER_MECHANISM
+    if eager and data["executor"] != "eager":
+        raise ValueError(f"{where}: mechanism {data['mechanism']!r} with executor {data['executor']!r}")
     for key in KEY_FIELDS:
         if not isinstance(data[key], str):
             raise ValueError(f"{where}: {key!r} must be a string, got {type(data[key]).__name__}")
@@ -99,10 +107,12 @@ def read_manifest(path: str) -> dict[str, Any]:
     if not isinstance(blocks, list):
         raise ValueError(f"{where}: 'blocks' must be a list")
     for i, block in enumerate(blocks):
-        _check_block_entry(block, where=f"{where}: blocks[{i}]")
+        _check_block_entry(block, _PACKAGE_NAMES[data["mechanism"]], where=f"{where}: blocks[{i}]")
     packages = {b["file"] for b in blocks}
-    allowed = {ARTIFACTS_NAME, KERNELS_NAME} | packages
-    if (not isinstance(files, dict) or ARTIFACTS_NAME not in files or not set(files) <= allowed
+    if eager:  # the packages alone: the eager executor leaves nothing in torch's caches
+        if not isinstance(files, dict) or set(files) != packages or len(packages) != len(blocks) or not blocks:
+            raise ValueError(f"{where}: 'files' must name each block's package exactly once, and nothing else")
+    elif (not isinstance(files, dict) or ARTIFACTS_NAME not in files or not set(files) <= {ARTIFACTS_NAME, KERNELS_NAME} | packages
             or not packages <= set(files) or len(packages) != len(blocks)):
         raise ValueError(f"{where}: 'files' must name {ARTIFACTS_NAME!r}, optionally {KERNELS_NAME!r}, and each "
                          "block's package exactly once")
@@ -115,15 +125,15 @@ def read_manifest(path: str) -> dict[str, Any]:
     return data
 
 
-def _check_block_entry(block: Any, where: str) -> None:
+def _check_block_entry(block: Any, package_name: tuple[re.Pattern, str], where: str) -> None:
     """A ``blocks`` entry: the keys `build_packages` writes, each of its type; the signature, state
     and output spec are parsed as data."""
     if not isinstance(block, dict) or set(block) != _BLOCK_KEYS:
         raise ValueError(f"{where} must have exactly the keys {sorted(_BLOCK_KEYS)}")
     if not all(isinstance(block[k], str) for k in ("model", "class", "file", "outputs")):
         raise ValueError(f"{where}: 'model', 'class', 'file' and 'outputs' must be strings")
-    if not PACKAGE_NAME.match(block["file"]):
-        raise ValueError(f"{where}: package file {block['file']!r} is not named ascend_aoti_<n>.pt2")
+    if not package_name[0].match(block["file"]):
+        raise ValueError(f"{where}: package file {block['file']!r} is not named {package_name[1]}")
     matches = block["matches"]
     if not isinstance(matches, dict) or not all(isinstance(k, str) and type(v) is int and v >= 0 for k, v in matches.items()):
         raise ValueError(f"{where}: 'matches' must map fusion names to counts")
@@ -143,4 +153,7 @@ def mismatches(manifest: dict[str, Any], cfg) -> list[str]:
         return [f"manifest format: saved {manifest.get('format')!r} by diffusers-ascend "
                 f"{manifest.get('diffusers_ascend')!r}, here {FORMAT}"]
     here = expected_keys(cfg)
-    return [f"{KEY_FIELDS[k]}: saved {manifest[k]!r}, here {here[k]!r}" for k in KEY_FIELDS if manifest[k] != here[k]]
+    diffs = [f"{KEY_FIELDS[k]}: saved {manifest[k]!r}, here {here[k]!r}" for k in KEY_FIELDS if manifest[k] != here[k]]
+    if (manifest["mechanism"] == EAGER_MECHANISM) != (here["executor"] == "eager"):
+        diffs.append(f"mechanism: saved {manifest['mechanism']!r}, which executor={here['executor']!r} does not run")
+    return diffs

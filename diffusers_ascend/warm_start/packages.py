@@ -229,28 +229,11 @@ def build_package(block: torch.nn.Module, signature: CallSignature, manager, pat
     Raises:
         RuntimeError: this torch has no AOTInductor, or the package failed `_check_package`.
     """
-    from ..compilation.passes.manager import count_ops
-
     api = _compat.aoti_api()
     if api is None:
         raise RuntimeError(f"torch {torch.__version__} has no AOTInductor packaging (aoti_compile_and_package)")
-    names, state = _state(block)
-    out: dict[str, Any] = {}
-    fn = _as_function(block, names, signature, out)
-    inputs = [t.detach() for t in state] + signature.example_tensors()
-    was_training, compiled_call = block.training, block._compiled_call_impl
-    block.train(signature.training)
-    block._compiled_call_impl = None  # trace the block's Python, not its dynamo-compiled call
-    try:
-        gm = _compat.probe_trace(fn, inputs)  # the graph the backend's aot trace would give
-    finally:
-        block.train(was_training)
-        block._compiled_call_impl = compiled_call
-    before = count_ops(gm.graph)
-    matches = manager(gm.graph)
-    gm.recompile()
-    state_json = {"names": names, "keys": [_json_key(_tensor_key(t)) for t in state]}
-    outputs = _compat.treespec_dumps(out["spec"])
+    gm, inputs, fields = fused_graph(block, signature, manager)
+    state_json, outputs = fields["state"], fields["outputs"]
     # A dict of our own for the package's metadata: AOTInductor writes its device keys into the
     # configured dict in place, which would otherwise stay in torch's config after the save.
     metadata = {BINDING_KEY: package_binding(signature.to_json(), state_json, outputs)}
@@ -259,9 +242,40 @@ def build_package(block: torch.nn.Module, signature: CallSignature, manager, pat
         warnings.filterwarnings("ignore", message=r".*LeafSpec.* is deprecated", category=FutureWarning)
         program = _compat.export_program(gm, inputs)
         api[0](program, package_path=path)
-    _check_package(path, gm, inputs, len(state))
-    return {"state": state_json, "outputs": outputs, "matches": matches,
-            "ops_before": before, "ops_after": count_ops(gm.graph)}
+    _check_package(path, gm, inputs, len(state_json["names"]))
+    return fields
+
+
+def fused_graph(block: torch.nn.Module, signature: CallSignature, manager) -> tuple[torch.fx.GraphModule, list, dict]:
+    """`block` at `signature` as the graph the backend would run: traced as a function of ``(*state,
+    *call tensors)`` (`_compat.probe_trace`: the form aot_autograd gives the backend), then
+    rewritten by `manager` (a `FusionPassManager`).
+
+    Returns:
+        ``(graph module, example inputs, fields)``; the manifest fields are ``state`` (parameter and
+        buffer names and tensor keys), ``outputs`` (the output's pytree spec), ``matches``,
+        ``ops_before`` and ``ops_after``.
+    """
+    from ..compilation.passes.manager import count_ops
+
+    names, state = _state(block)
+    out: dict[str, Any] = {}
+    fn = _as_function(block, names, signature, out)
+    inputs = [t.detach() for t in state] + signature.example_tensors()
+    was_training, compiled_call = block.training, block._compiled_call_impl
+    block.train(signature.training)
+    block._compiled_call_impl = None  # trace the block's Python, not its dynamo-compiled call
+    try:
+        gm = _compat.probe_trace(fn, inputs)
+    finally:
+        block.train(was_training)
+        block._compiled_call_impl = compiled_call
+    before = count_ops(gm.graph)
+    matches = manager(gm.graph)
+    gm.recompile()
+    state_json = {"names": names, "keys": [_json_key(_tensor_key(t)) for t in state]}
+    return gm, inputs, {"state": state_json, "outputs": _compat.treespec_dumps(out["spec"]), "matches": matches,
+                        "ops_before": before, "ops_after": count_ops(gm.graph)}
 
 
 def package_binding(signature: Any, state: Any, outputs: Any) -> str:

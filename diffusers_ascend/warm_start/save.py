@@ -27,12 +27,10 @@ def save_cache(models: list[EnabledModel], save_directory: str | os.PathLike, ow
     keys = expected_keys(cfg)
     if cfg.compile == "none":
         raise ValueError("compile='none' compiles nothing, so there is nothing to save; use compile='blocks' or 'model'.")
-    if keys["executor"] != "inductor":
-        raise ValueError(
-            f"executor={keys['executor']!r} produces no compiled artifact to save: it runs the fused graph op by op, "
-            "and dynamo tracing, the aot trace and the fusion passes run in every process (torch has no portable "
-            "form of them). Use executor='inductor' to save Inductor's compile results."
-        )
+    if keys["executor"] == "eager":
+        from .eager import save_eager_cache
+
+        return save_eager_cache(models, target, owner, keys)
     backends = [m.backend for m in models if m.backend is not None]
     for backend in backends:  # caches loaded lazily must be in torch before its artifacts are collected
         if backend.deferred_caches is not None:

@@ -92,6 +92,29 @@ class FusionPassManager(_compat.custom_graph_pass_base()):
         for fusion_pass in self.passes.values():
             fusion_pass.verify()
 
+    def ensure_verified(self) -> bool:
+        """`_compat.check_engine` and `verify`, unless a process on this machine passed both for the
+        same torch build and pattern code (`verdict.py`); then only torch's support range is checked
+        and the patterns are registered when a graph first needs them.
+
+        Returns:
+            Whether the checks ran (False: a recorded verdict stood in for them).
+
+        Raises:
+            TorchCompatError: as `verify`.
+        """
+        from . import verdict
+
+        checks_fusions = bool(self.fusions)
+        key = verdict.verdict_key(self, checks_fusions)
+        if verdict.passed_before(key):
+            _compat.check_engine(fusions=False)  # the support range and its warning, every time
+            return False
+        _compat.check_engine(fusions=checks_fusions)
+        self.verify()
+        verdict.record_pass(key)
+        return True
+
     def uuid(self) -> str:
         h = hashlib.sha256(repr(self.fusions).encode())
         for name, fusion_pass in self.passes.items():
