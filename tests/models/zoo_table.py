@@ -597,7 +597,7 @@ SWIGLU_SITES: dict[str, dict[str, int | None]] = {
     "Flux3Transformer2DModel": {"float32": 3, "bfloat16": 3},
     "Ideogram4Transformer2DModel": {"float32": 1, "bfloat16": 1},
     "Krea2Transformer2DModel": {"float32": 1, "bfloat16": 1},
-    "Lumina2Transformer2DModel": {"float32": 4, "bfloat16": 4},
+    "Lumina2Transformer2DModel": {"float32": 4, "bfloat16": 4, "float16": 4},
     "MiniMaxH3Transformer3DModel": {"float32": 2, "bfloat16": 2},
     "MiniMaxMusic3Transformer1DModel": {"float32": 1, "bfloat16": 1},
     "NucleusMoEImageTransformer2DModel": {"float32": 1, "bfloat16": 1},
