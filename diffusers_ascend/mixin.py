@@ -120,7 +120,8 @@ class _CompiledCall:
 
 
 # The configs whose compiled graphs a model keeps (least recently enabled dropped first): enabling
-# a config again within them compiles nothing, and the memory they hold is bounded.
+# a config again within them compiles nothing, and the graphs held stay bounded (dynamo still
+# keeps each backend until its reset: docs/configuration.md#the-recompile-limit-process-wide).
 _KEPT_CONFIGS = 4
 
 
