@@ -7,6 +7,7 @@ import contextlib
 import contextvars
 import functools
 import threading
+import types
 import warnings
 import weakref
 from typing import Any
@@ -35,8 +36,12 @@ class _State:
         self.record_signatures = False
         self.signatures: dict[str, list[tuple[Any, Any]]] = {}  # class name -> [(CallSignature, weakref to a block)]
         self.aot_blocks: dict[str, list[Any]] = {}  # class name -> [AotBlock]
-        self.wrappers: dict[int, tuple[torch.nn.Module, Any]] = {}  # id(module) -> (module, dynamo wrapper), see `_Backends`
+        self.compiled_call: _CompiledCall | None = None  # what compiles this config's modules, see `_Backends`
         self.packages_passed_on = 0  # calls of a packaged class that no package took
+        # Whether the model ran (`_RunMarker`, a hook on it) and whether a module's compiled call
+        # ran: a model that ran while none did was traced by another torch.compile around it.
+        self.marker: _RunMarker | None = None
+        self.compiled_ran = False
 
     def __getstate__(self):
         # A pickled model keeps its config, swaps and attention backends; like torch's in-place
@@ -46,38 +51,113 @@ class _State:
         state["compiled"] = []
         state["signatures"] = {}
         state["aot_blocks"] = {}
-        state["wrappers"] = {}
+        state["compiled_call"] = None
         return state
+
+
+def _block_call(module, /, *args, **kwargs):
+    """What dynamo compiles for a module enabled in place: its ``_call_impl`` (hooks included).
+    Each config of each model runs its own copy of this code object (`_CompiledCall`)."""
+    return module._call_impl(*args, **kwargs)
+
+
+class _RunMarker:
+    """A forward pre-hook on an enabled model that records that the model ran (also when another
+    ``torch.compile`` traces it: dynamo replays the attribute write), see `_foreign_compiles`."""
+
+    def __init__(self) -> None:
+        self.ran = False
+
+    def __call__(self, module, args) -> None:
+        self.ran = True
+
+
+def _remove_run_markers(model) -> None:
+    for key, hook in list(model._forward_pre_hooks.items()):
+        if isinstance(hook, _RunMarker):
+            del model._forward_pre_hooks[key]
+
+
+class _CompiledCall:
+    """One config's compiled call for the modules of one model: ``torch.compile`` of a fresh copy
+    of `_block_call`'s code object.
+
+    Dynamo keeps compiled graphs, and counts the recompile limit, per code object. Compiling the
+    modules themselves puts every graph on the block class's ``forward`` code, which every config
+    and every model of that class shares: each new config spent the same budget until dynamo
+    compiled nothing more (and ran eager, silently), and a model's limit counted per block class.
+    On its own code object a config compiles as if it were the first, its graphs of every block
+    class count against one limit, and `drop` frees them.
+    """
+
+    def __init__(self, backend, cfg) -> None:
+        code = _block_call.__code__.replace()  # an equal but distinct code object: its own dynamo cache
+        self.fn = types.FunctionType(code, _block_call.__globals__, _block_call.__name__)
+        self.backend, self.cfg = backend, cfg
+        self.signatures: dict[str, list[tuple[Any, Any]]] = {}  # see `_State.signatures`
+        self._wrapper = None
+
+    def __call__(self, module, *args, **kwargs):
+        wrapper = self._wrapper
+        if wrapper is None:
+            with _BOOKKEEPING:  # made at the first call, which threads may reach together
+                if self._wrapper is None:
+                    self._wrapper = torch.compile(self.fn, backend=self.backend, dynamic=self.cfg.dynamic,
+                                                  fullgraph=self.cfg.fullgraph)
+                wrapper = self._wrapper
+        return wrapper(module, *args, **kwargs)
+
+    @property
+    def code(self) -> types.CodeType:
+        return self.fn.__code__
+
+    def drop(self) -> None:
+        """Frees this config's compiled graphs (and device graphs); a later call compiles anew."""
+        from .compilation._compat import drop_compiled_code
+
+        drop_compiled_code(self.code)
+        if self.backend.graph_capture is not None:
+            self.backend.graph_capture.clear()
+
+
+# The configs whose compiled graphs a model keeps (least recently enabled dropped first): enabling
+# a config again within them compiles nothing, and the graphs held stay bounded (dynamo still
+# keeps each backend until its reset: docs/configuration.md#the-recompile-limit-process-wide).
+_KEPT_CONFIGS = 4
 
 
 class _Backends:
     """The backends a model was enabled with, one per (config, platform), kept across
-    enable/disable on the model (``model.__dict__["_ascend_backends"]``).
+    enable/disable on the model (``model.__dict__["_ascend_backends"]``): the `_KEPT_CONFIGS`
+    most recently enabled.
 
     Dynamo guards compiled graphs on the backend's identity and keeps every backend until
-    ``torch.compiler.reset()``: a new backend per enable would add entries every cycle until the
-    recompile limit, after which dynamo silently runs eager. Each entry also keeps the recorded
-    call signatures (a cache hit records nothing again) and the dynamo wrapper of each module.
+    ``torch.compiler.reset()``: a new backend per enable would compile again every cycle. Each
+    entry also keeps the recorded call signatures (a cache hit records nothing again) and the
+    config's `_CompiledCall`; an entry dropped frees its graphs.
 
     Not pickled or deep-copied (a copy is another module: it compiles its own graphs).
     """
 
     def __init__(self) -> None:
-        self.entries: dict[tuple[Any, str], tuple[Any, dict, dict]] = {}
+        self.entries: dict[tuple[Any, str], _CompiledCall] = {}
 
-    def get(self, cfg, verify: bool):
-        """``(backend, signatures, wrappers)`` for `cfg` on the current platform: the ones made
-        before unless dynamo was reset since (its graphs are gone)."""
+    def get(self, cfg, verify: bool) -> _CompiledCall:
+        """The `_CompiledCall` of `cfg` on the current platform: the one made before unless dynamo
+        was reset since (its graphs are gone)."""
         from .compilation import AscendBackend
         from .platform import current_platform
 
         key = (cfg, current_platform())
-        found = self.entries.get(key)
-        if found is not None and not found[0].was_reset:
+        found = self.entries.pop(key, None)
+        if found is not None and not found.backend.was_reset:
             if verify:
-                found[0].ensure_verified()
-            return found
-        found = self.entries[key] = (AscendBackend(cfg, verify=verify), {}, {})
+                found.backend.ensure_verified()
+        else:
+            found = _CompiledCall(AscendBackend(cfg, verify=verify), cfg)
+        self.entries[key] = found  # the most recent last
+        while len(self.entries) > _KEPT_CONFIGS:
+            self.entries.pop(next(iter(self.entries))).drop()
         return found
 
     def __getstate__(self):
@@ -176,26 +256,16 @@ def _release_recompile_limit(state: _State) -> None:
         _apply_limit(current)
 
 
-def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg, lazy: bool = False) -> None:
+def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg) -> None:
     """Like `module.compile(...)` (no `_orig_mod.` keys), with per-module fallback at first call.
-
-    `lazy`: make the dynamo wrapper at the first call that needs it (loaded block packages may
-    take every call)."""
+    Compiles through the config's `_CompiledCall`, at the first call that loaded block packages
+    (warm start) do not take."""
     from .compilation._compat import TorchCompatError
     from .compilation.backend import compiled_graphs, graph_label, root_cause
     from .warm_start import MISS
     from .warm_start import plain_call as _plain_call
 
-    def make():
-        # One dynamo wrapper per module and backend, kept across enable/disable (`_Backends`).
-        with _BOOKKEEPING:
-            made = state.wrappers.get(id(module))
-            if made is None or made[0] is not module:
-                made = state.wrappers[id(module)] = (module, torch.compile(
-                    module._call_impl, backend=state.backend, dynamic=cfg.dynamic, fullgraph=cfg.fullgraph))
-        return made[1]
-
-    wrapper = [None if lazy else make()]
+    compiled_call = state.compiled_call
     label = type(module).__name__
     if cfg.freezing:  # dynamo lifts weights into the graph only under this flag; set for our calls only
         from .compilation._compat import inductor_freezing_scope
@@ -213,14 +283,13 @@ def _compile_in_place(module: torch.nn.Module, name: str, state: _State, cfg, la
                     if out is not MISS:
                         return out
             state.packages_passed_on += 1
+        state.compiled_ran = True
         token = graph_label.set(label)
         compiled = []
         sink = compiled_graphs.set(compiled)  # the report entries of the graphs this call compiles
         try:
-            if wrapper[0] is None:
-                wrapper[0] = make()
             with scope():
-                out = wrapper[0](*args, **kwargs)
+                out = compiled_call(module, *args, **kwargs)
         except Exception as e:
             cause = root_cause(e)
             if isinstance(cause, TorchCompatError):
@@ -318,11 +387,40 @@ def _foreign_compiles(model: torch.nn.Module, name: str, state: _State, outer: b
                       f"{len(replaced)} compiled block(s) were compiled again after enabling (Module.compile() or "
                       "compile_repeated_blocks()): that compile replaced ours, which no longer runs on them; "
                       "enable_ascend_compile compiles the blocks itself (enable again to restore it)"))
+    ours = [m for m in state.compiled if getattr(m._compiled_call_impl, "_ascend_state", None) is state]
+    if not found and ours and state.marker is not None and state.marker.ran and not state.compiled_ran:
+        found.append((name or type(model).__name__, "it ran, but none of its compiled modules' calls did: another "
+                      "torch.compile traced it, most likely a torch.compile(model) wrapper (OptimizedModule) around "
+                      "it, whose dynamo traces the blocks into its own graph with its own backend: our backend compiles "
+                      "nothing (no graph fusions; layer swaps and attention still apply). Call the model itself, "
+                      "with compile='model' for one graph per model"))
     for module, reason in found:
-        if any(fb["module"] == module and fb["reason"] == reason for fb in state.fallbacks):
-            continue
-        warnings.warn(f"diffusers_ascend: {module}: {reason}")
-        state.fallbacks.append({"module": module, "reason": reason})
+        _note_once(state, module, reason)
+
+
+def _note_once(state: _State, module: str, reason: str) -> None:
+    """A warning and a fallback entry for `module`, unless this one was recorded already."""
+    if any(fb["module"] == module and fb["reason"] == reason for fb in state.fallbacks):
+        return
+    warnings.warn(f"diffusers_ascend: {module}: {reason}")
+    state.fallbacks.append({"module": module, "reason": reason})
+
+
+def _recompile_limit_reached(model, name: str, state: _State) -> None:
+    """Records (once, with a warning) that the model's compiled graphs reached dynamo's recompile
+    limit: a call of a shape none of them takes then runs uncompiled, without fusion. Counted on
+    the config's own code object (`_CompiledCall`), where the limit counts every graph of the
+    model (2.8+; before, dynamo counts the graphs of each block instance apart)."""
+    from .compilation._compat import compiled_blocks_share_graphs, compiled_code_entries, dynamo_recompile_limit
+
+    if state.compiled_call is None or not compiled_blocks_share_graphs():
+        return
+    graphs, limit = compiled_code_entries(state.compiled_call.code), dynamo_recompile_limit()
+    if graphs >= limit:
+        _note_once(state, name or type(model).__name__, (
+            f"{graphs} graphs compiled for this config reach dynamo's recompile limit ({limit}): a call of a new shape "
+            "runs uncompiled, without fusion. Use dynamic=None (the default) or True for varying resolutions, or a "
+            "higher recompile_limit"))
 
 
 def _compile_disabling_hooks(module: torch.nn.Module) -> list:
@@ -417,24 +515,25 @@ def _set_attention(model, cfg, state: _State) -> None:
         state.attention_hooks = track(model)  # its own fallback log, for its report
 
 
-def _enable_model(model, cfg, name: str = "", verify: bool = True, lazy_compile: bool = False) -> None:
+def _enable_model(model, cfg, name: str = "", verify: bool = True) -> None:
     """Enables `model`; its state is recorded first, so a failure half-way can be undone by `_disable_model`."""
     from .adapters import adapter_for
     from .adapters.registry import adapter_swaps
     from .layers import apply_swaps
 
     adapter = adapter_for(model)
-    backend, signatures, wrappers = None, {}, {}
+    compiled_call = None
     if cfg.compile != "none":
         backends = model.__dict__.get("_ascend_backends")
         if backends is None:
             backends = model.__dict__["_ascend_backends"] = _Backends()
-        backend, signatures, wrappers = backends.get(cfg, verify)
-    state = _State(cfg, backend)
-    state.signatures, state.wrappers = signatures, wrappers
+        compiled_call = backends.get(cfg, verify)
+    state = _State(cfg, compiled_call.backend if compiled_call is not None else None)
+    if compiled_call is not None:
+        state.signatures, state.compiled_call = compiled_call.signatures, compiled_call
     # Block packages (`save_ascend_cache`): AOTInductor ones run uncaptured, eager ones under capture too.
-    state.record_signatures = (cfg.compile == "blocks" and not cfg.freezing
-                               and (backend.executor == "eager" or backend.graph_capture is None))
+    state.record_signatures = (cfg.compile == "blocks" and not cfg.freezing and state.backend is not None
+                               and (state.backend.executor == "eager" or state.backend.graph_capture is None))
     model._ascend_state = state
     unswapped: list[tuple[str, str, str, str | None]] = []
     state.swapped, state.swaps = apply_swaps(model, cfg.resolved_fusions(), skipped=unswapped,
@@ -476,9 +575,12 @@ def _enable_model(model, cfg, name: str = "", verify: bool = True, lazy_compile:
         # torch < 2.8 guards on each block's processor object: one object per position, one graph.
         state.shared = share_processors(sub for _, sub in found)
     for sub_name, sub in found:
-        _compile_in_place(sub, f"{name + '.' if name else ''}{sub_name}", state, cfg, lazy=lazy_compile)
+        _compile_in_place(sub, f"{name + '.' if name else ''}{sub_name}", state, cfg)
     if cfg.compile == "model":
         _compile_in_place(model, name, state, cfg)
+    if state.compiled:
+        state.marker = _RunMarker()
+        model.register_forward_pre_hook(state.marker)
     _foreign_compiles(model, name, state)  # e.g. MagCache applied before enabling
     model.register_to_config(**{ASCEND_CONFIG_KEY: cfg.to_dict()})
 
@@ -515,6 +617,7 @@ def _disable_model(model) -> None:
             proc._attention_backend = prev
     for hook in getattr(state, "attention_hooks", ()):  # a state pickled before this field has none
         hook.remove()
+    _remove_run_markers(model)
     del model._ascend_state
     _set_config_key(model, None)
     _release_recompile_limit(state)
@@ -583,7 +686,7 @@ def enable_ascend_compile(pipe_or_model, config=None, *, cache=None, trust_remot
     outer = _outer_compiled(pipe_or_model)
     try:
         for name, model in models:
-            _enable_model(model, cfg, name, verify=verify, lazy_compile=bool(loaded and loaded["blocks"]))
+            _enable_model(model, cfg, name, verify=verify)
             if name in outer:
                 _foreign_compiles(model, name, model._ascend_state, outer=True)
         if loaded:
@@ -710,6 +813,7 @@ def ascend_report(pipe_or_model):
             continue
         rep = FusionReport.merge([state.backend.report]) if state.backend is not None else FusionReport()
         _foreign_compiles(model, name, state, outer=name in outer)
+        _recompile_limit_reached(model, name, state)
         for fb in state.fallbacks:
             rep.add_fallback(fb["module"], fb["reason"], fb.get("lost"))
         rep.record_swaps(state.swaps)

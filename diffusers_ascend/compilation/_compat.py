@@ -766,3 +766,18 @@ def check_engine(fusions: bool = True) -> None:
 @functools.cache
 def _warn_untested(sentence: str) -> None:
     warnings.warn(f"diffusers-ascend: {sentence}", stacklevel=3)
+
+
+# -- dynamo's cache of one code object ------------------------------------------------------------
+def drop_compiled_code(code) -> None:
+    """Frees every graph dynamo compiled for the frames of `code` (its cache entries): a later
+    call of `code` compiles anew. ``reset_code`` of ``torch._C._dynamo.eval_frame`` (2.6-2.15)."""
+    torch._C._dynamo.eval_frame.reset_code(code)
+
+
+def compiled_code_entries(code) -> int:
+    """How many graphs (cache entries) dynamo holds for the frames of `code`: what its recompile
+    limit counts where no module is guarded by identity (2.8+ compiling blocks in place)."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    return len(_debug_get_cache_entry_list(code))

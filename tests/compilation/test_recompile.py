@@ -91,3 +91,88 @@ def test_sequence_length_changes_stop_recompiling_flux_block():
     assert warm == 2 and backend.report.graphs_compiled == 2
     assert [g["dynamic"] for g in backend.report.graphs] == [False, True]
     assert backend.report.graphs[1]["matches"] == EXPECTED_BLOCK_COUNTS["flux_double"]
+
+
+# -- the recompile limit of an enabled model (issue 33) ---------------------------------------------
+def test_the_twentieth_config_enabled_compiles_like_the_first():
+    """Each config compiles on its own code object: 20 distinct configs enabled in turn on one
+    model each compile the block and fuse its sites. On the block class's shared ``forward``
+    code, the 9th (Wan's limit: 8) compiled nothing and ran eager with an empty report. The
+    model keeps the graphs of its `_KEPT_CONFIGS` latest configs: one enabled again among them
+    compiles nothing, an older one compiles again."""
+    import diffusers_ascend
+    from ascend_kernels.testing import assert_close
+
+    model = tiny_wan_transformer(num_layers=1)
+    inputs = _wan_inputs(2, 4, 4)
+    with torch.no_grad():
+        ref = model(**inputs)[0]
+
+    def enable(i):
+        # max_captured_graphs changes nothing without graph_capture: configs equal but for it
+        return diffusers_ascend.enable_ascend_compile(model, fusions=["adaln"], executor="eager",
+                                                      max_captured_graphs=i + 1)
+
+    for i in range(20):
+        enable(i)
+        with torch.no_grad():
+            out = model(**inputs)[0]
+        report = model.ascend_report()
+        assert (report.graphs_compiled, report.matches, report.fallbacks) == (
+            1, {"adaln": EXPECTED_BLOCK_COUNTS["wan"]["adaln"]}, []), i
+        assert_close(out, ref, dtype=torch.float32)
+        diffusers_ascend.disable_ascend_compile(model)
+    from diffusers_ascend import mixin
+    from diffusers_ascend.compilation._compat import compiled_code_entries
+
+    kept = list(model._ascend_backends.entries.values())
+    assert len(kept) == mixin._KEPT_CONFIGS and [compiled_code_entries(c.code) for c in kept] == [1] * len(kept)
+    for i, graphs in ((19, 1), (0, 1)):  # kept: its graph; dropped long ago: compiled again
+        enable(i)
+        with torch.no_grad():
+            model(**inputs)
+        assert model.ascend_report().graphs_compiled == graphs
+        diffusers_ascend.disable_ascend_compile(model)
+    assert compiled_code_entries(kept[0].code) == 0  # the oldest kept config was dropped for config 0: freed
+
+
+def test_dynamic_false_compiles_at_most_the_recompile_limit_per_model():
+    """``dynamic=False`` compiles one graph per shape, until the limit, which counts every graph of
+    the model (all its block classes) under one config: tiny Flux with 3 blocks of each of its 2
+    classes compiles exactly ``recompile_limit`` graphs over 8 resolutions (dynamo counted per
+    block class, per code object: 2x the limit), then runs the new shapes eager, right, and says so."""
+    import gc
+
+    from diffusers_ascend.compilation import _compat
+
+    limit = 4
+    gc.collect()  # enabled models dropped in reference cycles hold their limit until collected
+    with torch._dynamo.config.patch(**{_compat._recompile_limit_name(): 1}):  # below ours: ours applies
+        _limit_per_model(limit)
+
+
+def _limit_per_model(limit):
+    import warnings
+
+    import diffusers_ascend
+    from ascend_kernels.testing import assert_close
+
+    from diffusers_ascend.compilation import _compat
+
+    model, stock = (tiny_flux_transformer(num_layers=3, num_single_layers=3) for _ in range(2))  # same seed
+    diffusers_ascend.enable_ascend_compile(model, fusions=["mul_add"], executor="eager", dynamic=False,
+                                           recompile_limit=limit)
+    assert _compat.dynamo_recompile_limit() == limit
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for width in range(4, 12):
+            inputs = _flux_inputs(4, width)
+            with torch.no_grad():
+                out, ref = model(**inputs)[0], stock(**inputs)[0]
+            assert_close(out, ref, dtype=torch.float32)
+        report = model.ascend_report()
+    assert report.graphs_compiled == limit
+    assert len(report.fallbacks) == 1 and f"reach dynamo's recompile limit ({limit})" in report.fallbacks[0]["reason"]
+    assert sum("reach dynamo's recompile limit" in str(w.message) for w in caught) == 1
+    diffusers_ascend.disable_ascend_compile(model)
+

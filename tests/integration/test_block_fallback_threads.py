@@ -25,26 +25,21 @@ def _fresh_dynamo():
 
 
 def _enable_with_failing(model, failing, gate):
-    """Enables `model`; the dynamo wrapper of block `failing` waits for `gate()` and then raises
-    (a compile failure), after the call has started: the window where other threads compile."""
-    real = torch.compile
+    """Enables `model`; the compiled call of block `failing` waits for `gate()` and then raises
+    (a compile failure), after the call has started: the window where other threads compile.
+    Every block of a config calls one dynamo wrapper (`mixin._CompiledCall`), given the block."""
+    diffusers_ascend.enable_ascend_compile(model, **FAST)
+    compiled_call = model._ascend_state.compiled_call
+    cfg = compiled_call.cfg
+    real = torch.compile(compiled_call.fn, backend=compiled_call.backend, dynamic=cfg.dynamic, fullgraph=cfg.fullgraph)
 
-    def fake(fn, **kwargs):
-        compiled = real(fn, **kwargs)
-        if getattr(fn, "__self__", None) is not failing:
-            return compiled
-
-        def fails(*args, **kw):
+    def wrapper(module, *args, **kwargs):
+        if module is failing:
             gate()
             raise RuntimeError("injected compile failure")
+        return real(module, *args, **kwargs)
 
-        return fails
-
-    torch.compile = fake
-    try:
-        diffusers_ascend.enable_ascend_compile(model, **FAST)
-    finally:
-        torch.compile = real
+    compiled_call._wrapper = wrapper
 
 
 def _run_threads(*targets):

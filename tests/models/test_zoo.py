@@ -24,7 +24,7 @@ import torch
 
 from ascend_kernels.testing import assert_close
 
-from .zoo_table import COVERAGE, LEFT_OPS, MIN_TORCH, NOT_COVERED, TINY, markdown_table
+from .zoo_table import COVERAGE, LEFT_OPS, MIN_TORCH, NOT_COVERED, OUTSIDE_ZOO, SWIGLU_SITES, TINY, markdown_table
 
 RECORD = os.environ.get("DIFFUSERS_ASCEND_ZOO_RECORD") == "1"
 
@@ -57,14 +57,14 @@ def _tensors(out) -> list[torch.Tensor]:
     return []
 
 
-def _assert_same(actual, expected, exact=False):
+def _assert_same(actual, expected, exact=False, dtype=torch.float32):
     a, e = _tensors(actual), _tensors(expected)
     assert len(a) == len(e) and a, "outputs differ in structure"
     for x, y in zip(a, e):
         if exact:
             torch.testing.assert_close(x, y, rtol=0, atol=0)
         else:
-            assert_close(x, y, dtype=torch.float32)
+            assert_close(x, y, dtype=dtype)
 
 
 def _left_ops(log_dir: str) -> dict[str, int]:
@@ -86,8 +86,9 @@ def _left_ops(log_dir: str) -> dict[str, int]:
 def _build(name: str, **init_overrides):
     import diffusers
 
+    tiny = TINY[name] if name in TINY else OUTSIDE_ZOO[name]
     torch.manual_seed(0)
-    model = getattr(diffusers, name)(**{**TINY[name].init, **init_overrides}).eval()
+    model = getattr(diffusers, name)(**{**tiny.init, **init_overrides}).eval()
     # Parameters a fresh model initialises to zero (adaLN-Zero gates, layer scales, output
     # projections) would let a block add nothing to the output, and "equal to eager" would then
     # hold whatever the fused block computed: draw them instead.
@@ -96,7 +97,7 @@ def _build(name: str, **init_overrides):
         for p in model.parameters():
             if p.numel() and not p.any():
                 p.copy_(0.1 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
-    return model, TINY[name].inputs(torch.Generator().manual_seed(0))
+    return model, tiny.inputs(torch.Generator().manual_seed(0))
 
 
 def test_every_discovered_model_is_in_the_table():
@@ -224,3 +225,48 @@ def test_ltx2_split_rope_is_fused():
     report = model.ascend_report()
     assert report.matches["rope"] == COVERAGE[name]["matches"]["rope"] == 8 and not report.fallbacks
     _assert_same(out, ref)
+
+
+def _cast(value, dtype):
+    """`value` (a tensor, or a dict / list / tuple of them) with its floating tensors in `dtype`."""
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype) if value.is_floating_point() else value
+    if isinstance(value, dict):
+        return {k: _cast(v, dtype) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cast(v, dtype) for v in value)
+    return value
+
+
+def test_swiglu_sites_table_agrees_with_the_coverage():
+    zoo_swiglu = {n for n, c in COVERAGE.items() if "swiglu" in c["matches"] or "swiglu" in c["left"]}
+    assert set(SWIGLU_SITES) == zoo_swiglu | set(OUTSIDE_ZOO)
+    for name in zoo_swiglu:
+        assert SWIGLU_SITES[name]["float32"] == COVERAGE[name]["matches"].get("swiglu", 0), name
+
+
+# The zoo's fp32 counts are measured by test_zoo_model (all fusions); models outside the zoo here.
+_SWIGLU_CASES = sorted((name, dtype) for name, counts in SWIGLU_SITES.items() for dtype, n in counts.items()
+                       if n is not None and (dtype != "float32" or name in OUTSIDE_ZOO))
+
+
+@pytest.mark.parametrize("name,dtype", _SWIGLU_CASES)
+def test_swiglu_sites_per_dtype(name, dtype):
+    """The SwiGLU sites fused in `dtype` (exactly `SWIGLU_SITES`), output equal to eager within the
+    dtype's tolerance. Lumina 2's upcast SiLU (``FP32SiLU``) matched in fp32 only, before its
+    bf16 form was registered."""
+    import diffusers_ascend  # noqa: F401
+
+    torch._dynamo.reset()
+    dt = getattr(torch, dtype)
+    model, inputs = _build(name)
+    model, inputs = model.to(dt), _cast(inputs, dt)
+    with torch.no_grad():
+        ref = model(**inputs)
+    model.enable_ascend_compile(fusions=["swiglu"], executor="eager", compile="model" if name in OUTSIDE_ZOO else "blocks")
+    with torch.no_grad():
+        out = model(**inputs)
+    report = model.ascend_report()
+    assert not report.fallbacks, report.fallbacks
+    assert report.matches["swiglu"] == SWIGLU_SITES[name][dtype]
+    _assert_same(out, ref, dtype=dt)

@@ -572,6 +572,45 @@ TINY: dict[str, Tiny] = {
     ),
 }
 
+# Models outside the zoo (no `_repeated_blocks`: built tiny and checked under compile="model")
+# for a fusion form no zoo model writes: Lumina 2's FFN upcasts the gate's SiLU (`FP32SiLU`).
+OUTSIDE_ZOO: dict[str, Tiny] = {
+    "Lumina2Transformer2DModel": Tiny(
+        # 2 layers and 1 refiner layer each for the image and the caption: 4 feed-forwards
+        init=dict(sample_size=4, patch_size=2, in_channels=4, hidden_size=24, num_layers=2, num_refiner_layers=1,
+                  num_attention_heads=3, num_kv_heads=1, multiple_of=2, ffn_dim_multiplier=None, norm_eps=1e-5,
+                  scaling_factor=1.0, axes_dim_rope=(4, 2, 2), axes_lens=(128, 128, 128), cap_feat_dim=8),
+        inputs=lambda gen: dict(hidden_states=_r(gen, 1, 4, 4, 4), encoder_hidden_states=_r(gen, 1, 6, 8),
+                                timestep=torch.rand(1, generator=gen),
+                                encoder_attention_mask=torch.ones(1, 6, dtype=torch.bool)),
+    ),
+}
+
+# SwiGLU sites fused per dtype with fusions=["swiglu"] (every model whose fp32 COVERAGE has any,
+# plus OUTSIDE_ZOO): casts an fp32 graph drops (an upcast SiLU) stay in a bf16 graph, so a form
+# can match in one dtype and not in the other. None: that tiny model does not run in that dtype
+# on the CPU, eager included. The zoo's fp32 counts are COVERAGE's (asserted equal).
+SWIGLU_SITES: dict[str, dict[str, int | None]] = {
+    "AutoencoderKLMiniMaxH3": {"float32": 1, "bfloat16": 1},
+    "BriaFibo2Transformer2DModel": {"float32": 3, "bfloat16": 3},
+    "Flux2Transformer2DModel": {"float32": 3, "bfloat16": 3},
+    "Flux3Transformer2DModel": {"float32": 3, "bfloat16": 3},
+    "Ideogram4Transformer2DModel": {"float32": 1, "bfloat16": 1},
+    "Krea2Transformer2DModel": {"float32": 1, "bfloat16": 1},
+    "Lumina2Transformer2DModel": {"float32": 4, "bfloat16": 4, "float16": 4},
+    "MiniMaxH3Transformer3DModel": {"float32": 2, "bfloat16": 2},
+    "MiniMaxMusic3Transformer1DModel": {"float32": 1, "bfloat16": 1},
+    "NucleusMoEImageTransformer2DModel": {"float32": 1, "bfloat16": 1},
+    "OvisImageTransformer2DModel": {"float32": 3, "bfloat16": 3},
+    "QwenImage21Transformer2DModel": {"float32": 1, "bfloat16": 1},
+    "RFD4ProteinaAutoencoder": {"float32": 1, "bfloat16": 1},
+    "RFD4ProteinaTransformer": {"float32": 1, "bfloat16": 1},
+    # its eager bf16 forward raises on the CPU ("torch.bfloat16 is not supported by cpu")
+    "SanaWMTransformer3DModel": {"float32": 4, "bfloat16": None},
+    "StableAudio3DiTModel": {"float32": 1, "bfloat16": 1},
+    "ZImageTransformer2DModel": {"float32": 3, "bfloat16": 3},
+}
+
 # Discovered models without a TINY entry, each with the reason (none in diffusers 0.42.1).
 NOT_COVERED: dict[str, str] = {}
 
