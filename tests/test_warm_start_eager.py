@@ -97,6 +97,7 @@ def test_a_warm_eager_start_runs_the_packages_without_trace_or_pass(saved, monke
     assert len(packaged) == len(manifest["blocks"]) and all(g["executor"] == "eager" for g in packaged)
     assert report.matches == {f: sum(b["matches"][f] for b in manifest["blocks"]) for f in report.matches}
     assert all(g["bound_providers"] for g in packaged)  # our ops call their providers directly, as when compiled
+    assert report.fallbacks == []  # packages answering the calls are our compiled calls (no outer-compile alarm)
 
     # A signature without a package compiles as today (the deferred self-check runs then).
     other = _inputs(4, seed=1)
@@ -128,8 +129,10 @@ def test_a_warm_eager_start_captures_graphs_where_configured(tmp_path, monkeypat
     torch.testing.assert_close(second, cold, rtol=0, atol=0)
     capture = model._ascend_state.backend.graph_capture
     assert capture.num_graphs == len(manifest["blocks"]) and capture.stats["replays"] >= 2
-    packaged = [g for g in diffusers_ascend.ascend_report(model).graphs if g["name"].endswith(":export")]
+    report = diffusers_ascend.ascend_report(model)
+    packaged = [g for g in report.graphs if g["name"].endswith(":export")]
     assert packaged and all(g["graph_capture"] == "graph_with_compile" for g in packaged)
+    assert report.fallbacks == []
 
 
 def test_an_eager_cache_for_another_setup_warns_and_compiles(saved, tmp_path):
