@@ -15,7 +15,7 @@ from diffusers_ascend.compilation import passes
 from diffusers_ascend.compilation.passes.base import FusionPass
 
 # Modules of compilation/passes that are machinery, not one fusion's pass.
-PASS_MACHINERY = {"base", "manager", "normalize"}
+PASS_MACHINERY = {"base", "manager", "normalize", "verdict"}  # verdict: the self-check cache
 
 
 def test_every_row_op_is_registered_and_every_op_has_a_row():
