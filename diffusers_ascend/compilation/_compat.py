@@ -485,17 +485,23 @@ def vec_isa_probe_sources() -> tuple[str, ...]:
         from torch._inductor.cpu_vec_isa import VecISA
     except ImportError:  # pragma: no cover - Inductor is part of every supported torch
         return ()
-    classes, seen, sources = [VecISA], set(), []
-    while classes:
-        cls = classes.pop()
-        if cls in seen:
-            continue
-        seen.add(cls)
-        classes.extend(cls.__subclasses__())
+    sources = []
+    for cls in _class_tree(VecISA):
         for name, value in vars(cls).items():
             if name.startswith("_") and name.endswith("_code") and isinstance(value, str) and value not in sources:
                 sources.append(value)
     return tuple(sources)
+
+
+def _class_tree(base: type) -> list[type]:
+    """`base` and every class below it, each once."""
+    classes, seen = [base], []
+    while classes:
+        cls = classes.pop()
+        if cls not in seen:
+            seen.append(cls)
+            classes.extend(cls.__subclasses__())
+    return seen
 
 
 def fresh_inductor_cache():
@@ -648,13 +654,8 @@ def compiled_cpp_libraries() -> list[str]:
     base = getattr(codecache, "CppCodeCache", None)
     if base is None:
         return []
-    classes, seen, paths = [base], set(), []
-    while classes:
-        cls = classes.pop()
-        if cls in seen:
-            continue
-        seen.add(cls)
-        classes.extend(cls.__subclasses__())
+    paths = []
+    for cls in _class_tree(base):
         for load in list(getattr(cls, "__dict__", {}).get("cache", {}).values()):
             lib = _loaded_library(load)
             path = getattr(lib, "__file__", None) or getattr(lib, "_name", None)

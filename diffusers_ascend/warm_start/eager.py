@@ -189,7 +189,7 @@ def save_eager_cache(models: list, target: str, owner: str, keys: dict[str, str]
     """`save_ascend_cache` for ``executor="eager"``: one eager package per recorded block class and
     call signature, committed with its manifest to `target`. Returns the manifest written."""
     from ..compilation.backend import describe_failure
-    from .manifest import EAGER_MECHANISM, FORMAT, sha256
+    from .manifest import EAGER_MECHANISM, new_manifest
     from .store import commit
 
     if models[0].config.compile != "blocks":
@@ -218,12 +218,6 @@ def save_eager_cache(models: list, target: str, owner: str, keys: dict[str, str]
             entries.append({"model": m.name, "class": label, "file": name, "signature": signature.to_json(), **info})
     if not entries:
         raise ValueError(f"{owner}: no block call could be packaged (see the warnings), so there is nothing to save.")
-    manifest = {
-        "format": FORMAT,
-        "mechanism": EAGER_MECHANISM,
-        **keys,
-        "files": {name: {"sha256": sha256(data), "size": len(data)} for name, data in blobs.items()},
-        "blocks": entries,
-    }
+    manifest = new_manifest(EAGER_MECHANISM, keys, blobs, entries)
     commit(target, blobs, manifest)
     return manifest

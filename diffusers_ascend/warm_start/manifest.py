@@ -50,6 +50,17 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def new_manifest(mechanism: str, keys: dict[str, str], blobs: dict[str, bytes], blocks: list) -> dict[str, Any]:
+    """The manifest of a save: its mechanism, the setup `keys`, every file's sha256 and size, its blocks."""
+    return {
+        "format": FORMAT,
+        "mechanism": mechanism,
+        **keys,
+        "files": {name: {"sha256": sha256(data), "size": len(data)} for name, data in blobs.items()},
+        "blocks": blocks,
+    }
+
+
 def expected_keys(cfg) -> dict[str, str]:
     """The manifest keys the running process produces for `cfg` (an `AscendConfig`).
 

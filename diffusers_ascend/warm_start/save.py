@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from .kernels import isa_probes, pack_kernels
-from .manifest import ARTIFACTS_NAME, FORMAT, KERNELS_NAME, MECHANISM, expected_keys, sha256
+from .manifest import ARTIFACTS_NAME, KERNELS_NAME, MECHANISM, expected_keys, new_manifest
 from .packages import EnabledModel, build_package
 from .store import commit, save_target
 
@@ -56,13 +56,7 @@ def save_cache(models: list[EnabledModel], save_directory: str | os.PathLike, ow
         blobs[KERNELS_NAME] = kernels
     # After the kernels are collected: packaging builds libraries of its own, inside the package.
     blocks = build_packages(models, blobs)
-    manifest = {
-        "format": FORMAT,
-        "mechanism": MECHANISM,
-        **keys,
-        "files": {name: {"sha256": sha256(data), "size": len(data)} for name, data in blobs.items()},
-        "blocks": blocks,
-    }
+    manifest = new_manifest(MECHANISM, keys, blobs, blocks)
     commit(target, blobs, manifest)
     return manifest
 
