@@ -159,6 +159,9 @@ def _saved_pipeline(tmp_path, **overrides):
     pipe.enable_ascend_compile(**FAST, graph_log_dir=tmp_path / "own-logs", **overrides)
     saved = tmp_path / "saved"
     pipe.save_pretrained(saved)
+    # Its recompile-limit hold goes now, not whenever the cycle collector frees the pipeline: the
+    # tests below check the limit the loaded pipeline holds and restores.
+    pipe.disable_ascend_compile()
     return saved
 
 
