@@ -32,6 +32,15 @@ CONFIG = {**FLUX_TRANSFORMER_CONFIG, **LAYERS}
 CFG = AscendConfig(fusions="all", executor="eager", compile="blocks")
 
 
+@pytest.fixture(autouse=True)
+def _on_cpu():
+    """The packages are saved and loaded on one platform, the CPU: a cache made on another platform is
+    ignored by design (`test_an_eager_cache_for_another_setup_warns_and_compiles`), so the CUDA-host
+    rerun (DIFFUSERS_ASCEND_TEST_PLATFORM=cuda) must not load the CPU-made module cache as a CUDA host."""
+    with P.override_platform("cpu"):
+        yield
+
+
 def _model():
     torch.manual_seed(0)
     return tiny_flux_transformer(**LAYERS)
@@ -74,7 +83,8 @@ def _save(directory, capture=False):
 def saved(tmp_path_factory):
     torch._dynamo.reset()
     directory = tmp_path_factory.mktemp("eager-cache")
-    cold, manifest = _save(directory)
+    with P.override_platform("cpu"):
+        cold, manifest = _save(directory)
     torch._dynamo.reset()
     return directory, cold, manifest
 
