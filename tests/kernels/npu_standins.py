@@ -326,6 +326,12 @@ def mindiesd_standin(calls: Optional[list] = None):
             sys.modules.pop("mindiesd", None)
         else:
             sys.modules["mindiesd"] = old
+        # torch 2.10's Library._destroy deletes the cached torch.ops.mindiesd.adaln and then removes
+        # its name from the namespace's `_dir`, where a namespace re-created for a second stand-in
+        # (torch.ops caches namespaces) no longer lists it: ValueError. Listing it keeps the destroy whole.
+        namespace = getattr(torch.ops, "mindiesd", None)
+        if namespace is not None and hasattr(namespace, "adaln") and "adaln" not in namespace._dir:
+            namespace._dir.append("adaln")
         lib._destroy()
 
 
