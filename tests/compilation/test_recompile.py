@@ -172,7 +172,10 @@ def _limit_per_model(limit):
             assert_close(out, ref, dtype=torch.float32)
         report = model.ascend_report()
     assert report.graphs_compiled == limit
-    assert len(report.fallbacks) == 1 and f"reach dynamo's recompile limit ({limit})" in report.fallbacks[0]["reason"]
-    assert sum("reach dynamo's recompile limit" in str(w.message) for w in caught) == 1
+    if _compat.compiled_blocks_share_graphs():
+        assert len(report.fallbacks) == 1 and f"reach dynamo's recompile limit ({limit})" in report.fallbacks[0]["reason"]
+        assert sum("reach dynamo's recompile limit" in str(w.message) for w in caught) == 1
+    else:  # torch < 2.8 counts per block instance: the model-wide "limit reached" entry is not written there
+        assert report.fallbacks == [] and not any("reach dynamo's recompile limit" in str(w.message) for w in caught)
     diffusers_ascend.disable_ascend_compile(model)
 
