@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import re
 
+import subprocess
+
 import pytest
 import torch
 
@@ -54,10 +56,22 @@ def lower(launch) -> str:
     context = ir.context()
     ir.load_dialects(context)
     backend.load_dialects(context)
-    metadata = {"target": target, **options.__dict__}
     source = ASTSource(fn=launch.kernel, signature=signature, constants=constants)
-    module = source.make_ir(options, backend.get_codegen_implementation(), backend.get_module_map(), context)
-    return stages["ttadapter"](stages["ttir"](module, metadata), metadata)
+
+    def run() -> str:
+        metadata = {"target": target, **options.__dict__}
+        module = source.make_ir(options, backend.get_codegen_implementation(), backend.get_module_map(), context)
+        return stages["ttadapter"](stages["ttir"](module, metadata), metadata)
+
+    try:
+        return run()
+    except subprocess.CalledProcessError as e:
+        # triton-ascend 3.2.0's triton-adapter-opt once died by SIGSEGV on a kernel it lowers on the
+        # next try (CI, fresh environment): a crash of that binary by a signal gets one more try; an
+        # error exit (a kernel it refuses) never does, and a second crash fails the test.
+        if e.returncode >= 0:
+            raise
+        return run()
 
 
 @pytest.mark.parametrize("case", list(model_plans()))
