@@ -70,11 +70,18 @@ def _child(model: str, size: str, mode: str, art: str) -> None:
     info = dict(enable_s=enable_s, first_call_s=first_call_s, first_output_at=done, **compile_cache_counters(),
                 graphs=diffusers_ascend.ascend_report(net).graphs_compiled, packages=package_counters(net))
     if mode == "cold":
-        t = time.perf_counter()
-        manifest = diffusers_ascend.save_ascend_cache(net, art)
-        info["save_s"] = time.perf_counter() - t
-        info["artifact_bytes"] = {k: v["size"] for k, v in manifest["files"].items()}
+        info.update(_timed_save(net, art))
     print("RESULT " + json.dumps(info), flush=True)
+
+
+def _timed_save(net, art: str) -> dict:
+    """`save_ascend_cache` of the cold process: its time and the size of each file it wrote."""
+    import diffusers_ascend
+
+    t = time.perf_counter()
+    manifest = diffusers_ascend.save_ascend_cache(net, art)
+    return {"save_s": time.perf_counter() - t,
+            "artifact_bytes": {k: v["size"] for k, v in manifest["files"].items()}}
 
 
 def _run(model: str, size: str, mode: str, art: str, child: str = "inductor", extra=(), env=None) -> dict:
@@ -188,10 +195,7 @@ def _eager_child(model: str, size: str, mode: str, art: str, capture: str) -> No
                     self_check_s=spent["self_check_s"], registration_s=spent["registration_s"],
                     graphs=report.graphs_compiled, packages=package_counters(net))
         if mode == "cold_first":
-            t = time.perf_counter()
-            manifest = diffusers_ascend.save_ascend_cache(net, art)
-            info["save_s"] = time.perf_counter() - t
-            info["artifact_bytes"] = {k: v["size"] for k, v in manifest["files"].items()}
+            info.update(_timed_save(net, art))
     print("RESULT " + json.dumps(info), flush=True)
 
 
