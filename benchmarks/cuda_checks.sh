@@ -6,6 +6,8 @@
 #                                            # and the Inductor-launched triton_op path
 #   bash benchmarks/cuda_checks.sh kernels   # diffusers-ascend bench kernels: device/host time, % of copy BW
 #   bash benchmarks/cuda_checks.sh blocks    # diffusers-ascend bench blocks: full-width Flux blocks
+#   bash benchmarks/cuda_checks.sh e2e --model flux [bench e2e options]   # real depth and width,
+#                                            # the pipeline's denoising loop, every variant
 #
 # Needs torch with CUDA, triton and diffusers importable (PYTHONPATH=$PWD from the repository root).
 # Refuses without a GPU rather than writing numbers of another device.
@@ -34,8 +36,19 @@ case "${1:-}" in
     [ -f "$OUT/$1.json" ] && mv "$OUT/$1.json" "$OUT/$1-$tag.json"
     exit "$rc"
     ;;
+  e2e)
+    # Files are renamed for the GPU (e2e-flux-cuda.json -> e2e-flux-h200.json); a failed variant is
+    # a row of the JSON and exits 1, as above.
+    shift
+    rc=0
+    python -m diffusers_ascend.cli bench e2e --device cuda --out "$OUT" "$@" || rc=$?
+    for f in "$OUT"/e2e-*-cuda*.*; do
+      [ -e "$f" ] && mv "$f" "${f/-cuda/-$tag}"
+    done
+    exit "$rc"
+    ;;
   *)
-    echo "usage: $0 tests|kernels|blocks" >&2
+    echo "usage: $0 tests|kernels|blocks|e2e" >&2
     exit 2
     ;;
 esac

@@ -16,6 +16,8 @@ _LAZY = {
     "disable_ascend_compile": ("diffusers_ascend.mixin", "disable_ascend_compile"),
     "ascend_report": ("diffusers_ascend.mixin", "ascend_report"),
     "save_ascend_cache": ("diffusers_ascend.mixin", "save_ascend_cache"),
+    # The category of every warning we emit (filter ours with it).
+    "AscendWarning": ("diffusers_ascend.errors", "AscendWarning"),
     # Raised when the running torch cannot serve the fusion engine (see docs/troubleshooting.md).
     "TorchCompatError": ("diffusers_ascend.compilation._compat", "TorchCompatError"),
 }
