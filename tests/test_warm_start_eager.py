@@ -273,3 +273,21 @@ def test_save_of_an_eager_model_compiled_whole_is_refused(tmp_path):
     with pytest.raises(ValueError, match="compile='blocks'"):
         diffusers_ascend.save_ascend_cache(model, tmp_path / "cache")
     assert not (tmp_path / "cache").exists()
+
+
+def test_packages_are_read_as_torchs_own_deserializer_reads_them(saved):
+    """`_compat.export_from_json` converts the JSON with each class's hints resolved once: the same
+    schema objects as torch's ``_dict_to_dataclass`` and a program that runs alike."""
+    from torch._export.serde import serialize as serde
+
+    directory, _, manifest = saved
+    assert manifest["blocks"]
+    for entry in manifest["blocks"]:
+        program = json.loads((directory / entry["file"]).read_bytes())["program"]
+        if hasattr(serde, "_dict_to_dataclass"):
+            assert _compat._schema_objects(serde, serde.ExportedProgram, program) == \
+                serde._dict_to_dataclass(serde.ExportedProgram, program)
+        data = json.dumps(program).encode()
+        ours = _compat.export_from_json(data)
+        theirs = serde.deserialize(serde.SerializedArtifact(data, b"", b"", b""))
+        assert str(ours.graph) == str(theirs.graph)

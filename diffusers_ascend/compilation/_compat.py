@@ -10,10 +10,14 @@ import time.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
+import json
 import re
 import sys
+import types
+import typing
 import warnings
 from typing import Any, Callable, Sequence
 
@@ -345,9 +349,20 @@ def aot_autograd(**kwargs):
 
 
 def make_boxed_func(fn: Callable) -> Callable:
-    """``torch._functorch.aot_autograd.make_boxed_func``: aot's boxed calling convention."""
-    return require("aot_autograd.make_boxed_func", lambda: __import__(
-        "torch._functorch.aot_autograd", fromlist=["make_boxed_func"]).make_boxed_func)(fn)
+    """``make_boxed_func``: aot's boxed calling convention.
+
+    From its home module, ``torch._functorch._aot_autograd.utils`` (2.1+; importing torch loads it),
+    not through ``torch._functorch.aot_autograd``, whose import costs a warm-started eager process
+    about a second for a function of four lines."""
+
+    def get():
+        try:
+            from torch._functorch._aot_autograd.utils import make_boxed_func as boxed
+        except ImportError:
+            from torch._functorch.aot_autograd import make_boxed_func as boxed
+        return boxed
+
+    return require("aot_autograd.make_boxed_func", get)(fn)
 
 
 def compile_fx(gm, example_inputs, config_patches=None):
@@ -571,10 +586,55 @@ def export_to_json(program) -> bytes:
 def export_from_json(data: bytes):
     """The ExportedProgram of `export_to_json` bytes, with an empty state dict, no constants and
     no example inputs: nothing is unpickled (``deserialize`` reads those three as pickles only when
-    they are non-empty)."""
+    they are non-empty).
+
+    ``deserialize`` is JSON -> schema dataclasses (``_dict_to_dataclass``) -> program
+    (``ExportedProgramDeserializer``). Its first step resolves each dataclass's type hints again for
+    every object (``typing.get_type_hints``: most of the time a warm-started eager process spends
+    reading its packages), so where the serializer has both steps, the first runs here with the
+    hints resolved once per class (`_schema_objects`, the same conversion); elsewhere torch's own."""
     serde = require("torch._export.serde.serialize", lambda: __import__(
         "torch._export.serde.serialize", fromlist=["deserialize", "SerializedArtifact"]))
-    return serde.deserialize(serde.SerializedArtifact(data, b"", b"", b""))
+    reader = getattr(serde, "ExportedProgramDeserializer", None)
+    if not (hasattr(serde, "_dict_to_dataclass") and reader is not None and _has_param(reader.deserialize, "constants")):
+        return serde.deserialize(serde.SerializedArtifact(data, b"", b"", b""))
+    program = _schema_objects(serde, serde.ExportedProgram, json.loads(data))
+    return reader().deserialize(program, b"", b"", b"")
+
+
+@functools.cache
+def _schema_hints(serde, cls) -> dict[str, Any]:
+    return typing.get_type_hints(cls, globalns=vars(serde.schema))
+
+
+def _schema_objects(serde, cls, data):
+    """``serialize._dict_to_dataclass(cls, data)`` (2.6-2.15 read alike), with each class's type
+    hints resolved once; tests/test_warm_start_eager.py checks it builds equal objects."""
+    resolve = getattr(serde, "_resolve_schema_cls", None)
+    if resolve is not None:
+        cls = resolve(cls)
+    origin = typing.get_origin(cls)
+    if origin is typing.Annotated:
+        return _schema_objects(serde, cls.__origin__, data)
+    if origin in (typing.Union, types.UnionType) and type(None) in typing.get_args(cls):
+        return None if data is None else _schema_objects(serde, typing.get_args(cls)[0], data)
+    if isinstance(cls, type) and issubclass(cls, serde._Union):
+        if not isinstance(data, dict) or len(data) != 1:
+            raise ValueError(f"a {cls.__name__} must be an object of one key")
+        (name, value), = data.items()
+        return cls.create(**{name: _schema_objects(serde, _schema_hints(serde, cls)[name], value)})
+    if dataclasses.is_dataclass(cls):
+        hints = _schema_hints(serde, cls)
+        return cls(**{f.name: _schema_objects(serde, hints[f.name], data[f.name])
+                      for f in dataclasses.fields(cls) if f.name in data})
+    if isinstance(data, list):
+        return [_schema_objects(serde, typing.get_args(cls)[0], d) for d in data] if data else data
+    if isinstance(data, dict):
+        value_type = typing.get_args(cls)[1]
+        return {k: _schema_objects(serde, value_type, v) for k, v in data.items()}
+    if cls is float:
+        return float(data)
+    return data
 
 
 def tree_flatten(tree: Any) -> tuple[list[Any], Any]:

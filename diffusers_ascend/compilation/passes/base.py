@@ -186,19 +186,22 @@ class FusionPattern:
     def extra_check(self, match) -> bool:
         return self.check(match) and self._same_result(match)
 
-    def register(self, pm_pass) -> None:
+    def register(self, pm_pass, trace_fn: Callable = None) -> None:
+        """Registers this pattern in `pm_pass`; `trace_fn` (default `trace_functional`) traces the
+        search and replacement functions (`pretraced.InitialTrace` serves the first from a cache)."""
+        trace_fn = trace_fn or trace_functional
         scalar_workaround = {name: EPS_PLACEHOLDER for name in self.scalars}
         pattern = self.search_pattern()
         if pattern is None and not self.retrace:
             pattern = _compat.gen_search_pattern(
-                self.search, example_inputs_of(self), trace_functional, scalar_workaround,
+                self.search, example_inputs_of(self), trace_fn, scalar_workaround,
                 get_decomp_fn=no_decompositions,
             )
         _compat.register_replacement(
             self.search,
             self.replace,
             example_inputs_of(self),
-            trace_functional,
+            trace_fn,
             pm_pass,
             extra_check=self.extra_check,
             scalar_workaround=scalar_workaround,
@@ -280,14 +283,23 @@ class FusionPass:
 
 @functools.cache
 def _registered_impl(cls: type[FusionPass]):
+    from . import pretraced
+
     passes: dict[str, Any] = {}
+    # Search graphs another process traced for this torch build and pattern code (`pretraced`):
+    # registering then traces nothing; what happens at a match is unchanged.
+    cached = pretraced.load(cls)
+    traced: dict[str, list] = {}
     # Registration may run inside a compile (first use): trace real example tensors, outside the
     # compile's fake mode and tracing context, without autograd.
     with _compat.unset_fake_mode(), _compat.no_tracing_context(), torch.no_grad():
-        for pattern in cls.patterns():
+        for i, pattern in enumerate(cls.patterns()):
             if pattern.group not in passes:
                 passes[pattern.group] = _compat.pattern_matcher_pass(f"ascend_{cls.fusion}:{pattern.group}")
-            pattern.register(passes[pattern.group])
+            key = f"{i}:{pattern.name}"
+            pattern.register(passes[pattern.group], pretraced.InitialTrace(key, trace_functional, cached, traced))
+    if traced:  # something was traced here: the next process needs none of it
+        pretraced.save(cls, {**{k: pretraced.graph_to_json(g) for k, g in cached.items()}, **traced})
     return passes
 
 

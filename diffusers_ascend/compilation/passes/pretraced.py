@@ -1,0 +1,260 @@
+"""Pre-traced search graphs: a process registers patterns another process traced.
+
+Registering a pattern with Inductor's pattern matcher traces its search function once on real
+example inputs (make_fx, functionalized) to build the pattern it looks for: about 30 ms a pattern,
+seconds for every fusion in every new process. That first trace depends only on the torch build
+and the pattern code, so the first process on a machine writes each fusion's traced search graphs
+here, and later ones rebuild the graphs from that file instead of tracing. Only that first trace
+is replaced: what happens at a match (Inductor's exact re-trace on the matched shapes and dtypes,
+the replacement's trace, our checks) is unchanged, so a cached graph finds the same matches.
+
+Like Inductor's own serialized patterns (``torch/_inductor/fx_passes/serialized_patterns``), but
+stored as data, not Python: a file is JSON that names call targets from ``aten``, ``prims`` or
+``operator.getitem`` and holds literals of a few types; anything else makes the whole file
+ignored (the process traces, as without a cache). Nothing is executed or unpickled.
+
+The file of one fusion is named by the sha256 of what its graphs depend on (torch's version and
+git revision, Python, the machine, the fusion's and the machinery's source: `FusionPass.source_hash`,
+`_compat` and the ``ascend_kernels`` op definitions, as `verdict.verdict_key` hashes them), so a
+new torch or a changed pattern traces again, and its self-check runs again (the verdict's key
+changes with it). It lives beside the verdicts (`verdict.verdict_dir`; the variable set to an empty
+string turns both off) and is written atomically; a directory that cannot be written only means the
+next process traces again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import operator
+import os
+import platform
+import secrets
+import sys
+from typing import Any
+
+import torch
+
+from .. import _compat
+from . import verdict
+
+FORMAT = 1
+# Literals a traced search graph holds besides node references, as tagged JSON values.
+_ENUMS = {
+    "dtype": (torch.dtype, lambda name: getattr(torch, name)),
+    "layout": (torch.layout, lambda name: getattr(torch, name)),
+    "memory_format": (torch.memory_format, lambda name: getattr(torch, name)),
+}
+_NAMESPACES = ("aten", "prims")
+
+
+class _NotStorable(ValueError):
+    """A graph holds something this format does not store: its pattern is traced in every process."""
+
+
+def cache_key(fusion_pass: type) -> str:
+    """sha256 of everything `fusion_pass`'s traced search graphs depend on."""
+    import ascend_kernels.ops  # noqa: F401  (every op definition loaded: the key never depends on import order)
+
+    h = hashlib.sha256()
+    for part in (str(FORMAT), torch.__version__, str(getattr(torch.version, "git_version", "")), sys.version,
+                 platform.machine(), fusion_pass.__module__, fusion_pass.__qualname__, fusion_pass.source_hash()):
+        h.update(part.encode())
+        h.update(b"\0")
+    modules = [_compat] + sorted((m for n, m in list(sys.modules.items())
+                                  if n == "ascend_kernels.ops" or n.startswith("ascend_kernels.ops.")),
+                                 key=lambda m: m.__name__)
+    for module in modules:
+        h.update(module.__name__.encode())
+        h.update(inspect.getsource(module).encode())
+    return h.hexdigest()
+
+
+def _path(key: str) -> str | None:
+    directory = verdict.verdict_dir()
+    return None if directory is None else os.path.join(directory, "patterns", f"{key}.json")
+
+
+# -- graph <-> JSON --------------------------------------------------------------------------------
+def _target_name(target: Any) -> str:
+    if target is operator.getitem:
+        return "operator.getitem"
+    if isinstance(target, torch._ops.OpOverload):
+        namespace = target.namespace
+        if namespace in _NAMESPACES:
+            return f"{namespace}.{target._schema.name.split('::', 1)[1]}.{target._overloadname}"
+    raise _NotStorable(f"call target {target!r}")
+
+
+def _resolve_target(name: Any):
+    if name == "operator.getitem":
+        return operator.getitem
+    if not isinstance(name, str):
+        raise ValueError(f"target {name!r}")
+    parts = name.split(".")
+    if len(parts) != 3 or parts[0] not in _NAMESPACES or not all(p.isidentifier() for p in parts):
+        raise ValueError(f"target {name!r}")
+    packet = getattr(getattr(torch.ops, parts[0]), parts[1])  # AttributeError: no such op on this torch
+    overload = getattr(packet, parts[2])
+    if not isinstance(overload, torch._ops.OpOverload):
+        raise ValueError(f"target {name!r}")
+    return overload
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, torch.fx.Node):
+        return {"node": value.name}
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return {"float": value.hex()}  # bit-exact, and inf/nan too (eps placeholders must survive exactly)
+    if isinstance(value, (list, tuple)):
+        return {"list" if isinstance(value, list) else "tuple": [_encode(v) for v in value]}
+    if isinstance(value, torch.device):
+        return {"device": str(value)}
+    for tag, (cls, _) in _ENUMS.items():
+        if isinstance(value, cls):
+            return {tag: str(value).replace("torch.", "")}
+    raise _NotStorable(f"argument {value!r} of type {type(value).__name__}")
+
+
+def _decode(value: Any, nodes: dict[str, torch.fx.Node]) -> Any:
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, dict) and len(value) == 1:
+        (tag, item), = value.items()
+        if tag == "node" and isinstance(item, str) and item in nodes:
+            return nodes[item]
+        if tag == "float" and isinstance(item, str):
+            return float.fromhex(item)
+        if tag in ("list", "tuple") and isinstance(item, list):
+            items = [_decode(v, nodes) for v in item]
+            return items if tag == "list" else tuple(items)
+        if tag == "device" and isinstance(item, str):
+            return torch.device(item)
+        if tag in _ENUMS and isinstance(item, str) and item.isidentifier():
+            cls, resolve = _ENUMS[tag]
+            resolved = resolve(item)
+            if isinstance(resolved, cls):
+                return resolved
+    raise ValueError(f"value {value!r}")
+
+
+def graph_to_json(gm: torch.fx.GraphModule) -> list[dict[str, Any]]:
+    """The nodes of a traced search graph as JSON data.
+
+    Raises:
+        _NotStorable: the graph holds a node or value the format does not store (e.g. a tensor constant).
+    """
+    out = []
+    for node in gm.graph.nodes:
+        if node.op not in ("placeholder", "call_function", "output"):
+            raise _NotStorable(f"{node.op} node {node.name}")
+        entry: dict[str, Any] = {"op": node.op, "name": node.name, "args": _encode(node.args),
+                                 "kwargs": {k: _encode(v) for k, v in node.kwargs.items()}}
+        entry["target"] = _target_name(node.target) if node.op == "call_function" else node.target
+        out.append(entry)
+    return out
+
+
+def graph_from_json(nodes: Any) -> torch.fx.GraphModule:
+    """The graph `graph_to_json` wrote. Raises ValueError (or AttributeError for an op this torch
+    lacks) on anything else; the caller then ignores the file."""
+    if not isinstance(nodes, list):
+        raise ValueError("nodes")
+    graph = torch.fx.Graph()
+    made: dict[str, torch.fx.Node] = {}
+    for entry in nodes:
+        if not isinstance(entry, dict) or set(entry) != {"op", "name", "target", "args", "kwargs"}:
+            raise ValueError("node entry")
+        op, name, kwargs = entry["op"], entry["name"], entry["kwargs"]
+        if not isinstance(name, str) or not name.isidentifier() or name in made or not isinstance(kwargs, dict):
+            raise ValueError(f"node {name!r}")
+        args = _decode(entry["args"], made)
+        kw = {k: _decode(v, made) for k, v in kwargs.items() if isinstance(k, str)}
+        if not isinstance(args, tuple) or len(kw) != len(kwargs):
+            raise ValueError(f"node {name!r} arguments")
+        if op == "placeholder":
+            if not isinstance(entry["target"], str) or args or kw:
+                raise ValueError(f"placeholder {name!r}")
+            node = graph.placeholder(entry["target"])
+        elif op == "call_function":
+            node = graph.call_function(_resolve_target(entry["target"]), args, kw)
+        elif op == "output":
+            if len(args) != 1 or kw:
+                raise ValueError("output")
+            node = graph.output(args[0])
+        else:
+            raise ValueError(f"op {op!r}")
+        node.name = name
+        made[name] = node
+    graph.lint()
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+# -- the per-fusion file ---------------------------------------------------------------------------
+def load(fusion_pass: type) -> dict[str, torch.fx.GraphModule]:
+    """The pre-traced search graphs of `fusion_pass` (by pattern key), or {} where there are none
+    or the file is not exactly what `save` writes for this key (then the process traces)."""
+    key = cache_key(fusion_pass)
+    path = _path(key)
+    if path is None:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        if not isinstance(data, dict) or data.get("key") != key or not isinstance(data.get("graphs"), dict):
+            return {}
+        return {str(name): graph_from_json(nodes) for name, nodes in data["graphs"].items()}
+    except (OSError, ValueError, AttributeError, RuntimeError, TypeError):
+        return {}
+
+
+def save(fusion_pass: type, graphs: dict[str, list]) -> None:
+    """Writes `fusion_pass`'s traced search graphs (JSON nodes by pattern key), atomically;
+    silently not where the directory cannot be written."""
+    key = cache_key(fusion_pass)
+    path = _path(key)
+    if path is None or not graphs:
+        return
+    tmp = f"{path}.tmp-{secrets.token_hex(8)}"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"key": key, "torch": torch.__version__, "graphs": graphs}, f, separators=(",", ":"))
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+class InitialTrace:
+    """The ``trace_fn`` one pattern registers with: its first trace on real example inputs (the one
+    registration makes) comes from `pretraced` when there, else is traced and kept in `record`;
+    every other trace (at a match, under fake tensors; the replacement's) is `trace`'s.
+
+    Args:
+        key: the pattern's key in its fusion's file.
+        trace: the real trace function (`trace_functional`).
+        pretraced: graphs `load` returned.
+        record: where a traced graph's JSON goes (None when this pattern is not to be stored).
+    """
+
+    def __init__(self, key: str, trace, pretraced: dict[str, torch.fx.GraphModule], record: dict | None) -> None:
+        self.key, self.trace, self.pretraced, self.record = key, trace, pretraced, record
+
+    def __call__(self, fn, args, **kwargs):
+        initial = not any(isinstance(a, torch._subclasses.FakeTensor)
+                          for a in torch.utils._pytree.tree_leaves(list(args)))
+        if initial and self.key in self.pretraced:
+            return self.pretraced[self.key]
+        gm = self.trace(fn, args, **kwargs)
+        if initial and self.record is not None:
+            try:
+                self.record[self.key] = graph_to_json(gm)
+            except _NotStorable:
+                self.record = None  # traced in every process
+        return gm
