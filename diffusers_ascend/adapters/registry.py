@@ -65,6 +65,9 @@ def register_adapter(model_class_name: str, adapter: Adapter) -> None:
 
 
 def _load_families() -> None:
+    from .._diffusers_compat import check_diffusers
+
+    check_diffusers()  # every private diffusers name, before any model is looked at (enable time)
     for family in _FAMILIES:
         try:
             importlib.import_module(f"{__package__}.{family}")
@@ -109,5 +112,7 @@ def generic_adapter(model) -> Adapter | None:
     >>> generic_adapter(tiny_wan_transformer()).blocks
     ('WanTransformerBlock',)
     """
-    blocks = tuple(getattr(model, "_repeated_blocks", None) or ())
+    from .._diffusers_compat import repeated_blocks
+
+    blocks = repeated_blocks(model)
     return Adapter(name=f"generic:{type(model).__name__}", blocks=blocks) if blocks else None
