@@ -164,7 +164,7 @@ def support_status(version: str | None = None) -> tuple[str, str]:
 def _error(name: str, cause: BaseException | str) -> DiffusersCompatError:
     why = cause if isinstance(cause, str) else f"{type(cause).__name__}: {cause}"
     return DiffusersCompatError(
-        f"diffusers-ascend cannot run on diffusers {diffusers_version()}: {name} is missing or moved ({why}). "
+        f"diffusers-ascend: cannot run on diffusers {diffusers_version()}: {name} is missing or moved ({why}). "
         f"Supported: diffusers {supported_range()}."
     )
 

@@ -67,7 +67,7 @@ def test_a_diffusers_without_a_private_name_is_refused_at_enable(monkeypatch, ow
     before = _untouched(model)
     monkeypatch.delattr(owner, name)
     with pytest.raises(DiffusersCompatError, match=(
-        rf"^diffusers-ascend cannot run on diffusers {re.escape(diffusers.__version__)}: `{shown}` \(.*"
+        rf"^diffusers-ascend: cannot run on diffusers {re.escape(diffusers.__version__)}: `{shown}` \(.*"
         r"is missing or moved .*" + RANGE)):
         diffusers_ascend.enable_ascend_compile(model, fusions=["rms_norm"], compile="none")
     assert _untouched(model) == before  # refused before the model was changed
