@@ -6,7 +6,7 @@ settings in model configs: all through names diffusers does not promise to keep.
 here, once, looked up by feature (does the attribute exist), never by version string.
 
 Supported: `DIFFUSERS_FLOOR` to `DIFFUSERS_NEWEST_VERIFIED` (docs/support-matrix.md). At enable time
-`check_diffusers` looks every name up (the adapters' registry calls it before a model is touched): a
+`check_diffusers` looks every name up (`enable_ascend_compile` calls it before a model is touched): a
 diffusers where one moved raises `DiffusersCompatError` naming the installed release, the missing
 name and the supported range, instead of diffusers' own ImportError or an AttributeError mid-run.
 Nothing here imports diffusers (or torch) at import time: `import diffusers_ascend` stays light.
@@ -102,9 +102,9 @@ PRIVATE_NAMES: dict[str, str] = {
     "frozen config": "diffusers.configuration_utils:FrozenDict",
     "torch_npu found at import": "diffusers.utils.import_utils:is_torch_npu_available",
 }
-# Private attributes of diffusers objects (instances) we read or write: no class carries them, so
-# `check_diffusers` cannot look them up ahead; each accessor below raises our error where one is gone.
-_INSTANCE_ATTRIBUTES = ("_internal_dict", "_diffusers_hook", "_default_processor_cls", "_name_or_path")
+# Private attributes (and config keys) of diffusers objects we read or write that no module-level
+# object carries, so `check_diffusers` cannot look them up ahead: the accessors below read them.
+_OBJECT_NAMES = ("_internal_dict", "_diffusers_hook", "_default_processor_cls", "_name_or_path")
 
 
 class DiffusersCompatError(RuntimeError):
@@ -212,16 +212,17 @@ def check_diffusers() -> None:
         raise DiffusersCompatError(f"diffusers-ascend: {sentence}")
     if status == "newer than verified":
         _warn_untested(sentence)
-    missing = []
+    missing: dict[str, str] = {}
     for what, path in PRIVATE_NAMES.items():
         try:
             _lookup(path)
         except (ImportError, AttributeError) as e:
-            missing.append(f"`{path.replace(':', '.')}` ({what}; {type(e).__name__}: {e})")
-    if "supports_context_parallel" not in _parameters(_registry_register()):
-        missing.append("the `supports_context_parallel` argument of `_AttentionBackendRegistry.register`")
+            missing[what] = f"`{path.replace(':', '.')}` ({what}; {type(e).__name__}: {e})"
+    if "attention backend registry" not in missing and "supports_context_parallel" not in _parameters(
+            _registry_register()):
+        missing["register"] = "the `supports_context_parallel` argument of `_AttentionBackendRegistry.register`"
     if missing:
-        raise _error(", ".join(missing), "diffusers changed its internals")
+        raise _error(", ".join(missing.values()), "diffusers changed its internals")
 
 
 @functools.cache
@@ -244,14 +245,14 @@ def _registry_register() -> Callable:
 
 def private_attributes() -> frozenset[str]:
     """Every private diffusers name this module owns (the last part of each `PRIVATE_NAMES` path
-    that starts with ``_``, and the instance attributes it reads): what tests/test_architecture.py
+    that starts with ``_``, and the object attributes it reads): what tests/test_architecture.py
     refuses elsewhere.
 
     >>> "_repeated_blocks" in private_attributes()
     True
     """
     names = {part for path in PRIVATE_NAMES.values() for part in re.split(r"[:.]", path) if part.startswith("_")}
-    return frozenset(names | set(_INSTANCE_ATTRIBUTES))
+    return frozenset(names | set(_OBJECT_NAMES))
 
 
 # -- models ---------------------------------------------------------------------------------------

@@ -631,6 +631,7 @@ def enable_ascend_compile(pipe_or_model, config=None, *, cache=None, trust_remot
     from .config import AscendConfig
 
     cfg = AscendConfig.coerce(config, **overrides)  # validates before anything changes
+    dc.check_diffusers()  # every private diffusers name we use, before anything changes
     probe = None
     if cfg.compile != "none":
         from .compilation import AscendBackend

@@ -73,6 +73,18 @@ def test_a_diffusers_without_a_private_name_is_refused_at_enable(monkeypatch, ow
     assert _untouched(model) == before  # refused before the model was changed
 
 
+def test_a_moved_name_never_breaks_loading_without_enabling(monkeypatch):
+    # from_pretrained looks for saved settings through the adapters: only enable refuses this diffusers.
+    from diffusers_ascend.adapters import adapter_for
+
+    monkeypatch.delattr(transformer_flux, "_get_qkv_projections")
+    monkeypatch.delitem(sys.modules, "diffusers_ascend.adapters.flux", raising=False)  # imported anew: its lookup fails
+    model = tiny_flux_transformer()
+    assert adapter_for(model) is not None
+    with pytest.raises(DiffusersCompatError, match="_get_qkv_projections"):
+        diffusers_ascend.enable_ascend_compile(model, compile="none")
+
+
 def test_the_check_names_every_missing_name_at_once(monkeypatch):
     monkeypatch.delattr(transformer_flux, "_get_qkv_projections")
     monkeypatch.delattr(attention_dispatch, "_check_shape")

@@ -65,9 +65,8 @@ def register_adapter(model_class_name: str, adapter: Adapter) -> None:
 
 
 def _load_families() -> None:
-    from .._diffusers_compat import check_diffusers
+    from .._diffusers_compat import DiffusersCompatError
 
-    check_diffusers()  # every private diffusers name, before any model is looked at (enable time)
     for family in _FAMILIES:
         try:
             importlib.import_module(f"{__package__}.{family}")
@@ -75,6 +74,11 @@ def _load_families() -> None:
             # A diffusers without this family has none of its models; our own failures surface.
             if not (e.name or "").startswith("diffusers"):
                 raise
+        except DiffusersCompatError:
+            # A private name of the family moved: `enable_ascend_compile` refuses this diffusers
+            # first (`check_diffusers`); a plain from_pretrained, which looks for saved settings
+            # here, loads as with a diffusers without the family.
+            continue
 
 
 def registered_adapters() -> dict[str, Adapter]:
