@@ -27,7 +27,6 @@ import sys
 from typing import Any, Callable
 
 __all__ = [
-    "CLASS_NAME_KEY",
     "DIFFUSERS_FLOOR",
     "DIFFUSERS_NEWEST_VERIFIED",
     "MODEL_BASE",
@@ -70,8 +69,6 @@ DIFFUSERS_NEWEST_VERIFIED: tuple[int, int] = (0, 42)
 # Where `import diffusers_ascend` waits for diffusers to define the classes it patches (module, class).
 PIPELINE_BASE = ("diffusers.pipelines.pipeline_utils", "DiffusionPipeline")
 MODEL_BASE = ("diffusers.models.modeling_utils", "ModelMixin")
-# The key naming the class in diffusers' config files (config.json, scheduler_config.json).
-CLASS_NAME_KEY = "_class_name"
 
 _DISPATCH = "diffusers.models.attention_dispatch"
 _FLUX = "diffusers.models.transformers.transformer_flux"
@@ -86,6 +83,7 @@ PRIVATE_NAMES: dict[str, str] = {
     "attention backend registry": f"{_DISPATCH}:_AttentionBackendRegistry",
     "registry: context-parallel backends": f"{_DISPATCH}:_AttentionBackendRegistry._supports_context_parallel",
     "registry: context-parallel check": f"{_DISPATCH}:_AttentionBackendRegistry._is_context_parallel_available",
+    "registry: register": f"{_DISPATCH}:_AttentionBackendRegistry.register",
     "shape constraint": f"{_DISPATCH}:_check_shape",
     "backend requirements check": f"{_DISPATCH}:_check_attention_backend_requirements",
     "backend kernel download": f"{_DISPATCH}:_maybe_download_kernel_for_backend",
@@ -101,6 +99,11 @@ PRIVATE_NAMES: dict[str, str] = {
     "model fp32 modules": "diffusers.models.modeling_utils:ModelMixin._keep_in_fp32_modules",
     "frozen config": "diffusers.configuration_utils:FrozenDict",
     "torch_npu found at import": "diffusers.utils.import_utils:is_torch_npu_available",
+}
+# Parameters we pass (or that diffusers passes to our backend, ``_parallel_config``), by name.
+_PARAMETERS: dict[str, tuple[str, ...]] = {
+    "registry: register": ("constraints", "supports_context_parallel"),
+    "context-parallel attention": ("forward_op", "backward_op", "_parallel_config"),
 }
 # Private attributes (and config keys) of diffusers objects we read or write that no module-level
 # object carries, so `check_diffusers` cannot look them up ahead: the accessors below read them.
@@ -218,9 +221,11 @@ def check_diffusers() -> None:
             _lookup(path)
         except (ImportError, AttributeError) as e:
             missing[what] = f"`{path.replace(':', '.')}` ({what}; {type(e).__name__}: {e})"
-    if "attention backend registry" not in missing and "supports_context_parallel" not in _parameters(
-            _registry_register()):
-        missing["register"] = "the `supports_context_parallel` argument of `_AttentionBackendRegistry.register`"
+    for what, names in _PARAMETERS.items():
+        if what not in missing:
+            gone = [n for n in names if n not in _parameters(_lookup(PRIVATE_NAMES[what]))]
+            if gone:
+                missing[what] = f"the {', '.join(f'`{n}`' for n in gone)} argument of `{PRIVATE_NAMES[what].split(':')[1]}`"
     if missing:
         raise _error(", ".join(missing.values()), "diffusers changed its internals")
 
@@ -237,10 +242,6 @@ def _parameters(fn: Callable) -> tuple[str, ...]:
         return tuple(inspect.signature(fn).parameters)
     except (TypeError, ValueError):  # pragma: no cover - a builtin without a signature
         return ()
-
-
-def _registry_register() -> Callable:
-    return require("attention backend registry").register
 
 
 def private_attributes() -> frozenset[str]:
@@ -313,7 +314,7 @@ def config_origin(model: Any) -> str | None:
 
 def is_diffusers_config(data: dict) -> bool:
     """Whether a JSON object is a config file diffusers wrote (model, scheduler or pipeline index)."""
-    return CLASS_NAME_KEY in data or "_diffusers_version" in data
+    return "_class_name" in data or "_diffusers_version" in data
 
 
 # -- attention processors and the dispatcher ------------------------------------------------------
@@ -400,7 +401,7 @@ def register_attention_backend(name: str, value: str, fn: Callable, reduce: Call
     member._name_, member._value_ = name, value
     member._sort_order_ = len(AttentionBackendName.__members__)
     member.__reduce_ex__ = lambda protocol: (reduce, ())
-    register = _registry_register()
+    register = require("registry: register")
     try:
         decorator = register(member, constraints=[require("shape constraint")], supports_context_parallel=True)
     except TypeError as e:

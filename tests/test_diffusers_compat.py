@@ -93,11 +93,17 @@ def test_the_check_names_every_missing_name_at_once(monkeypatch):
     assert "transformer_flux._get_qkv_projections" in str(e.value) and "attention_dispatch._check_shape" in str(e.value)
 
 
-def test_a_changed_registry_signature_is_refused(monkeypatch):
-    registry = attention_dispatch._AttentionBackendRegistry
-    monkeypatch.setattr(registry, "register", classmethod(lambda cls, backend, constraints=None: None))
-    with pytest.raises(DiffusersCompatError, match=r"`supports_context_parallel` argument of "
-                                                   r"`_AttentionBackendRegistry\.register`.*" + RANGE):
+@pytest.mark.parametrize("owner, name, stand_in, shown", [
+    (attention_dispatch._AttentionBackendRegistry, "register",
+     classmethod(lambda cls, backend, constraints=None: None),
+     r"the `supports_context_parallel` argument of `_AttentionBackendRegistry\.register`"),
+    (attention_dispatch, "_templated_context_parallel_attention",
+     lambda query, key, value, forward_op, backward_op, parallel_config=None: None,
+     r"the `_parallel_config` argument of `_templated_context_parallel_attention`"),
+], ids=["register", "context-parallel"])
+def test_a_changed_signature_is_refused(monkeypatch, owner, name, stand_in, shown):
+    monkeypatch.setattr(owner, name, stand_in)
+    with pytest.raises(DiffusersCompatError, match=shown + r".*" + RANGE):
         dc.check_diffusers()
 
 
