@@ -20,6 +20,8 @@ _LAZY = {
     "AscendWarning": ("diffusers_ascend.errors", "AscendWarning"),
     # Raised when the running torch cannot serve the fusion engine (see docs/troubleshooting.md).
     "TorchCompatError": ("diffusers_ascend.compilation._compat", "TorchCompatError"),
+    # Raised at enable time when the installed diffusers moved a private name we use (see docs/troubleshooting.md).
+    "DiffusersCompatError": ("diffusers_ascend._diffusers_compat", "DiffusersCompatError"),
 }
 __all__ = list(_LAZY)
 
@@ -37,6 +39,7 @@ def __getattr__(name):
 
 def _patch():
     # Deferred until diffusers defines the classes: importing them costs ~3 s (transformers, peft).
+    from ._diffusers_compat import MODEL_BASE, PIPELINE_BASE
     from ._import_hooks import when_imported
 
     def patch(module, cls_name, is_pipeline):
@@ -44,8 +47,8 @@ def _patch():
 
         patch_class(getattr(module, cls_name), is_pipeline)
 
-    when_imported("diffusers.pipelines.pipeline_utils", lambda m: patch(m, "DiffusionPipeline", True))
-    when_imported("diffusers.models.modeling_utils", lambda m: patch(m, "ModelMixin", False))
+    when_imported(PIPELINE_BASE[0], lambda m: patch(m, PIPELINE_BASE[1], True))
+    when_imported(MODEL_BASE[0], lambda m: patch(m, MODEL_BASE[1], False))
 
 
 _patch()

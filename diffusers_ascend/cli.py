@@ -69,6 +69,7 @@ def env_info() -> dict[str, Any]:
     import ascend_kernels
     from ascend_kernels.registry import explain
 
+    from . import _diffusers_compat
     from .compilation._compat import support_status, supported_range, torch_version
     from .config import AscendConfig
     from ascend_kernels.npu import mindiesd_unavailable_reason
@@ -88,6 +89,8 @@ def env_info() -> dict[str, Any]:
         "torch_supported_range": supported_range(),
         "torch_status": support_status()[0],
         "diffusers": _version("diffusers"),
+        "diffusers_range": _diffusers_compat.supported_range(),
+        "diffusers_status": _diffusers_compat.support_status(_version("diffusers") or "0")[0],
         "torch_npu": (npu_version or "installed (version unknown)") if plat["torch_npu_installed"] else None,
         # torch_npu wheels are built per torch release: 2.8.0.post2 pairs with torch 2.8.
         "torch_npu_matches_torch": (torch_version(npu_version) == torch_version()) if npu_version else None,
@@ -113,6 +116,7 @@ def env_info() -> dict[str, Any]:
 
 
 def _cmd_env(args) -> int:
+    from ._diffusers_compat import support_status as diffusers_support_status
     from .compilation._compat import support_status
 
     info = env_info()
@@ -127,6 +131,8 @@ def _cmd_env(args) -> int:
     )
     if info["torch_status"] != "supported":
         text += f"\nwarning: {support_status()[1]}"
+    if info["diffusers_status"] != "supported":
+        text += f"\nwarning: {diffusers_support_status(info['diffusers'] or '(not installed)')[1]}"
     if info["torch_npu_matches_torch"] is False:
         text += f"\nwarning: torch_npu {info['torch_npu']} was built for another torch than {info['torch']}: install the pair."
     if info["torch_npu_error"]:
@@ -432,6 +438,7 @@ def _config_in_file(path: str):
     key and answer the defaults)."""
     from dataclasses import fields
 
+    from ._diffusers_compat import is_diffusers_config
     from .config import AscendConfig, read_json_object
     from .mixin import ASCEND_CONFIG_KEY
 
@@ -442,7 +449,7 @@ def _config_in_file(path: str):
             raise _NoSettings(f"{path} holds no saved ascend settings (`{ASCEND_CONFIG_KEY}` is {json.dumps(saved)}: "
                              "acceleration was disabled before saving)")
         return AscendConfig.from_dict(saved, source=f"`{ASCEND_CONFIG_KEY}` in {path}")
-    if "_class_name" in data or "_diffusers_version" in data:
+    if is_diffusers_config(data):
         raise _NoSettings(f"{path} is a diffusers config without saved ascend settings (no `{ASCEND_CONFIG_KEY}` "
                          "key: it was saved without enable_ascend_compile); expected " + _EXPECTED)
     known = {f.name for f in fields(AscendConfig)} | {"version", "diffusers_ascend_version"}

@@ -301,9 +301,9 @@ def upstream_fused(model: torch.nn.Module) -> dict[str, int]:
     >>> upstream_fused(tiny_flux_transformer())  # {} where torch_npu is not installed
     {}
     """
-    from diffusers.utils import import_utils
+    from ._diffusers_compat import diffusers_found_torch_npu
 
-    if not import_utils.is_torch_npu_available():
+    if not diffusers_found_torch_npu():
         return {}
     counts: dict[str, int] = {}
     branches = _upstream_branches()

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from . import _diffusers_compat as dc
+
 ASCEND_CONFIG_KEY = "_ascend_config"
 _DYNAMO_DEFAULT_RECOMPILE_LIMIT = 8
 # Set while a pipeline loads its components: the pipeline applies the config once, at the end.
@@ -204,14 +206,7 @@ def _outer_compiled(obj) -> set[str]:
 
 
 def _set_config_key(obj, value) -> None:
-    from diffusers.configuration_utils import FrozenDict
-
-    d = dict(obj._internal_dict)
-    if value is None:
-        d.pop(ASCEND_CONFIG_KEY, None)
-    else:
-        d[ASCEND_CONFIG_KEY] = value
-    obj._internal_dict = FrozenDict(d)
+    dc.set_config_entry(obj, ASCEND_CONFIG_KEY, value)
 
 
 # Dynamo's process-wide recompile limit: the largest of the holds (weak: a dropped model lets go)
@@ -426,11 +421,7 @@ def _recompile_limit_reached(model, name: str, state: _State) -> None:
 def _compile_disabling_hooks(module: torch.nn.Module) -> list:
     """The diffusers hooks on `module` whose ``new_forward`` (which runs the block's forward) is
     ``torch.compiler.disable``d: MagCache's block hooks."""
-    registry = module.__dict__.get("_diffusers_hook")
-    hooks = getattr(registry, "hooks", None)
-    if not isinstance(hooks, dict):
-        return []
-    return [h for h in hooks.values() if getattr(getattr(type(h), "new_forward", None), "_torchdynamo_disable", False)]
+    return [h for h in dc.module_hooks(module) if getattr(getattr(type(h), "new_forward", None), "_torchdynamo_disable", False)]
 
 
 def _record_signature(state: _State, label: str, module: torch.nn.Module, args, kwargs) -> None:
@@ -451,7 +442,7 @@ def _foreign_processors(model, adapter, fusions, swapped, skipped) -> list[tuple
     out = []
     for n, module in model.named_modules():
         proc = module.__dict__.get("processor")
-        default = getattr(module, "_default_processor_cls", None)
+        default = dc.default_processor_class(module)
         swap = next((s for s in swaps if getattr(default, "__name__", None) == s.source), None)
         if swap is None or proc is None or id(proc) in done or f"{n}.processor" in reported:
             continue
@@ -467,7 +458,7 @@ def _runs_ring(model) -> bool:
     from .attention import processors
 
     for p in processors(model):
-        cp = getattr(getattr(p, "_parallel_config", None), "context_parallel_config", None)
+        cp = getattr(dc.parallel_config(p), "context_parallel_config", None)
         if cp is not None and (getattr(cp, "ring_degree", None) or 1) > 1:
             return True
     return False
@@ -477,12 +468,6 @@ def _set_attention(model, cfg, state: _State) -> None:
     """Sets the resolved attention backend on `model`'s attention processors (recorded first, so
     disable restores them). Not through ``model.set_attention_backend``: that also sets diffusers'
     process-wide active backend, which every other model without a backend of its own would use."""
-    from diffusers.models.attention_dispatch import (
-        _AttentionBackendRegistry,
-        _check_attention_backend_requirements,
-        _maybe_download_kernel_for_backend,
-    )
-
     from .attention import NPU_FIA, backend_for, processors
     from .attention.npu_fia import track
 
@@ -499,18 +484,16 @@ def _set_attention(model, cfg, state: _State) -> None:
             raise RuntimeError(f"attention={backend!r} needs torch_npu, which is not installed; install torch_npu on "
                                "an Ascend host, or use attention='auto' or a diffusers backend (e.g. 'native').")
     else:  # diffusers' own checks of set_attention_backend (package installed, kernel)
-        _check_attention_backend_requirements(member)
-        _maybe_download_kernel_for_backend(member)
+        dc.check_backend_requirements(member)
     procs = processors(model)
-    if any(getattr(p, "_parallel_config", None) is not None for p in procs) and \
-            not _AttentionBackendRegistry._is_context_parallel_available(member):
+    if any(dc.parallel_config(p) is not None for p in procs) and not dc.supports_context_parallel(member):
         raise ValueError(
             f"attention={backend!r} does not support diffusers' context parallelism, which this model runs; "
-            f"valid: {sorted(_AttentionBackendRegistry._supports_context_parallel)}."
+            f"valid: {dc.context_parallel_backends()}."
         )
-    state.attention = {p: p._attention_backend for p in procs}
+    state.attention = {p: dc.attention_backend(p) for p in procs}
     for p in procs:
-        p._attention_backend = member
+        dc.set_attention_backend(p, member)
     if backend == NPU_FIA:
         state.attention_hooks = track(model)  # its own fallback log, for its report
 
@@ -614,7 +597,7 @@ def _disable_model(model) -> None:
     restore_swaps(state.swapped)
     if state.attention is not None:
         for proc, prev in state.attention.items():
-            proc._attention_backend = prev
+            dc.set_attention_backend(proc, prev)
     for hook in getattr(state, "attention_hooks", ()):  # a state pickled before this field has none
         hook.remove()
     _remove_run_markers(model)
@@ -648,6 +631,7 @@ def enable_ascend_compile(pipe_or_model, config=None, *, cache=None, trust_remot
     from .config import AscendConfig
 
     cfg = AscendConfig.coerce(config, **overrides)  # validates before anything changes
+    dc.check_diffusers()  # every private diffusers name we use, before anything changes
     probe = None
     if cfg.compile != "none":
         from .compilation import AscendBackend
@@ -900,7 +884,7 @@ def _saved_config(obj):
         saved = model.config.get(ASCEND_CONFIG_KEY) if hasattr(model, "config") else None
         if saved is None or (isinstance(saved, dict) and not saved):
             continue
-        origin = model.config.get("_name_or_path") or getattr(obj, "name_or_path", None)
+        origin = dc.config_origin(model) or getattr(obj, "name_or_path", None)
         where = f"{type(model).__name__}{f' ({name})' if name else ''}" + (f" loaded from {origin!r}" if origin else "")
         return AscendConfig.from_dict(saved, source=f"`{ASCEND_CONFIG_KEY}` of the {where}")
     return None

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import torch
 from diffusers.models.attention_dispatch import dispatch_attention_fn
-from diffusers.models.transformers.transformer_flux import FluxAttnProcessor, _get_qkv_projections
+from diffusers.models.transformers.transformer_flux import FluxAttnProcessor
 
+from .._diffusers_compat import attention_backend, parallel_config, require
 from ..layers import Swap, _ops
 from .registry import Adapter, register_adapter
 
 __all__ = ["FLUX", "FusedRopeFluxAttnProcessor"]
+
+# Imported with this family (at enable time): a diffusers that moved it raises our error then.
+_get_qkv_projections = require("Flux qkv projections")
 
 
 def _rope(x, freqs):
@@ -50,7 +54,7 @@ class FusedRopeFluxAttnProcessor(FluxAttnProcessor):
             query, key = _rope(query, image_rotary_emb), _rope(key, image_rotary_emb)
         hidden_states = dispatch_attention_fn(
             query, key, value, attn_mask=attention_mask,
-            backend=self._attention_backend, parallel_config=self._parallel_config,
+            backend=attention_backend(self), parallel_config=parallel_config(self),
         )
         hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
         if encoder_hidden_states is None:

@@ -65,6 +65,8 @@ def register_adapter(model_class_name: str, adapter: Adapter) -> None:
 
 
 def _load_families() -> None:
+    from .._diffusers_compat import DiffusersCompatError
+
     for family in _FAMILIES:
         try:
             importlib.import_module(f"{__package__}.{family}")
@@ -72,6 +74,11 @@ def _load_families() -> None:
             # A diffusers without this family has none of its models; our own failures surface.
             if not (e.name or "").startswith("diffusers"):
                 raise
+        except DiffusersCompatError:
+            # A private name of the family moved: `enable_ascend_compile` refuses this diffusers
+            # first (`check_diffusers`); a plain from_pretrained, which looks for saved settings
+            # here, loads as with a diffusers without the family.
+            continue
 
 
 def registered_adapters() -> dict[str, Adapter]:
@@ -109,5 +116,7 @@ def generic_adapter(model) -> Adapter | None:
     >>> generic_adapter(tiny_wan_transformer()).blocks
     ('WanTransformerBlock',)
     """
-    blocks = tuple(getattr(model, "_repeated_blocks", None) or ())
+    from .._diffusers_compat import repeated_blocks
+
+    blocks = repeated_blocks(model)
     return Adapter(name=f"generic:{type(model).__name__}", blocks=blocks) if blocks else None

@@ -9,16 +9,17 @@ models (VACE, Animate, ChronoEdit) the generic adapter compiles.
 from __future__ import annotations
 
 from diffusers.models.attention_dispatch import dispatch_attention_fn
-from diffusers.models.transformers.transformer_wan import (
-    WanAttnProcessor,
-    _get_added_kv_projections,
-    _get_qkv_projections,
-)
+from diffusers.models.transformers.transformer_wan import WanAttnProcessor
 
+from .._diffusers_compat import attention_backend, parallel_config, require
 from ..layers import Swap, _ops
 from .registry import Adapter, register_adapter
 
 __all__ = ["WAN", "FusedRopeWanAttnProcessor"]
+
+# Imported with this family (at enable time): a diffusers that moved them raises our error then.
+_get_qkv_projections = require("Wan qkv projections")
+_get_added_kv_projections = require("Wan added kv projections")
 
 ROPE_PRECONDITION = (
     "rope: cos[..., 2i] == cos[..., 2i+1] and sin[..., 2i] == sin[..., 2i+1] (WanRotaryPosEmbed's "
@@ -59,13 +60,13 @@ class FusedRopeWanAttnProcessor(WanAttnProcessor):
             value_img = value_img.unflatten(2, (attn.heads, -1))
             hidden_states_img = dispatch_attention_fn(
                 query, key_img, value_img, attn_mask=None, dropout_p=0.0, is_causal=False,
-                backend=self._attention_backend, parallel_config=None,
+                backend=attention_backend(self), parallel_config=None,
             )
             hidden_states_img = hidden_states_img.flatten(2, 3).type_as(query)
         hidden_states = dispatch_attention_fn(
             query, key, value, attn_mask=attention_mask, dropout_p=0.0, is_causal=False,
-            backend=self._attention_backend,
-            parallel_config=(self._parallel_config if encoder_hidden_states is None else None),
+            backend=attention_backend(self),
+            parallel_config=(parallel_config(self) if encoder_hidden_states is None else None),
         )
         hidden_states = hidden_states.flatten(2, 3).type_as(query)
         if hidden_states_img is not None:

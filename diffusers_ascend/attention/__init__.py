@@ -15,7 +15,7 @@ BACKENDS = (NPU_FIA,)
 
 
 def backend_for(name: str) -> Any:
-    """A processor's ``_attention_backend`` value for ``name``: ours for `BACKENDS`, else diffusers' enum.
+    """A processor's backend (`_diffusers_compat.attention_backend`) for ``name``: ours for `BACKENDS`, else diffusers' enum.
 
     >>> from diffusers_ascend.attention import backend_for
     >>> backend_for("native").value
@@ -32,10 +32,12 @@ def backend_for(name: str) -> Any:
 
 def processors(model) -> list:
     """The attention processors of ``model`` that carry a dispatcher backend, each once."""
+    from .._diffusers_compat import dispatches_attention
+
     seen, out = set(), []
     for m in model.modules():
         p = getattr(m, "processor", None)
-        if p is not None and hasattr(p, "_attention_backend") and id(p) not in seen:
+        if p is not None and dispatches_attention(p) and id(p) not in seen:
             seen.add(id(p))
             out.append(p)
     return out

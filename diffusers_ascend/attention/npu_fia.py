@@ -14,7 +14,6 @@ what SDPA computes (or raises SDPA's error); its reason is counted in the proces
 from __future__ import annotations
 
 import collections
-import enum
 import threading
 import weakref
 from typing import Any, Optional
@@ -198,11 +197,11 @@ def npu_fia_attention(
     True
     """
     if _parallel_config is not None and _parallel_config.context_parallel_config is not None:
-        from diffusers.models.attention_dispatch import _templated_context_parallel_attention
+        from .._diffusers_compat import templated_context_parallel_attention
 
         # is_causal and enable_gqa go through: diffusers' templated attention refuses both (with its
         # reason) rather than have its ranks compute something else.
-        return _templated_context_parallel_attention(
+        return templated_context_parallel_attention(
             query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse,
             forward_op=_forward_op, backward_op=_backward_op,
             _parallel_config=_parallel_config,
@@ -227,14 +226,6 @@ def backend_name():
 
 def register():
     """Builds the ``npu_fia`` enum instance and registers `npu_fia_attention` (via `backend_name`)."""
-    from diffusers.models.attention_dispatch import AttentionBackendName, _AttentionBackendRegistry, _check_shape
+    from .._diffusers_compat import register_attention_backend
 
-    member = str.__new__(AttentionBackendName, NAME)  # a str-valued enum, as diffusers defines it
-    member._name_, member._value_ = "NPU_FIA", NAME
-    member._sort_order_ = len(AttentionBackendName.__members__)
-    # Enums pickle as EnumClass(value), which refuses this value: pickle as a call of `backend_name`.
-    member.__reduce_ex__ = lambda protocol: (backend_name, ())
-    if not isinstance(member, enum.Enum):  # pragma: no cover  (diffusers changed the registry's key type)
-        raise TypeError("diffusers' AttentionBackendName is no longer an Enum; npu_fia cannot register")
-    _AttentionBackendRegistry.register(member, constraints=[_check_shape], supports_context_parallel=True)(npu_fia_attention)
-    return member
+    return register_attention_backend("NPU_FIA", NAME, npu_fia_attention, reduce=backend_name)

@@ -156,7 +156,9 @@ class _SeededInit(TorchFunctionMode):
 
 def _keep_fp32(model, name: str) -> bool:
     # As diffusers' from_pretrained(torch_dtype=...) matches `_keep_in_fp32_modules`: a path component.
-    keep = getattr(model, "_keep_in_fp32_modules", None) or ()
+    from .._diffusers_compat import keep_in_fp32_modules
+
+    keep = keep_in_fp32_modules(model)
     return any(part in keep for part in name.split("."))
 
 
@@ -288,8 +290,10 @@ def _ascend(**overrides):
 
 
 def _regional(model, device):
+    from .._diffusers_compat import repeated_blocks
+
     model.compile_repeated_blocks(fullgraph=True)
-    blocks = [m for m in model.modules() if type(m).__name__ in (model._repeated_blocks or ())]
+    blocks = [m for m in model.modules() if type(m).__name__ in repeated_blocks(model)]
 
     def undo():
         for block in blocks:
