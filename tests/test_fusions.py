@@ -46,7 +46,8 @@ def test_every_consumer_reads_the_table_order():
     assert config.FUSIONS is fusions.FUSIONS and config.FUSION_TO_OP is fusions.FUSION_TO_OP
     assert config.FUSIONS == ("rms_norm", "rope", "gelu_tanh", "fast_gelu", "adaln", "mul_add", "swiglu")  # public
     assert passes.PASS_ORDER is fusions.PASS_ORDER and tuple(passes.FUSION_PASSES) == fusions.PASS_ORDER
-    assert sorted(fusions.PASS_ORDER) == sorted(fusions.FUSIONS)
+    # every fusion runs exactly once: a row missing from PASS_ORDER (or listed twice) fails here
+    assert sorted(fusions.PASS_ORDER) == sorted(fusions.FUSIONS), (fusions.PASS_ORDER, fusions.FUSIONS)
     order = fusions.PASS_ORDER
     assert order[-1] == "mul_add"  # the greedy residual gate last
     assert order.index("swiglu") < order.index("mul_add")
