@@ -3,6 +3,7 @@ Triton kernel files and every name that lists fusions."""
 
 from __future__ import annotations
 
+import ast
 import pathlib
 import pkgutil
 
@@ -59,8 +60,16 @@ def test_every_consumer_reads_the_table_order():
 
 
 def test_triton_kernels_come_from_their_files():
-    kernel_files = {p.stem for p in pathlib.Path(triton_kernels.__file__).parent.glob("*.py")
-                    if not p.stem.startswith("_")} - {"limits", "measurements"}
+    # KERNELS names every kernel file once, and each file exports the launcher and planner it names
+    # (read from the source: importing a kernel module imports triton).
+    folder = pathlib.Path(triton_kernels.__file__).parent
+    kernel_files = {p.stem for p in folder.glob("*.py") if not p.stem.startswith("_")} - {"limits", "measurements"}
     assert {module for module, _, _ in triton_kernels.KERNELS.values()} == kernel_files
+    for op, (module, launcher, supports) in triton_kernels.KERNELS.items():
+        tree = ast.parse((folder / f"{module}.py").read_text())
+        exported = next(ast.literal_eval(n.value) for n in tree.body
+                        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "__all__")
+        assert {launcher, f"plan_{launcher}"} <= set(exported), (op, module, exported)
+        assert supports is getattr(triton_kernels.limits, f"{op}_supports")
     assert set(triton_kernels.KERNELS) <= set(ascend_kernels.OPS)
     assert fusions.triton_fusions() == tuple(f for f in fusions.FUSIONS if fusions.FUSION_TO_OP[f] in triton_kernels.KERNELS)
