@@ -1,5 +1,5 @@
 """The fusion table that config, passes, benchmarks and tests read: a new fusion is its op file,
-its pass file and one row (docs/how-fusion-works.md).
+its pass file, one row and its place in `PASS_ORDER` (docs/how-fusion-works.md).
 
 >>> TABLE["adaln"].op, FUSIONS[-1], PASS_ORDER[-1]
 ('adaln_modulate', 'swiglu', 'mul_add')
