@@ -1,6 +1,11 @@
 """Providers of each ``ascend_kernels`` op and the choice among them at call time: the explicit
 `use_providers` choice (context-local), else the first supported one in priority order
-``npu > triton > native`` (``native``, the PyTorch reference, runs anywhere)."""
+``npu > triton > native`` (``native``, the PyTorch reference, runs anywhere).
+
+The table is `_REGISTRY`, filled by `register_provider` calls: every public module of
+``ascend_kernels/ops/`` is imported and registers its op's native provider, which defines the op
+(a new op is a new file; diffusers_ascend's model adapters are found the same way); the device
+packages register theirs from literal lists (``npu/__init__.py``, ``triton.KERNELS``)."""
 
 from __future__ import annotations
 

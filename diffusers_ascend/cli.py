@@ -25,6 +25,8 @@ import tempfile
 import time
 from typing import Any, Sequence
 
+from .benchmarks.registry import multiple_of_16 as _height
+from .benchmarks.registry import positive_int as _positive_int
 from .platform import PLATFORMS  # stdlib only: `--help` stays free of torch
 
 __all__ = ["build_parser", "main"]
@@ -369,29 +371,26 @@ def _cmd_demo(args) -> int:
 
 
 # -- bench ---------------------------------------------------------------------------------------
-# `bench <name>` subcommands that live in `benchmarks/bench_<name>.py` and write JSON only (no plot).
-_BENCH_MODULES = ("blocks", "kernels", "graph_capture", "host_path", "warm_start")
-
-
 def _cmd_bench(args) -> int:
     import importlib
     import importlib.util
 
-    command = getattr(args, "bench_command", None)
+    from .benchmarks.registry import REGISTRY
+
     if getattr(args, "out", None) is not None:  # a bad folder is found now, not after the whole run
         from .benchmarks._common import check_out_dir
 
         check_out_dir(args.out)
-    if command in _BENCH_MODULES:
-        return importlib.import_module(f"{__package__}.benchmarks.bench_{command}").cli(args)
+    command = getattr(args, "bench_command", None)  # None: the suite
+    if (REGISTRY[command].plots if command else True) and importlib.util.find_spec("matplotlib") is None:
+        # checked before minutes of benchmarking
+        raise ImportError(f"diffusers-ascend bench{' ' + command if command else ''} writes a PNG plot and needs "
+                          "matplotlib: pip install 'diffusers-ascend[bench]'")
+    if command is not None:
+        return importlib.import_module(f"{__package__}.benchmarks.{REGISTRY[command].module}").cli(args)
 
     from .benchmarks import run_benchmarks
 
-    if importlib.util.find_spec("matplotlib") is None:  # checked before minutes of benchmarking
-        raise ImportError("diffusers-ascend bench writes a PNG plot and needs matplotlib: pip install 'diffusers-ascend[bench]'")
-
-    if command == "e2e":
-        return _cmd_bench_e2e(args)
     options = {"compile_time": {"executors": args.executors}} if args.executors else None
     results = run_benchmarks(names=args.only or None, size=args.size, out_dir=args.out, options=options)
     if args.json:
@@ -399,27 +398,6 @@ def _cmd_bench(args) -> int:
     else:
         print(f"wrote {os.path.join(args.out, 'results.json')}, results.md and results.png")
     return 0
-
-
-def _cmd_bench_e2e(args) -> int:
-    from .benchmarks.bench_e2e import e2e_text, result_stem, run_e2e
-
-    from .benchmarks._common import error_line
-
-    try:
-        result = run_e2e(model=args.model, depth=args.depth, steps=args.steps, height=args.height, width=args.width,
-                         frames=args.frames, text_len=args.text_len, device=args.device, dtype=args.dtype,
-                         variants=args.variants, seed=args.seed, out_dir=args.out, progress=not args.json)
-    except (RuntimeError, MemoryError) as e:  # building the model at this size (out of memory, say)
-        print(f"diffusers-ascend bench e2e: error: {error_line(e)}", file=sys.stderr)
-        return 1
-    failed = [v for v in result["variants"] if v["status"] == "failed"]
-    text = e2e_text(result) + f"wrote {os.path.join(args.out, result_stem(result))}.json, .md and .png"
-    _print({k: v for k, v in result.items() if k != "columns"}, args.json, text)
-    for v in failed:
-        print(f"diffusers-ascend bench e2e: variant {v['name']} failed: {v['note']}"
-              + (" (the other variants ran, not compared)" if v["name"] == "eager" else ""), file=sys.stderr)
-    return 1 if failed else 0
 
 
 # -- config --------------------------------------------------------------------------------------
@@ -636,23 +614,6 @@ def _cache_run(args) -> int:
 
 
 # -- parser --------------------------------------------------------------------------------------
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive integer")
-    return value
-
-
-def _height(text: str) -> int:
-    value = _positive_int(text)
-    if value % 16:  # Flux and Wan pipelines need sizes divisible by 16 (VAE scale x patch size)
-        raise argparse.ArgumentTypeError(f"{text!r} must be a multiple of 16 (e.g. 32, 64, 512)")
-    return value
-
-
 def _fusions(text: str):
     from .config import _normalize_fusions
 
@@ -694,12 +655,13 @@ def build_parser() -> argparse.ArgumentParser:
                       help="save the accelerated pipeline here and keep it (default: a temporary folder, removed)")
 
     bench = add("bench", "run the benchmarks; write results.json, results.md and results.png", _cmd_bench)
-    bench.add_argument("--only", nargs="+", metavar="NAME", help="benchmarks to run (default: all)")
+    bench.add_argument("--only", nargs="+", metavar="NAME",
+                       help=f"benchmarks to run, of {', '.join(_suite_names())} (default: all)")
     bench.add_argument("--size", default="small", help="problem size: tiny (seconds) or small (default)")
     bench.add_argument("--out", default="bench-results", help="output folder (default bench-results)")
     bench.add_argument("--executors", nargs="+", choices=("eager", "inductor"),
                        help="compile_time: the executors measured (default: the size's preset)")
-    _add_bench_e2e_parser(bench)
+    _add_bench_parsers(bench)
 
     config = add("config", "show, validate, push or pull an ascend_config.json", _cmd_config, json_flag=False)
     actions = config.add_subparsers(dest="action", required=True, metavar="{show,validate,push,pull}")
@@ -726,66 +688,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_bench_e2e_parser(bench) -> None:
-    # Choices spelled out (and checked against the module by the tests) so --help does not import torch.
-    models, variants = ("flux", "wan", "wan-14b", "qwen-image"), ("eager", "ascend", "ascend+graph", "regional", "mindiesd")
-    sub = bench.add_subparsers(dest="bench_command", metavar="{e2e,%s}" % ",".join(_BENCH_MODULES))
-    e2e = sub.add_parser(
-        "e2e", help="a real-size model (shipped config, random weights) through the stock pipeline's denoising loop, per variant",
-        description="Runs the real transformer config of a model with random weights through the stock diffusers "
-                    "pipeline's denoising loop (no text encoders, no VAE decode), once per variant; writes JSON, a "
-                    "markdown table and a plot with the published numbers for the same job.")
-    e2e.add_argument("--model", required=True, choices=models, help="the model whose real config runs")
-    e2e.add_argument("--depth", type=_positive_int, help="blocks of each repeated kind (default: the real count)")
-    e2e.add_argument("--steps", type=_positive_int, help="denoising steps (default: the model's usual job, e.g. 28 for flux)")
-    e2e.add_argument("--height", type=_height, help="image height in pixels, a multiple of 16 (default: the model's job)")
-    e2e.add_argument("--width", type=_height, help="image width in pixels, a multiple of 16 (default: the model's job)")
-    e2e.add_argument("--frames", type=_positive_int, help="video frames, 4k+1 (wan, wan-14b; default 81)")
-    e2e.add_argument("--text-len", type=_positive_int, help="prompt embedding tokens (default: the model's job)")
-    e2e.add_argument("--device", choices=PLATFORMS, help="default: this machine's accelerator")
-    e2e.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16", help="weights and activations (default bf16)")
-    e2e.add_argument("--variants", nargs="+", choices=variants, metavar="VARIANT",
-                     help=f"variants to run, of {', '.join(variants)} (default: all; eager always runs, as the reference)")
-    e2e.add_argument("--seed", type=int, default=0, help="seeds the weights, embeddings and latents (default 0)")
-    e2e.add_argument("--out", default="bench-results", help="output folder (default bench-results)")
-    e2e.add_argument("--json", action="store_true", help="print one JSON document instead of text")
-    _add_bench_device_parsers(sub)
+def _suite_names() -> list[str]:
+    from .benchmarks.registry import REGISTRY
+
+    return [b.name for b in REGISTRY.values() if b.function is not None]
 
 
-def _add_bench_device_parsers(sub) -> None:
-    # Choices spelled out (and checked against the modules by the tests) so --help does not import torch.
-    def add(name, help_):
-        p = sub.add_parser(name, help=help_, description=help_)
-        p.add_argument("--out", help=f"folder for {name}.json (default: print only)")
-        return p
+def _add_bench_parsers(bench) -> None:
+    # `bench <name>`: every registry entry that is no suite member, its help and flags the registry's.
+    from .benchmarks.registry import REGISTRY
 
-    blocks = add("blocks", "full-width Flux blocks on a CUDA GPU: eager, Inductor, our fusions with the Triton kernels")
-    blocks.add_argument("--tiny", action="store_true", help="tiny widths on CPU, fp32: checks the plumbing, measures nothing useful")
-    blocks.add_argument("--variant", action="append", help="run only these variants (repeatable; eager always runs)")
-    kernels = add("kernels", "Triton kernels vs eager and Inductor's code at Flux and Wan 14B sizes (CUDA GPU)")
-    kernels.add_argument("--case", action="append", help="run only these cases (repeatable)")
-    graph = add("graph_capture", "CUDA graph capture over the eager and Inductor executors, full-width Flux (CUDA GPU)")
-    graph.add_argument("--layers", type=_positive_int, default=2, help="double-stream blocks (Flux.1 has 19)")
-    graph.add_argument("--single-layers", type=_positive_int, default=4, help="single-stream blocks (Flux.1 has 38)")
-    graph.add_argument("--iters", type=_positive_int, default=20, help="timed calls (median reported)")
-    graph.add_argument("--warmup", type=int, default=5, help="untimed calls first")
-    graph.add_argument("--sizes", nargs="+", default=["launch_bound", "flux_1024"], choices=("launch_bound", "flux_1024"))
-    graph.add_argument("--configs", nargs="+", metavar="CONFIG", default=list(_GRAPH_CONFIGS), choices=_GRAPH_CONFIGS,
-                       help=f"of {', '.join(_GRAPH_CONFIGS)} (default: all)")
-    host = add("host_path", "host time per call of a fused op's Python path, layer by layer (CPU; needs triton)")
-    host.add_argument("--calls", type=_positive_int, default=2000, help="calls per timed run")
-    host.add_argument("--repeat", type=_positive_int, default=5, help="timed runs (the median is reported)")
-    warm = add("warm_start", "time to the first output of a fresh process, without and with saved compile artifacts")
-    warm.add_argument("--size", default="small", choices=("small", "tiny", "depth"),
-                      help="depth: FLUX.1-dev's and Wan 2.1 14B's block counts at the tiny width")
-    warm.add_argument("--executor", default="inductor", choices=("inductor", "eager"),
-                      help="eager: eager block packages, with and without graph capture (the CPU stand-in on a CPU)")
-    warm.add_argument("--models", nargs="+", default=["flux", "wan"], choices=("flux", "wan"))
-    warm.add_argument("--repeat", type=_positive_int, default=1, help="runs per model, each from a new cold process")
-
-
-_GRAPH_CONFIGS = ("eager", "eager_capture", "inductor_default", "inductor", "inductor_capture", "inductor_capture_unsafe",
-                  "inductor_model", "eager_capture_model", "inductor_capture_model")
+    commands = [b for b in REGISTRY.values() if b.function is None]
+    sub = bench.add_subparsers(dest="bench_command", metavar="{%s}" % ",".join(b.name for b in commands))
+    for b in commands:
+        b.arguments(sub.add_parser(b.name, help=b.help, description=b.description or b.help))
 
 
 def _add_cache_parser(add) -> None:

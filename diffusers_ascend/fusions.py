@@ -1,5 +1,5 @@
 """The fusion table that config, passes, benchmarks and tests read: a new fusion is its op file,
-its pass file and one row (docs/how-fusion-works.md).
+its pass file, one row and its place in `PASS_ORDER` (docs/how-fusion-works.md).
 
 >>> TABLE["adaln"].op, FUSIONS[-1], PASS_ORDER[-1]
 ('adaln_modulate', 'swiglu', 'mul_add')
@@ -21,34 +21,43 @@ class Fusion:
         name: the name configs use.
         op: the ``torch.ops.ascend_kernels`` op its pass substitutes.
         pass_class: ``"module:Class"`` of its `FusionPass` in `diffusers_ascend.compilation.passes`.
-        runs: the pass's place in `PASS_ORDER` (lower runs first).
         changes_numerics: the op is not exact; it applies only when named, never under "all"/"auto".
     """
 
     name: str
     op: str
     pass_class: str
-    runs: int
     changes_numerics: bool = False
 
 
-# Rows in the public `FUSIONS` order (stored configs keep their cache keys). ``runs`` orders
-# overlapping patterns: fast_gelu before gelu_tanh, swiglu before mul_add (``silu(a) * b + c`` is a
-# SwiGLU feeding an add), the greedy mul_add last.
+# Rows in the public `FUSIONS` order (stored configs keep their cache keys). A new fusion is one
+# row here and its name in `PASS_ORDER` (tests/test_fusions.py checks each row is there once).
 _ROWS = (
-    Fusion("rms_norm", "rms_norm", "rms_norm:RMSNormFusionPass", runs=0),
-    Fusion("rope", "rope", "rope:RopeFusionPass", runs=1),
-    Fusion("gelu_tanh", "gelu_tanh", "gelu:GeluTanhFusionPass", runs=3),
-    Fusion("fast_gelu", "fast_gelu", "gelu:FastGeluFusionPass", runs=2, changes_numerics=True),
-    Fusion("adaln", "adaln_modulate", "adaln:AdaLNFusionPass", runs=4),
-    Fusion("mul_add", "mul_add", "mul_add:MulAddFusionPass", runs=6),
-    Fusion("swiglu", "swiglu", "swiglu:SwiGLUFusionPass", runs=5),
+    Fusion("rms_norm", "rms_norm", "rms_norm:RMSNormFusionPass"),
+    Fusion("rope", "rope", "rope:RopeFusionPass"),
+    Fusion("gelu_tanh", "gelu_tanh", "gelu:GeluTanhFusionPass"),
+    Fusion("fast_gelu", "fast_gelu", "gelu:FastGeluFusionPass", changes_numerics=True),
+    Fusion("adaln", "adaln_modulate", "adaln:AdaLNFusionPass"),
+    Fusion("mul_add", "mul_add", "mul_add:MulAddFusionPass"),
+    Fusion("swiglu", "swiglu", "swiglu:SwiGLUFusionPass"),
+)
+
+# The order the passes run in (`FusionPassManager`), where patterns overlap: fast_gelu before
+# gelu_tanh (same site, other numerics), swiglu before mul_add (``silu(a) * b + c`` is a SwiGLU
+# feeding an add), the greedy mul_add last.
+PASS_ORDER: tuple[str, ...] = (
+    "rms_norm",
+    "rope",
+    "fast_gelu",
+    "gelu_tanh",
+    "adaln",
+    "swiglu",
+    "mul_add",
 )
 
 TABLE: types.MappingProxyType = types.MappingProxyType({f.name: f for f in _ROWS})
 FUSIONS: tuple[str, ...] = tuple(TABLE)
 FUSION_TO_OP: types.MappingProxyType = types.MappingProxyType({f.name: f.op for f in _ROWS})
-PASS_ORDER: tuple[str, ...] = tuple(f.name for f in sorted(_ROWS, key=lambda f: f.runs))
 
 
 def default_fusions() -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from typing import Callable, Iterable
 
 import torch
 import torch.nn.functional as F
+from diffusers.models import activations, normalization
 
 __all__ = [
     "FastGELU",
@@ -67,50 +68,37 @@ class FastTorchGELU(FusedTorchGELU):
     _ascend_op = "fast_gelu"
 
 
-def _fused_gelu_class():
-    from diffusers.models.activations import GELU
+class FusedGELU(activations.GELU):
+    """diffusers' `GELU` (Linear then tanh-GELU) with the activation as ``ascend_kernels.gelu_tanh``."""
 
-    class FusedGELU(GELU):
-        """diffusers' `GELU` (Linear then tanh-GELU) with the activation as ``ascend_kernels.gelu_tanh``."""
+    _ascend_op = "gelu_tanh"
 
-        _ascend_op = "gelu_tanh"
-
-        def gelu(self, gate: torch.Tensor) -> torch.Tensor:
-            return getattr(_ops(), self._ascend_op)(gate)
-
-    return FusedGELU
+    def gelu(self, gate: torch.Tensor) -> torch.Tensor:
+        return getattr(_ops(), self._ascend_op)(gate)
 
 
-def _fast_gelu_class():
-    class FastGELU(_cached(_fused_gelu_class)):
-        """`FusedGELU` with ``ascend_kernels.fast_gelu`` (changes numerics)."""
+class FastGELU(FusedGELU):
+    """`FusedGELU` with ``ascend_kernels.fast_gelu`` (changes numerics)."""
 
-        _ascend_op = "fast_gelu"
-
-    return FastGELU
+    _ascend_op = "fast_gelu"
 
 
-def _fused_diffusers_rms_norm_class():
-    from diffusers.models.normalization import RMSNorm
+class FusedDiffusersRMSNorm(normalization.RMSNorm):
+    """diffusers' `RMSNorm` computed by ``ascend_kernels.rms_norm`` with the stock output dtype
+    (the weight multiplies before the single cast: never less precise). Modules with a bias,
+    or normalizing more than the last dimension, run the stock code."""
 
-    class FusedDiffusersRMSNorm(RMSNorm):
-        """diffusers' `RMSNorm` computed by ``ascend_kernels.rms_norm`` with the stock output dtype
-        (the weight multiplies before the single cast: never less precise). Modules with a bias,
-        or normalizing more than the last dimension, run the stock code."""
-
-        def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-            if self.bias is not None or len(self.dim) != 1:
-                return super().forward(hidden_states)
-            w = self.weight
-            if w is None:
-                out_dtype = hidden_states.dtype
-            elif w.dtype in (torch.float16, torch.bfloat16):
-                out_dtype = w.dtype
-            else:
-                out_dtype = torch.promote_types(torch.float32, w.dtype)
-            return _ops().rms_norm(hidden_states, w, self.eps, out_dtype)
-
-    return FusedDiffusersRMSNorm
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if self.bias is not None or len(self.dim) != 1:
+            return super().forward(hidden_states)
+        w = self.weight
+        if w is None:
+            out_dtype = hidden_states.dtype
+        elif w.dtype in (torch.float16, torch.bfloat16):
+            out_dtype = w.dtype
+        else:
+            out_dtype = torch.promote_types(torch.float32, w.dtype)
+        return _ops().rms_norm(hidden_states, w, self.eps, out_dtype)
 
 
 @dataclass(frozen=True)
@@ -120,7 +108,7 @@ class Swap:
     Args:
         fusion: the fusion that enables it (``"gelu_tanh"`` swaps also serve ``"fast_gelu"``).
         source: class name of the object replaced (exact type match: a user's subclass is left alone).
-        target: returns the fused class (lazy: diffusers classes are imported on first use).
+        target: returns the fused class (called at swap time).
         applies: extra condition on the object (e.g. ``approximate == "tanh"``).
         fast_target: the class used instead when ``fast_gelu`` is enabled.
     """
@@ -136,41 +124,17 @@ def _is_tanh(obj) -> bool:
     return getattr(obj, "approximate", None) == "tanh"
 
 
+# The model-independent swaps, tried in this order (family swaps are declared by their adapters).
 SWAPS: tuple[Swap, ...] = (
     Swap("rms_norm", "RMSNorm", lambda: FusedRMSNorm, applies=lambda m: isinstance(m, torch.nn.RMSNorm)),
     Swap("gelu_tanh", "GELU", lambda: FusedTorchGELU, applies=lambda m: isinstance(m, torch.nn.GELU) and _is_tanh(m),
          fast_target=lambda: FastTorchGELU),
-    Swap("gelu_tanh", "GELU", _fused_gelu_class,
+    Swap("gelu_tanh", "GELU", lambda: FusedGELU,
          applies=lambda m: type(m).__module__ == "diffusers.models.activations" and _is_tanh(m),
-         fast_target=_fast_gelu_class),
-    Swap("rms_norm", "RMSNorm", _fused_diffusers_rms_norm_class,
+         fast_target=lambda: FastGELU),
+    Swap("rms_norm", "RMSNorm", lambda: FusedDiffusersRMSNorm,
          applies=lambda m: type(m).__module__ == "diffusers.models.normalization"),
 )
-
-_CLASS_CACHE: dict[Callable, type] = {}
-# The fused classes that subclass diffusers classes, by module attribute name.
-_LAZY_CLASSES: dict[str, Callable[[], type]] = {
-    "FusedGELU": _fused_gelu_class,
-    "FastGELU": _fast_gelu_class,
-    "FusedDiffusersRMSNorm": _fused_diffusers_rms_norm_class,
-}
-
-
-def _cached(factory: Callable[[], type]) -> type:
-    # Built once per process (Dynamo sees one class per swap), published so pickle finds them.
-    if factory not in _CLASS_CACHE:
-        cls = _CLASS_CACHE[factory] = factory()
-        if _LAZY_CLASSES.get(cls.__name__) is factory:
-            cls.__qualname__ = cls.__name__
-            globals()[cls.__name__] = cls
-    return _CLASS_CACHE[factory]
-
-
-def __getattr__(name: str) -> type:
-    # PEP 562: builds a diffusers-based class on first access (also when unpickling a model).
-    if name in _LAZY_CLASSES:
-        return _cached(_LAZY_CLASSES[name])
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _targets(model: torch.nn.Module) -> Iterable[object]:
@@ -224,7 +188,7 @@ def apply_swaps(model: torch.nn.Module, fusions: Iterable[str],
                 if swap.fusion not in enabled or type(obj).__name__ != swap.source or not swap.applies(obj):
                     continue
                 factory = swap.fast_target if fast and swap.fast_target is not None else swap.target
-                target = _cached(factory)
+                target = factory()
                 hooked = isinstance(obj, torch.nn.Module) and "forward" in obj.__dict__
                 patch = None if hooked else _patched(type(obj), target)
                 if hooked or patch is not None:

@@ -144,12 +144,25 @@ def test_commands_parse_arguments(argv, flags, capsys):
 
 
 def test_device_commands_are_the_modules():
-    """Each ``bench <name>`` is `bench_<name>.cli`, and the choices spelled out in cli.py (so that
-    --help does not import torch) are the modules' own."""
+    """Every ``bench_<name>.py`` has its registry entry; each ``bench <name>`` is `bench_<name>.cli`
+    and each suite entry its module's function and plot; and the choices spelled out in the registry
+    (so that --help does not import torch) are the modules' own."""
     import importlib
+    import pathlib
 
-    for name in cli._BENCH_MODULES:
-        assert callable(importlib.import_module(f"diffusers_ascend.benchmarks.bench_{name}").cli)
+    from diffusers_ascend.benchmarks.registry import REGISTRY
+
+    files = {p.stem for p in pathlib.Path(cli.__file__).parent.joinpath("benchmarks").glob("bench_*.py")}
+    assert {b.module for b in REGISTRY.values()} == files
+    assert all(b.module == f"bench_{n}" for n, b in REGISTRY.items() if b.function is None)
+    commands = cli.build_parser()._subparsers._group_actions[0].choices["bench"]._subparsers._group_actions[0].choices
+    assert list(commands) == [n for n, b in REGISTRY.items() if b.function is None]
+    for name, entry in REGISTRY.items():
+        module = importlib.import_module(f"diffusers_ascend.benchmarks.{entry.module}")
+        if entry.function is None:
+            assert callable(module.cli) and commands[name].description == (entry.description or entry.help)
+        else:
+            assert BENCHMARKS[name] is getattr(module, entry.function) and callable(module.plot)
     from diffusers_ascend.benchmarks import bench_graph_capture, bench_warm_start
 
     args = cli.build_parser().parse_args(["bench", "graph_capture"])

@@ -3,6 +3,7 @@ Triton kernel files and every name that lists fusions."""
 
 from __future__ import annotations
 
+import ast
 import pathlib
 import pkgutil
 
@@ -15,7 +16,7 @@ from diffusers_ascend.compilation import passes
 from diffusers_ascend.compilation.passes.base import FusionPass
 
 # Modules of compilation/passes that are machinery, not one fusion's pass.
-PASS_MACHINERY = {"base", "manager", "normalize", "verdict"}  # verdict: the self-check cache
+PASS_MACHINERY = {"base", "manager", "normalize", "verdict", "pretraced"}  # verdict, pretraced: the caches
 
 
 def test_every_row_op_is_registered_and_every_op_has_a_row():
@@ -46,7 +47,8 @@ def test_every_consumer_reads_the_table_order():
     assert config.FUSIONS is fusions.FUSIONS and config.FUSION_TO_OP is fusions.FUSION_TO_OP
     assert config.FUSIONS == ("rms_norm", "rope", "gelu_tanh", "fast_gelu", "adaln", "mul_add", "swiglu")  # public
     assert passes.PASS_ORDER is fusions.PASS_ORDER and tuple(passes.FUSION_PASSES) == fusions.PASS_ORDER
-    assert sorted(fusions.PASS_ORDER) == sorted(fusions.FUSIONS)
+    # every fusion runs exactly once: a row missing from PASS_ORDER (or listed twice) fails here
+    assert sorted(fusions.PASS_ORDER) == sorted(fusions.FUSIONS), (fusions.PASS_ORDER, fusions.FUSIONS)
     order = fusions.PASS_ORDER
     assert order[-1] == "mul_add"  # the greedy residual gate last
     assert order.index("swiglu") < order.index("mul_add")
@@ -58,8 +60,16 @@ def test_every_consumer_reads_the_table_order():
 
 
 def test_triton_kernels_come_from_their_files():
-    kernel_files = {p.stem for p in pathlib.Path(triton_kernels.__file__).parent.glob("*.py")
-                    if not p.stem.startswith("_")} - {"limits", "measurements"}
+    # KERNELS names every kernel file once, and each file exports the launcher and planner it names
+    # (read from the source: importing a kernel module imports triton).
+    folder = pathlib.Path(triton_kernels.__file__).parent
+    kernel_files = {p.stem for p in folder.glob("*.py") if not p.stem.startswith("_")} - {"limits", "measurements"}
     assert {module for module, _, _ in triton_kernels.KERNELS.values()} == kernel_files
+    for op, (module, launcher, supports) in triton_kernels.KERNELS.items():
+        tree = ast.parse((folder / f"{module}.py").read_text())
+        exported = next(ast.literal_eval(n.value) for n in tree.body
+                        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "__all__")
+        assert {launcher, f"plan_{launcher}"} <= set(exported), (op, module, exported)
+        assert supports is getattr(triton_kernels.limits, f"{op}_supports")
     assert set(triton_kernels.KERNELS) <= set(ascend_kernels.OPS)
     assert fusions.triton_fusions() == tuple(f for f in fusions.FUSIONS if fusions.FUSION_TO_OP[f] in triton_kernels.KERNELS)

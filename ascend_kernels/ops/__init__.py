@@ -1,6 +1,8 @@
 """The ``ascend_kernels`` custom ops: one module per op (schema, native impl, fake, autograd).
 
-Every public module here is imported, which registers its ops: a new op is a new file.
+Every public module here is imported, which registers its ops: a new op is a new file whose
+native provider (``register_provider(Provider("<op>", "native", ...))``) defines the op. The
+model-family adapters are found the same way (`diffusers_ascend.adapters.registry`).
 """
 
 import importlib as _importlib

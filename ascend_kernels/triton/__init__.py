@@ -8,15 +8,12 @@ measured faster than Inductor's code, CUDA GPUs (docs/triton.md). Importing this
 
 from __future__ import annotations
 
-import ast
 import functools
 import importlib
 import importlib.util
 import inspect
 import os
-import pkgutil
-import re
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -24,34 +21,38 @@ from .. import registry
 from ..registry import Provider, register_provider
 from . import limits, measurements
 
-__all__ = ["DEVICE_TYPES", "KERNELS", "kernel", "planner", "traceable_op", "triton_ascend_available", "triton_available"]
+__all__ = ["DEVICE_TYPES", "KERNELS", "TritonKernel", "kernel", "planner", "traceable_op", "triton_ascend_available",
+           "triton_available"]
 
 # Device types the kernels take tensors of; only the interpreter tests widen it (to "cpu").
 DEVICE_TYPES: tuple[str, ...] = ("cuda", "npu")
 
-# The modules of this package that hold no kernel.
-_NOT_KERNELS = ("limits", "measurements")
+
+class TritonKernel(NamedTuple):
+    """Where an op's Triton kernel lives (named, not imported: importing a kernel module imports triton).
+
+    Args:
+        module: its module in this package.
+        launcher: the function there with the op's signature; its launch planner is ``plan_<launcher>``.
+        supports_args: the kernel's argument limits (in `limits`, which imports no triton).
+
+    >>> KERNELS["adaln_modulate"].module
+    'adaln'
+    """
+
+    module: str
+    launcher: str
+    supports_args: Callable[..., bool]
 
 
-def _discover_kernels() -> dict[str, tuple[str, str, Callable[..., bool]]]:
-    # A kernel module exports ``<op>`` and ``plan_<op>`` in ``__all__``, read from its source
-    # (importing it would import triton); its limits are ``limits.<op>_supports``.
-    found = {}
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_") or info.name in _NOT_KERNELS:
-            continue
-        fullname = f"{__name__}.{info.name}"
-        source = info.module_finder.find_spec(fullname).loader.get_source(fullname)
-        match = re.search(r"^__all__ = (\[[^\]]*\])", source, re.MULTILINE)
-        exported = ast.literal_eval(match.group(1)) if match else ()
-        for op in exported:
-            if f"plan_{op}" in exported:
-                found[op] = (info.name, op, getattr(limits, f"{op}_supports"))
-    return found
-
-
-# op -> (kernel module of this package, its launcher with the op's signature, supports_args).
-KERNELS: dict[str, tuple[str, str, Callable[..., bool]]] = _discover_kernels()
+# op -> its Triton kernel: a new kernel is its file here, its ``limits.<op>_supports`` and its entry.
+# No GELU kernel: one pointwise op already runs at about memory bandwidth (docs/triton.md).
+KERNELS: dict[str, TritonKernel] = {
+    "adaln_modulate": TritonKernel("adaln", "adaln_modulate", limits.adaln_modulate_supports),
+    "mul_add": TritonKernel("mul_add", "mul_add", limits.mul_add_supports),
+    "rms_norm": TritonKernel("rms_norm", "rms_norm", limits.rms_norm_supports),
+    "rope": TritonKernel("rope", "rope", limits.rope_supports),
+}
 
 
 @functools.lru_cache(maxsize=None)
@@ -148,8 +149,8 @@ def planner(op: str) -> Callable[..., tuple]:
 def _kernel_module(op: str):
     if op not in KERNELS:
         raise KeyError(f"no Triton kernel for op {op!r}; ops with one: {', '.join(KERNELS)}")
-    module, name, _ = KERNELS[op]
-    return importlib.import_module(f"{__name__}.{module}"), name
+    entry = KERNELS[op]
+    return importlib.import_module(f"{__name__}.{entry.module}"), entry.launcher
 
 
 @functools.lru_cache(maxsize=None)
@@ -202,9 +203,8 @@ def _provider(op: str) -> Provider:
     impl.__name__ = impl.__qualname__ = f"triton_{op}"
     # Module globals looked up at call time (tests monkeypatch them), never bound here.
     return Provider(op, "triton", impl, runs_on=_runs_on(op), available=lambda: triton_available(),
-                    supports_args=KERNELS[op][2], compiler_op=_compiler_op(op), opt_in=_opt_in(op))
+                    supports_args=KERNELS[op].supports_args, compiler_op=_compiler_op(op), opt_in=_opt_in(op))
 
 
-# No GELU kernel: one pointwise op already runs at about memory bandwidth (docs/triton.md).
 for _op in KERNELS:
     register_provider(_provider(_op))

@@ -1,9 +1,21 @@
 """Per-model adapters keyed by model class name, and the generic one for any model with
-``_repeated_blocks``. A new family is one file here plus its line in `_FAMILIES`."""
+``_repeated_blocks``.
+
+Adapters are found the way ``ascend_kernels`` ops are: every public module of the package is
+imported (here on first use, as family modules import diffusers' model classes) and registers
+what it defines with one call, ``register_adapter("<ModelClass>", ADAPTER)`` (an op file calls
+``register_provider`` with its native provider). A new family is one file in this package;
+nothing lists it. `_ADAPTERS` is the table.
+
+>>> registered_adapters()["FluxTransformer2DModel"].name
+'flux'
+"""
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -14,8 +26,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["Adapter", "adapter_for", "adapter_swaps", "generic_adapter", "register_adapter", "registered_adapters"]
 
-# One module per family; imported (and so registered) on first use.
-_FAMILIES: tuple[str, ...] = ("flux", "wan", "krea2", "helios", "kandinsky5", "kandinsky6")
+# The modules of this package that define no family.
+_NOT_FAMILIES = ("registry",)
 
 
 @dataclass(frozen=True)
@@ -67,9 +79,12 @@ def register_adapter(model_class_name: str, adapter: Adapter) -> None:
 def _load_families() -> None:
     from .._diffusers_compat import DiffusersCompatError
 
-    for family in _FAMILIES:
+    # Every public module of the package, as ascend_kernels/ops/__init__.py imports the op files.
+    for info in pkgutil.iter_modules(sys.modules[__package__].__path__):
+        if info.name.startswith("_") or info.name in _NOT_FAMILIES:
+            continue
         try:
-            importlib.import_module(f"{__package__}.{family}")
+            importlib.import_module(f"{__package__}.{info.name}")
         except ImportError as e:
             # A diffusers without this family has none of its models; our own failures surface.
             if not (e.name or "").startswith("diffusers"):

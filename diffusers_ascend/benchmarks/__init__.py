@@ -1,20 +1,41 @@
-"""Benchmarks measured on the current machine: ``diffusers-ascend bench`` runs `BENCHMARKS` through
-`run_benchmarks`, ``diffusers-ascend bench <name>`` runs ``bench_<name>.py`` (docs/benchmarks.md).
+"""Benchmarks measured on the current machine, each an entry of `registry.REGISTRY`:
+``diffusers-ascend bench`` runs the suite (`BENCHMARKS`) through `run_benchmarks`,
+``diffusers-ascend bench <name>`` runs ``bench_<name>.py`` (docs/benchmarks.md).
+
+The names below are imported from their modules on first access, so that the CLI reads the
+registry (``diffusers-ascend --help``) without importing torch.
 
 >>> from diffusers_ascend.benchmarks import run_benchmarks
 >>> results = run_benchmarks(["ops_per_block"], size="tiny", out_dir="bench-results")
 """
 
-from ._common import SIZES, machine_info
-from .bench_compile import compile_time
-from .bench_e2e import run_e2e
-from .bench_latency import VARIANTS as LATENCY_VARIANTS
-from .bench_latency import latency
-from .bench_ops import ops_per_block
-from .bench_recompiles import recompiles
-from .runner import BENCHMARKS, format_result, plot_results, run_benchmarks, to_markdown, write_results
+import importlib as _importlib
 
-__all__ = [
-    "BENCHMARKS", "SIZES", "LATENCY_VARIANTS", "machine_info", "ops_per_block", "compile_time", "recompiles",
-    "latency", "run_e2e", "run_benchmarks", "write_results", "to_markdown", "format_result", "plot_results",
-]
+from .registry import REGISTRY, Benchmark
+
+# Public name -> (module of this package, its name there).
+_EXPORTS = {
+    "BENCHMARKS": ("runner", "BENCHMARKS"),
+    "SIZES": ("_common", "SIZES"),
+    "LATENCY_VARIANTS": ("bench_latency", "VARIANTS"),
+    "machine_info": ("_common", "machine_info"),
+    "ops_per_block": ("bench_ops", "ops_per_block"),
+    "compile_time": ("bench_compile", "compile_time"),
+    "recompiles": ("bench_recompiles", "recompiles"),
+    "latency": ("bench_latency", "latency"),
+    "run_e2e": ("bench_e2e", "run_e2e"),
+    "run_benchmarks": ("runner", "run_benchmarks"),
+    "write_results": ("runner", "write_results"),
+    "to_markdown": ("runner", "to_markdown"),
+    "format_result": ("runner", "format_result"),
+    "plot_results": ("runner", "plot_results"),
+}
+
+__all__ = ["REGISTRY", "Benchmark", *_EXPORTS]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        module, attr = _EXPORTS[name]
+        return getattr(_importlib.import_module(f"{__name__}.{module}"), attr)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -289,3 +289,15 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, 
     lines = ["| " + " | ".join(header) + " |", f"|{align}|"]
     lines += ["| " + " | ".join(r) + " |" for r in cells]
     return "\n".join(lines)
+
+
+def bars(ax, labels: list[str], series: dict[str, list[float]], ylabel: str) -> None:
+    """Grouped bars, one group per label and one bar per series, each labelled with its value."""
+    width = 0.8 / max(len(series), 1)
+    for i, (name, values) in enumerate(series.items()):
+        xs = [x + (i - (len(series) - 1) / 2) * width for x in range(len(labels))]
+        bars = ax.bar(xs, values, width, label=name)
+        ax.bar_label(bars, fmt="%.3g", fontsize=7)
+    ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8)

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ._common import check_size, cold_compile, machine_info, register_ops, time_ms, timed, warm_up_compiler
+from ._common import bars, check_size, cold_compile, machine_info, register_ops, time_ms, timed, warm_up_compiler
 
 # "tiny" runs the eager executor only: a cold Inductor compile is too slow for a test.
 _PRESETS = {
@@ -72,3 +72,11 @@ def compile_time(size: str = "small", executors: Sequence[str] | None = None) ->
         row["vs_model"] = row["compile_s"] / model_row["compile_s"] if model_row["compile_s"] else None
     return dict(benchmark="compile_time", size=size, rows=rows, columns=COLUMNS, machine=machine_info(),
                 model=dict(config, tokens=preset["height"] * preset["width"] + 8))
+
+
+def plot(ax, rows) -> None:
+    """This benchmark's panel of ``results.png`` (`runner.plot_results`)."""
+    executors = list(dict.fromkeys(r["executor"] for r in rows))
+    series = {c: [next((r["compile_s"] for r in rows if r["executor"] == e and r["compile"] == c), 0.0)
+                  for e in executors] for c in ("blocks", "model")}
+    bars(ax, [f"executor={e}" for e in executors], {f"compile={c}": v for c, v in series.items()}, "cold compile (s)")

@@ -764,6 +764,26 @@ def plot_e2e(result: dict[str, Any], path: str | os.PathLike) -> None:
     plt.close(fig)
 
 
+def cli(args) -> int:
+    """``diffusers-ascend bench e2e``: 0 when every variant ran, 1 when one failed (or the model could not be built)."""
+    try:
+        result = run_e2e(model=args.model, depth=args.depth, steps=args.steps, height=args.height, width=args.width,
+                         frames=args.frames, text_len=args.text_len, device=args.device, dtype=args.dtype,
+                         variants=args.variants, seed=args.seed, out_dir=args.out, progress=not args.json)
+    except (RuntimeError, MemoryError) as e:  # building the model at this size (out of memory, say)
+        print(f"diffusers-ascend bench e2e: error: {error_line(e)}", file=sys.stderr)
+        return 1
+    failed = [v for v in result["variants"] if v["status"] == "failed"]
+    if args.json:
+        print(json.dumps({k: v for k, v in result.items() if k != "columns"}, indent=2, default=str))
+    else:
+        print(e2e_text(result) + f"wrote {os.path.join(args.out, result_stem(result))}.json, .md and .png")
+    for v in failed:
+        print(f"diffusers-ascend bench e2e: variant {v['name']} failed: {v['note']}"
+              + (" (the other variants ran, not compared)" if v["name"] == "eager" else ""), file=sys.stderr)
+    return 1 if failed else 0
+
+
 __all__ = ["MODELS", "VARIANTS", "DEVICES", "model_spec", "e2e_command", "transformer_config", "build_transformer",
            "build_pipeline", "pipeline_inputs", "run_e2e", "write_e2e", "plot_e2e", "e2e_markdown", "e2e_text",
            "result_stem"]

@@ -7,7 +7,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ._common import check_size, machine_info, register_ops, timed
+from ._common import bars, check_size, machine_info, register_ops, timed
 
 
 def _eager(model):
@@ -136,3 +136,11 @@ def latency(size: str = "small", variants: Sequence[str] | None = None, runs: in
     return dict(benchmark="latency", size=size, rows=rows, columns=COLUMNS, machine=machine_info(),
                 model=dict(config, tokens=preset["height"] * preset["width"] + preset["txt_len"], runs=runs,
                            warmup=warmup))
+
+
+def plot(ax, rows) -> None:
+    """This benchmark's panel of ``results.png`` (`runner.plot_results`)."""
+    # The ratio to the paired eager calls, not raw milliseconds: it is what survives machine load.
+    bars(ax, [r["variant"] for r in rows], {"time vs eager (lower is faster)": [r["vs_eager"] for r in rows]},
+         "median time / paired eager median")
+    ax.axhline(1.0, color="grey", linewidth=0.8)

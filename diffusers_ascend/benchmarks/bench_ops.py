@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from ..fusions import default_fusions
-from ._common import check_size, machine_info, register_ops
+from ._common import bars, check_size, machine_info, register_ops
 
 FUSIONS = tuple(f for f in default_fusions() if f != "swiglu")  # the blocks here have no SwiGLU
 BLOCKS = ("flux_double", "flux_single", "wan")
@@ -91,3 +91,10 @@ def ops_per_block(size: str = "small") -> dict[str, Any]:
             ))
     torch.compiler.reset()
     return dict(benchmark="ops_per_block", size=size, rows=rows, columns=COLUMNS, machine=machine_info())
+
+
+def plot(ax, rows) -> None:
+    """This benchmark's panel of ``results.png`` (`runner.plot_results`)."""
+    labels = [f"{r['block']}\n{r['dtype']}" for r in rows]
+    bars(ax, labels, {"eager": [r["ops_before"] for r in rows], "fused": [r["ops_after"] for r in rows]},
+         "aten ops per block")

@@ -86,3 +86,14 @@ def recompiles(size: str = "small", models: Sequence[str] | None = None) -> dict
                 ))
     torch.compiler.reset()
     return dict(benchmark="recompiles", size=size, rows=rows, columns=COLUMNS, machine=machine_info())
+
+
+def plot(ax, rows) -> None:
+    """This benchmark's panel of ``results.png`` (`runner.plot_results`)."""
+    for model in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == model]
+        ax.plot([r["step"] for r in mine], [r["graphs_compiled"] for r in mine], marker="o", label=model)
+    ax.set_xlabel("resolution # (a new sequence length each)")
+    ax.set_ylabel("graphs compiled (cumulative)")
+    ax.set_xticks(sorted({r["step"] for r in rows}))
+    ax.legend(fontsize=8)

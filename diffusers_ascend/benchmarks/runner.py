@@ -1,30 +1,24 @@
-"""`run_benchmarks`: run a selection of benchmarks, print their tables, write JSON, markdown and a plot."""
+"""`run_benchmarks`: run a selection of benchmarks, print their tables, write JSON, markdown and a plot.
+
+The benchmarks it runs are the suite entries of `registry.REGISTRY` (those with a ``function``).
+"""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import time
 from typing import Any, Callable, Sequence
 
 from ._common import SIZES, check_out_dir, check_size, machine_info, markdown_table, text_table
-from .bench_compile import compile_time
-from .bench_latency import latency
-from .bench_ops import ops_per_block
-from .bench_recompiles import recompiles
+from .registry import REGISTRY
 
+_SUITE = {name: importlib.import_module(f"{__package__}.{b.module}") for name, b in REGISTRY.items() if b.function}
+
+# name -> the function that measures it, in `REGISTRY` order (what ``diffusers-ascend bench`` runs).
 BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
-    "ops_per_block": ops_per_block,
-    "compile_time": compile_time,
-    "recompiles": recompiles,
-    "latency": latency,
-}
-
-_TITLES = {
-    "ops_per_block": "Operators dispatched per block, eager vs fused (AscendBackend, fusions=all, executor=eager)",
-    "compile_time": "Cold compile time: per-block vs whole-model (Flux-shaped model, fusions=all)",
-    "recompiles": "Graphs compiled as the resolution changes (compile=blocks, fusions=all, executor=eager)",
-    "latency": "Steady-state CPU latency of one transformer forward",
+    name: getattr(module, REGISTRY[name].function) for name, module in _SUITE.items()
 }
 
 
@@ -42,7 +36,8 @@ def _check_names(names: Sequence[str] | str | None) -> list[str]:
 def format_result(result: dict[str, Any], markdown: bool = False) -> str:
     """One benchmark's result as a titled text (or markdown) table."""
     table = (markdown_table if markdown else text_table)(result["rows"], result["columns"])
-    title = f"{_TITLES.get(result['benchmark'], result['benchmark'])} [size={result['size']}]"
+    entry = REGISTRY.get(result["benchmark"])
+    title = f"{entry.help if entry else result['benchmark']} [size={result['size']}]"
     if markdown:
         return f"## {result['benchmark']}\n\n{title}.\n\n{table}\n"
     return f"{title}\n{table}\n"
@@ -154,10 +149,10 @@ def plot_results(results: dict[str, Any], path: str | os.PathLike) -> None:
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError("plotting benchmark results needs matplotlib: pip install 'diffusers-ascend[bench]'") from e
 
-    panels = [(n, r) for n, r in results["benchmarks"].items() if n in _PLOTS]
+    panels = [(n, r) for n, r in results["benchmarks"].items() if n in _SUITE]
     fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(5.5 * max(len(panels), 1), 4.2), squeeze=False)
     for ax, (name, result) in zip(axes[0], panels):
-        _PLOTS[name](ax, result["rows"])
+        _SUITE[name].plot(ax, result["rows"])
         ax.set_title(name, fontsize=11)
         ax.grid(axis="y", alpha=0.3)
     machine = results["machine"]
@@ -167,49 +162,5 @@ def plot_results(results: dict[str, Any], path: str | os.PathLike) -> None:
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
-
-def _bars(ax, labels: list[str], series: dict[str, list[float]], ylabel: str) -> None:
-    width = 0.8 / max(len(series), 1)
-    for i, (name, values) in enumerate(series.items()):
-        xs = [x + (i - (len(series) - 1) / 2) * width for x in range(len(labels))]
-        bars = ax.bar(xs, values, width, label=name)
-        ax.bar_label(bars, fmt="%.3g", fontsize=7)
-    ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel(ylabel)
-    ax.legend(fontsize=8)
-
-
-def _plot_ops(ax, rows):
-    labels = [f"{r['block']}\n{r['dtype']}" for r in rows]
-    _bars(ax, labels, {"eager": [r["ops_before"] for r in rows], "fused": [r["ops_after"] for r in rows]},
-          "aten ops per block")
-
-
-def _plot_compile(ax, rows):
-    executors = list(dict.fromkeys(r["executor"] for r in rows))
-    series = {c: [next((r["compile_s"] for r in rows if r["executor"] == e and r["compile"] == c), 0.0)
-                  for e in executors] for c in ("blocks", "model")}
-    _bars(ax, [f"executor={e}" for e in executors], {f"compile={c}": v for c, v in series.items()}, "cold compile (s)")
-
-
-def _plot_recompiles(ax, rows):
-    for model in dict.fromkeys(r["model"] for r in rows):
-        mine = [r for r in rows if r["model"] == model]
-        ax.plot([r["step"] for r in mine], [r["graphs_compiled"] for r in mine], marker="o", label=model)
-    ax.set_xlabel("resolution # (a new sequence length each)")
-    ax.set_ylabel("graphs compiled (cumulative)")
-    ax.set_xticks(sorted({r["step"] for r in rows}))
-    ax.legend(fontsize=8)
-
-
-def _plot_latency(ax, rows):
-    # The ratio to the paired eager calls, not raw milliseconds: it is what survives machine load.
-    _bars(ax, [r["variant"] for r in rows], {"time vs eager (lower is faster)": [r["vs_eager"] for r in rows]},
-          "median time / paired eager median")
-    ax.axhline(1.0, color="grey", linewidth=0.8)
-
-
-_PLOTS = {"ops_per_block": _plot_ops, "compile_time": _plot_compile, "recompiles": _plot_recompiles,
-          "latency": _plot_latency}
 
 __all__ = ["BENCHMARKS", "SIZES", "run_benchmarks", "write_results", "to_markdown", "format_result", "plot_results"]

@@ -3,6 +3,9 @@ and the report after a block fell back (its matches are not counted)."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 import pytest
 import torch
 
@@ -33,6 +36,14 @@ def test_families_declare_their_facts_and_layers_holds_none():
     assert kandinsky5.pattern_forms == {"rope": ("rotation_matrix",)} and not kandinsky5.preconditions
     # layers.py keeps model-independent modules only: no swap of a model family's class
     assert not {s.source for s in SWAPS} & {"FluxAttnProcessor", "WanAttnProcessor"}
+    # found as the op files are: every module of the package registers an adapter it defines
+    from diffusers_ascend import adapters as package
+
+    families = {m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_")} - {"registry"}
+    assert families >= {"flux", "wan", "krea2", "helios", "kandinsky5", "kandinsky6"}
+    for family in families:
+        defined = vars(importlib.import_module(f"diffusers_ascend.adapters.{family}")).values()
+        assert any(a is d for a in adapters.values() for d in defined), family
 
 
 def test_declared_pattern_forms_exist():
