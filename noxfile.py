@@ -39,7 +39,7 @@ TORCH = {"2.6": "2.6.0", "2.10": "2.10.0", "2.11": "2.11.0", "2.14": "2.14.1", "
 TORCH_BY_HAND = {"2.8": "2.8.0", "2.9": "2.9.1", "2.12": "2.12.1"}
 
 # What runs on every release: the tests that reach the torch internals that move between releases.
-# - tests/compilation: every pass's patterns and exact counts (test_patterns), the shims and each
+# - tests/compilation: every pass's patterns and exact counts (passes/, one file per fusion), the shims and each
 #   pass matching its own forms (test_compat), the backend, executors, freezing, recompiles, shared
 #   processors, graph capture through its stand-ins: all of it is Inductor / dynamo / aot_autograd.
 # - tests/kernels' registration tests (torch.library custom_op / register_fake / register_autograd /
