@@ -34,9 +34,21 @@ class WanModulate(torch.nn.Module):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_adaln_flux(dtype):
-    x, scale, shift = torch.randn(2, 5, 16, dtype=dtype), torch.randn(2, 16, dtype=dtype), torch.randn(2, 16, dtype=dtype)
-    run(FluxModulate(), x, scale, shift, fusions=["adaln"], dtype=dtype, expected=1,
-        gone=[aten.native_layer_norm.default])
+    x, scale, shift = (
+        torch.randn(2, 5, 16, dtype=dtype),
+        torch.randn(2, 16, dtype=dtype),
+        torch.randn(2, 16, dtype=dtype),
+    )
+    run(
+        FluxModulate(),
+        x,
+        scale,
+        shift,
+        fusions=["adaln"],
+        dtype=dtype,
+        expected=1,
+        gone=[aten.native_layer_norm.default],
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -54,10 +66,21 @@ def test_adaln_continuous_norm_out(dtype):
 def test_adaln_wan(dtype, cast_back):
     x = torch.randn(2, 5, 16, dtype=dtype)
     scale, shift = torch.randn(2, 1, 16), torch.randn(2, 1, 16)  # fp32 modulation, as Wan
-    backend = run(WanModulate(cast_back), x, scale, shift, fusions=["adaln"], dtype=dtype, expected=1,
-                  gone=[aten.native_layer_norm.default])
-    out_dtype = [n.args[6] if len(n.args) > 6 else n.kwargs.get("out_dtype") for n in backend.after_graphs[-1].nodes
-                 if n.target == torch.ops.ascend_kernels.adaln_modulate.default]
+    backend = run(
+        WanModulate(cast_back),
+        x,
+        scale,
+        shift,
+        fusions=["adaln"],
+        dtype=dtype,
+        expected=1,
+        gone=[aten.native_layer_norm.default],
+    )
+    out_dtype = [
+        n.args[6] if len(n.args) > 6 else n.kwargs.get("out_dtype")
+        for n in backend.after_graphs[-1].nodes
+        if n.target == torch.ops.ascend_kernels.adaln_modulate.default
+    ]
     assert out_dtype == [dtype if cast_back else torch.float32]
 
 
@@ -93,8 +116,14 @@ def test_adaln_scale_first_and_scale_only(form, dtype):
     x = torch.randn(2, 5, 16, dtype=dtype)
     scale, shift = torch.randn(2, 1, 16, dtype=dtype), torch.randn(2, 1, 16, dtype=dtype)
     inputs = (x, scale, shift) if form == "scale_first" else (x, scale)
-    run(ScaleFirstModulate(form), *inputs, fusions=["adaln"], dtype=dtype, expected=1,
-        gone=[aten.native_layer_norm.default, aten.mul.Tensor])
+    run(
+        ScaleFirstModulate(form),
+        *inputs,
+        fusions=["adaln"],
+        dtype=dtype,
+        expected=1,
+        gone=[aten.native_layer_norm.default, aten.mul.Tensor],
+    )
 
 
 def test_adaln_scale_first_in_a_real_flux2_block():
@@ -117,8 +146,9 @@ def test_adaln_scale_only_does_not_cut_a_shifted_form_short():
     # the shift-less forms run last: a full modulation is one match with its shift, not a
     # scale-only match plus a leftover add
     x, scale, shift = torch.randn(2, 5, 16), torch.randn(2, 1, 16), torch.randn(2, 1, 16)
-    backend = run(ScaleFirstModulate("scale_first"), x, scale, shift, fusions=["adaln"], dtype=torch.float32,
-                  expected=1)
+    backend = run(
+        ScaleFirstModulate("scale_first"), x, scale, shift, fusions=["adaln"], dtype=torch.float32, expected=1
+    )
     assert aten.add.Tensor not in backend.after[-1]
 
 
@@ -143,8 +173,17 @@ def test_adaln_per_frame(dtype):
     scale, shift = torch.randn(2, 3, 1, 16, dtype=dtype), torch.randn(2, 3, 1, 16, dtype=dtype)
     # Eager rounds the bf16 LayerNorm output before modulating it, the op once at the end: one draw
     # under xdist differed from eager by 0.0122 (> atol 0.01), so the check is against fp64.
-    run(SanaWMPerFrame(16), x, scale, shift, fusions=["adaln", "mul_add"], dtype=dtype, expected=1,
-        gone=[aten.native_layer_norm.default], reference="fp64")
+    run(
+        SanaWMPerFrame(16),
+        x,
+        scale,
+        shift,
+        fusions=["adaln", "mul_add"],
+        dtype=dtype,
+        expected=1,
+        gone=[aten.native_layer_norm.default],
+        reference="fp64",
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -154,8 +193,9 @@ def test_adaln_per_frame_sana_wm_final_layer(dtype):
     torch.manual_seed(0)
     layer = T2IFinalLayer(16, (1, 2, 2), 4)
     x, t = torch.randn(1, 12, 16, dtype=dtype), torch.randn(1, 1, 3, 16, dtype=dtype)  # t: (B, 1, F, D)
-    backend = run(layer, x, t, fusions=["adaln", "mul_add"], dtype=dtype, expected=1,
-                  gone=[aten.native_layer_norm.default])
+    backend = run(
+        layer, x, t, fusions=["adaln", "mul_add"], dtype=dtype, expected=1, gone=[aten.native_layer_norm.default]
+    )
     assert backend.report.matches.get("mul_add", 0) == 0  # the modulation is not cut into mul_adds
 
 

@@ -16,8 +16,9 @@ def test_gelu_tanh(dtype):
 
     torch.manual_seed(0)
     ff = FeedForward(16, dim_out=16, activation_fn="gelu-approximate")
-    run(ff, torch.randn(2, 5, 16, dtype=dtype), fusions=["gelu_tanh"], dtype=dtype, expected=1,
-        gone=[aten.gelu.default])
+    run(
+        ff, torch.randn(2, 5, 16, dtype=dtype), fusions=["gelu_tanh"], dtype=dtype, expected=1, gone=[aten.gelu.default]
+    )
 
 
 def test_gelu_exact_is_not_tanh():

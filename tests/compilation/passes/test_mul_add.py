@@ -30,7 +30,11 @@ def test_mul_add_wan_mixed_dtypes():
         def forward(self, h, y, gate):
             return (h.float() + y * gate).type_as(h)
 
-    h, y, gate = torch.randn(2, 5, 16, dtype=torch.bfloat16), torch.randn(2, 5, 16, dtype=torch.bfloat16), torch.randn(2, 1, 16)
+    h, y, gate = (
+        torch.randn(2, 5, 16, dtype=torch.bfloat16),
+        torch.randn(2, 5, 16, dtype=torch.bfloat16),
+        torch.randn(2, 1, 16),
+    )
     run(M(), h, y, gate, fusions=["mul_add"], dtype=torch.bfloat16, expected=1)
 
 
@@ -54,5 +58,9 @@ def test_mul_add_qwen_image_broadcast_residual(dtype):
         def forward(self, x, y, gate):
             return x + y * gate
 
-    x, y, gate = torch.randn(2, 1, 16, dtype=dtype), torch.randn(2, 5, 16, dtype=dtype), torch.randn(2, 1, 16, dtype=dtype)
+    x, y, gate = (
+        torch.randn(2, 1, 16, dtype=dtype),
+        torch.randn(2, 5, 16, dtype=dtype),
+        torch.randn(2, 1, 16, dtype=dtype),
+    )
     run(M(), x, y, gate, fusions=["mul_add"], dtype=dtype, expected=1)

@@ -30,8 +30,14 @@ class TwiceCastRMSNorm(torch.nn.Module):
 def test_rms_norm_with_the_cast_written_twice(weight_first, dtype):
     # The two casts are one after common-subexpression elimination, as the patterns are traced.
     torch.manual_seed(0)
-    run(TwiceCastRMSNorm(16, weight_first), torch.randn(2, 5, 16, dtype=dtype), fusions=["rms_norm"], dtype=dtype,
-        expected=1, gone=[aten.rsqrt.default, aten.mean.dim])
+    run(
+        TwiceCastRMSNorm(16, weight_first),
+        torch.randn(2, 5, 16, dtype=dtype),
+        fusions=["rms_norm"],
+        dtype=dtype,
+        expected=1,
+        gone=[aten.rsqrt.default, aten.mean.dim],
+    )
 
 
 def test_cse_merges_repeated_pure_calls_only():

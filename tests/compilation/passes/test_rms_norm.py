@@ -62,8 +62,9 @@ def test_rms_norm_functional_and_eps_is_captured():
 
     x, w = torch.randn(4, 16), torch.randn(16)
     backend = run(M(), x, w, fusions=["rms_norm"], dtype=torch.float32, expected=2)
-    eps = sorted(n.args[2] for n in backend.after_graphs[-1].nodes
-                 if n.target == torch.ops.ascend_kernels.rms_norm.default)
+    eps = sorted(
+        n.args[2] for n in backend.after_graphs[-1].nodes if n.target == torch.ops.ascend_kernels.rms_norm.default
+    )
     assert eps == pytest.approx([1e-5, 0.25], rel=1e-6)
 
 
@@ -82,7 +83,8 @@ def _has_fused_rms_norm() -> bool:
 
 
 _needs_fused_rms_norm = pytest.mark.skipif(
-    not _has_fused_rms_norm(), reason="torch < 2.9: no _fused_rms_norm(input, normalized_shape, ...)")
+    not _has_fused_rms_norm(), reason="torch < 2.9: no _fused_rms_norm(input, normalized_shape, ...)"
+)
 
 
 def _fused_rms_norm_graph(x, shape, w, eps, then_scale=False):
@@ -161,7 +163,6 @@ def test_rms_norm_weight_of_another_shape_stays_outside_the_op():
             xf = x.float()
             return w * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype)
 
-    backend = run(M(), torch.randn(5, 1, 16), torch.randn(3, 16), fusions=["rms_norm"], dtype=torch.float32,
-                  expected=1)
+    backend = run(M(), torch.randn(5, 1, 16), torch.randn(3, 16), fusions=["rms_norm"], dtype=torch.float32, expected=1)
     (node,) = [n for n in backend.after_graphs[-1].nodes if n.target == torch.ops.ascend_kernels.rms_norm.default]
     assert node.args[1] is None and backend.after[-1][aten.mul.Tensor] == 1

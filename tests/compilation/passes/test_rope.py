@@ -56,8 +56,16 @@ class HalfRope(torch.nn.Module):
 def test_rope_flux(dtype):
     cos, sin = _rope_tables(6, 8)
     x = torch.randn(2, 6, 3, 8, dtype=dtype)
-    run(FluxRope(), x, cos, sin, fusions=["rope"], dtype=dtype, expected=1,
-        gone=[aten.unbind.int, aten.stack.default, aten.neg.default])
+    run(
+        FluxRope(),
+        x,
+        cos,
+        sin,
+        fusions=["rope"],
+        dtype=dtype,
+        expected=1,
+        gone=[aten.unbind.int, aten.stack.default, aten.neg.default],
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -66,11 +74,20 @@ def test_rope_wan(dtype):
 
     # WanRotaryPosEmbed's tables satisfy the documented precondition cos[2i] == cos[2i+1].
     cos, sin = WanRotaryPosEmbed(attention_head_dim=12, patch_size=(1, 1, 1), max_seq_len=16)(
-        torch.zeros(1, 1, 2, 2, 2))
+        torch.zeros(1, 1, 2, 2, 2)
+    )
     assert torch.equal(cos[..., 0::2], cos[..., 1::2]) and torch.equal(sin[..., 0::2], sin[..., 1::2])
     x = torch.randn(1, 8, 2, 12, dtype=dtype)
-    run(WanRope(), x, cos, sin, fusions=["rope"], dtype=dtype, expected=1,
-        gone=[aten.slice_scatter.default, aten.empty_like.default, aten.sub.Tensor])
+    run(
+        WanRope(),
+        x,
+        cos,
+        sin,
+        fusions=["rope"],
+        dtype=dtype,
+        expected=1,
+        gone=[aten.slice_scatter.default, aten.empty_like.default, aten.sub.Tensor],
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -80,8 +97,16 @@ def test_rope_rotate_half(dtype, upcast):
     if not upcast:
         cos, sin = cos.to(dtype), sin.to(dtype)
     x = torch.randn(2, 3, 6, 8, dtype=dtype)
-    run(HalfRope(upcast), x, cos, sin, fusions=["rope"], dtype=dtype, expected=1,
-        gone=[aten.cat.default, aten.neg.default])
+    run(
+        HalfRope(upcast),
+        x,
+        cos,
+        sin,
+        fusions=["rope"],
+        dtype=dtype,
+        expected=1,
+        gone=[aten.cat.default, aten.neg.default],
+    )
 
 
 def test_rope_rejects_a_cos_that_broadcasts_x_larger():
@@ -103,8 +128,9 @@ class ComplexRope(torch.nn.Module):
 def test_rope_complex_multiplication(dtype):
     x = torch.randn(2, 6, 3, 8, dtype=dtype)
     freqs = torch.polar(torch.ones(2, 6, 4), torch.randn(2, 6, 4))  # (B, S, D/2)
-    run(ComplexRope(), x, freqs, fusions=["rope"], dtype=dtype, expected=1,
-        gone=[aten.view_as_complex.default])  # view_as_real(freqs) stays: the cos/sin tables
+    run(
+        ComplexRope(), x, freqs, fusions=["rope"], dtype=dtype, expected=1, gone=[aten.view_as_complex.default]
+    )  # view_as_real(freqs) stays: the cos/sin tables
 
 
 class ConjComplexRope(torch.nn.Module):
@@ -129,7 +155,16 @@ def test_rope_complex_conj_form_exactly_where_the_graphs_hold_a_bare_conjugate()
 
     forms = {p.form for p in RopeFusionPass.patterns()}
     assert ("complex_conj" in forms) == _compat.conj_views_reach_graphs()
-    seen = {(2, 6): True, (2, 7): True, (2, 8): True, (2, 10): True, (2, 11): False, (2, 13): False, (2, 14): False, (2, 15): False}
+    seen = {
+        (2, 6): True,
+        (2, 7): True,
+        (2, 8): True,
+        (2, 10): True,
+        (2, 11): False,
+        (2, 13): False,
+        (2, 14): False,
+        (2, 15): False,
+    }
     if _compat.torch_version() in seen:
         assert _compat.conj_views_reach_graphs() is seen[_compat.torch_version()]
 
@@ -147,8 +182,10 @@ def test_rope_complex_qwen_image_function():
 
 def test_rope_complex_rejects_complex128():
     # fp64 rotation: the fp32 op would lose precision
-    x, freqs = torch.randn(2, 6, 3, 8, dtype=torch.float64), torch.polar(torch.ones(2, 6, 4, dtype=torch.float64),
-                                                                      torch.randn(2, 6, 4, dtype=torch.float64))
+    x, freqs = (
+        torch.randn(2, 6, 3, 8, dtype=torch.float64),
+        torch.polar(torch.ones(2, 6, 4, dtype=torch.float64), torch.randn(2, 6, 4, dtype=torch.float64)),
+    )
     run(ComplexRope(), x, freqs, fusions=["rope"], dtype=torch.float64, expected=0)
 
 
@@ -213,8 +250,15 @@ class HeliosRope(torch.nn.Module):
 def test_rope_even_odd_writes_with_chunked_tables(dtype):
     freqs = _helios_tables(12)
     x = torch.randn(1, freqs.shape[1], 2, 12, dtype=dtype)  # (B, S, H, D)
-    run(HeliosRope(), x, freqs, fusions=["rope"], dtype=dtype, expected=1,
-        gone=[aten.slice_scatter.default, aten.empty_like.default, aten.sub.Tensor])
+    run(
+        HeliosRope(),
+        x,
+        freqs,
+        fusions=["rope"],
+        dtype=dtype,
+        expected=1,
+        gone=[aten.slice_scatter.default, aten.empty_like.default, aten.sub.Tensor],
+    )
 
 
 def test_rope_chunked_tables_look_alikes_are_left_alone():
@@ -232,7 +276,9 @@ def test_rope_chunked_tables_look_alikes_are_left_alone():
     # Not the chunked-table form (cos first). Its repeated slices are one each after CSE: Wan's
     # two-table form as written, cos = the second chunk, and the result is eager's.
     backend = run(SinFirst(), x, _helios_tables(12), fusions=["rope"], dtype=torch.float32, expected=1)
-    ((_, cos, sin, _),) = [n.args for n in backend.after_graphs[-1].nodes if n.target == torch.ops.ascend_kernels.rope.default]
+    ((_, cos, sin, _),) = [
+        n.args for n in backend.after_graphs[-1].nodes if n.target == torch.ops.ascend_kernels.rope.default
+    ]
     assert (cos.target, cos.args[1], sin.target, sin.args[1]) == (operator.getitem, 1, operator.getitem, 0)
     # one (cos, sin) pair per position broadcast over the head dim: tables not x-sized, left alone
     run(HeliosRope(), x, torch.randn(1, 8, 4), fusions=["rope"], dtype=torch.float32, expected=0)
@@ -252,8 +298,16 @@ class LTX2SplitRope(torch.nn.Module):
 def test_rope_ltx2_split(dtype):
     x = torch.randn(1, 2, 6, 16, dtype=dtype)  # (B, H, T, D)
     cos, sin = torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8)  # (B, H, T, D/2), fp32
-    run(LTX2SplitRope(), x, cos, sin, fusions=["rope"], dtype=dtype, expected=1,
-        gone=[aten.addcmul.default, aten.slice_scatter.default])
+    run(
+        LTX2SplitRope(),
+        x,
+        cos,
+        sin,
+        fusions=["rope"],
+        dtype=dtype,
+        expected=1,
+        gone=[aten.addcmul.default, aten.slice_scatter.default],
+    )
 
 
 def test_rope_ltx2_split_look_alike_is_left_alone():
@@ -305,8 +359,7 @@ class Kandinsky6Rope(torch.nn.Module):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_rope_rotation_matrices(dtype, module):
     x = torch.randn(1, 6, 2, 8, dtype=dtype)  # (B, S, H, D)
-    run(module(), x, _kandinsky_rope(6, 8), fusions=["rope"], dtype=dtype, expected=1,
-        gone=[aten.sum.dim_IntList])
+    run(module(), x, _kandinsky_rope(6, 8), fusions=["rope"], dtype=dtype, expected=1, gone=[aten.sum.dim_IntList])
 
 
 def test_rope_rotation_matrices_cast_back_look_alikes_are_left_alone():

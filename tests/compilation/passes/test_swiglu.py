@@ -40,8 +40,11 @@ class TwoTensorSwiGLU(torch.nn.Module):
 
 def _swiglu_calls(backend):
     """(x, up) of each ``ascend_kernels.swiglu`` node in the rewritten graph: up None = packed."""
-    return [(n.args[0], n.args[1] if len(n.args) > 1 else n.kwargs.get("up"))
-            for n in backend.after_graphs[-1].nodes if n.target == torch.ops.ascend_kernels.swiglu.default]
+    return [
+        (n.args[0], n.args[1] if len(n.args) > 1 else n.kwargs.get("up"))
+        for n in backend.after_graphs[-1].nodes
+        if n.target == torch.ops.ascend_kernels.swiglu.default
+    ]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -49,8 +52,14 @@ def _swiglu_calls(backend):
 @pytest.mark.parametrize("split", ["slice", "chunk"])
 def test_swiglu_packed_halves(split, order, dtype):
     h = torch.randn(2, 5, 16, dtype=dtype)
-    backend = run(HalvesSwiGLU(split, order), h, fusions=["swiglu"], dtype=dtype, expected=1,
-                  gone=[aten.silu.default, aten.mul.Tensor])
+    backend = run(
+        HalvesSwiGLU(split, order),
+        h,
+        fusions=["swiglu"],
+        dtype=dtype,
+        expected=1,
+        gone=[aten.silu.default, aten.mul.Tensor],
+    )
     ((x, up),) = _swiglu_calls(backend)
     assert up is None and x.op == "placeholder"  # one packed call on h itself: npu_swiglu's layout
 
@@ -59,8 +68,15 @@ def test_swiglu_packed_halves(split, order, dtype):
 @pytest.mark.parametrize("order", ["silu_first", "silu_last"])
 def test_swiglu_two_tensors(order, dtype):
     gate, up = torch.randn(2, 5, 16, dtype=dtype), torch.randn(2, 5, 16, dtype=dtype)
-    backend = run(TwoTensorSwiGLU(order), gate, up, fusions=["swiglu"], dtype=dtype, expected=1,
-                  gone=[aten.silu.default, aten.mul.Tensor])
+    backend = run(
+        TwoTensorSwiGLU(order),
+        gate,
+        up,
+        fusions=["swiglu"],
+        dtype=dtype,
+        expected=1,
+        gone=[aten.silu.default, aten.mul.Tensor],
+    )
     ((x, y),) = _swiglu_calls(backend)
     inputs = [n for n in backend.after_graphs[-1].nodes if n.op == "placeholder"]
     assert [x, y] == inputs  # silu's operand is the gate, whichever side of the product it was written on
@@ -72,8 +88,14 @@ def test_swiglu_flux2_feed_forward(dtype):
     from diffusers.models.transformers.transformer_flux2 import Flux2FeedForward
 
     torch.manual_seed(0)
-    backend = run(Flux2FeedForward(16, mult=2.0), torch.randn(2, 5, 16, dtype=dtype), fusions=["swiglu"], dtype=dtype,
-                  expected=1, gone=[aten.silu.default])
+    backend = run(
+        Flux2FeedForward(16, mult=2.0),
+        torch.randn(2, 5, 16, dtype=dtype),
+        fusions=["swiglu"],
+        dtype=dtype,
+        expected=1,
+        gone=[aten.silu.default],
+    )
     ((_, up),) = _swiglu_calls(backend)
     assert up is None
 
@@ -85,8 +107,14 @@ def test_swiglu_diffusers_gate_second_half(dtype):
     from diffusers.models.activations import SwiGLU
 
     torch.manual_seed(0)
-    backend = run(SwiGLU(16, 16), torch.randn(2, 5, 16, dtype=dtype), fusions=["swiglu"], dtype=dtype, expected=1,
-                  gone=[aten.silu.default, aten.mul.Tensor])
+    backend = run(
+        SwiGLU(16, 16),
+        torch.randn(2, 5, 16, dtype=dtype),
+        fusions=["swiglu"],
+        dtype=dtype,
+        expected=1,
+        gone=[aten.silu.default, aten.mul.Tensor],
+    )
     ((gate, up),) = _swiglu_calls(backend)
     assert gate.target == operator.getitem and gate.args[1] == 1  # the second chunk gates
     assert up.target == operator.getitem and up.args[1] == 0
@@ -100,9 +128,14 @@ def test_swiglu_separate_projections(model, dtype):
     from diffusers.models.transformers.transformer_qwenimage21 import QwenImage21SwiGLUFeedForward
 
     torch.manual_seed(0)
-    ff = HiDreamImageFeedForwardSwiGLU(16, 32, multiple_of=8) if model == "hidream" else QwenImage21SwiGLUFeedForward(16, 32)
-    backend = run(ff, torch.randn(2, 5, 16, dtype=dtype), fusions=["swiglu"], dtype=dtype, expected=1,
-                  gone=[aten.silu.default])
+    ff = (
+        HiDreamImageFeedForwardSwiGLU(16, 32, multiple_of=8)
+        if model == "hidream"
+        else QwenImage21SwiGLUFeedForward(16, 32)
+    )
+    backend = run(
+        ff, torch.randn(2, 5, 16, dtype=dtype), fusions=["swiglu"], dtype=dtype, expected=1, gone=[aten.silu.default]
+    )
     ((gate, up),) = _swiglu_calls(backend)
     assert up is not None and gate is not up
 
