@@ -4,6 +4,7 @@
     nox -t engine                # every release of the matrix
     nox -t engine-by-hand        # releases run by hand (2.8, 2.9, 2.12), not in CI
     nox -s simhost-2.10          # the simulated Ascend host alone, whole zoo (CI runs it in engine-2.10)
+    nox -s lint                  # ruff check and ruff format --check (CI's first stage)
     nox -l                       # list the sessions
 
 The engine tests are the ones that reach torch internals: ops, passes, backend, integration on
@@ -39,7 +40,7 @@ TORCH = {"2.6": "2.6.0", "2.10": "2.10.0", "2.11": "2.11.0", "2.14": "2.14.1", "
 TORCH_BY_HAND = {"2.8": "2.8.0", "2.9": "2.9.1", "2.12": "2.12.1"}
 
 # What runs on every release: the tests that reach the torch internals that move between releases.
-# - tests/compilation: every pass's patterns and exact counts (test_patterns), the shims and each
+# - tests/compilation: every pass's patterns and exact counts (passes/, one file per fusion), the shims and each
 #   pass matching its own forms (test_compat), the backend, executors, freezing, recompiles, shared
 #   processors, graph capture through its stand-ins: all of it is Inductor / dynamo / aot_autograd.
 # - tests/kernels' registration tests (torch.library custom_op / register_fake / register_autograd /
@@ -79,6 +80,20 @@ WARM_START_SKIPPED = {"2.14"}
 # saw torch_npu, bound against the torch_npu 2.10.0.post6 / 2.14.0 schemas.
 SIMHOST_TESTS = ["tests/simhost", "tests/kernels/test_npu_wheel_bindings.py"]
 SIMHOST_RELEASES = {"2.10"}
+
+
+@nox.session(name="lint", python="3.11")
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check, as `.ci/run`'s first stage runs them.
+
+    The `lint` extra's pinned ruff alone (not the package, whose install pulls torch); the settings
+    are pyproject.toml's."""
+    import tomllib  # Python >= 3.11, as every session here (the package's floor is 3.10)
+
+    with open("pyproject.toml", "rb") as f:
+        session.install(*tomllib.load(f)["project"]["optional-dependencies"]["lint"])
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
 
 
 def _install_torch(session: nox.Session, version: str) -> None:

@@ -14,11 +14,12 @@ import pytest
 from diffusers_ascend import cli
 from diffusers_ascend.benchmarks import BENCHMARKS, LATENCY_VARIANTS, SIZES, latency, recompiles, run_benchmarks
 
-# tests/compilation: replacements per block with the five fusions (fp32 and bf16).
+from .compilation.conftest import EXPECTED_BLOCK_COUNTS
+
+# tests/compilation's replacements per block (fp32 and bf16) with the fusions of ops_per_block:
+# fusions="all" less swiglu (these blocks hold no SwiGLU site).
 EXPECTED_MATCHES = {
-    "flux_double": {"rms_norm": 4, "rope": 2, "gelu_tanh": 2, "adaln": 4, "mul_add": 4},
-    "flux_single": {"rms_norm": 2, "rope": 2, "gelu_tanh": 1, "adaln": 1, "mul_add": 1},
-    "wan": {"rms_norm": 4, "rope": 2, "gelu_tanh": 1, "adaln": 2, "mul_add": 2},
+    block: {f: n for f, n in counts.items() if f != "swiglu"} for block, counts in EXPECTED_BLOCK_COUNTS.items()
 }
 
 

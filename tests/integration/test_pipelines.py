@@ -11,10 +11,10 @@ import torch
 import diffusers_ascend
 from diffusers_ascend.tiny import flux_block_inputs, flux_pipeline_inputs, tiny_flux_pipeline, tiny_wan_pipeline, wan_pipeline_inputs
 
-# FINDINGS section 1: matches per block with all five patterns.
-FLUX_DOUBLE = {"rms_norm": 4, "rope": 2, "gelu_tanh": 2, "adaln": 4, "mul_add": 4}
-FLUX_SINGLE = {"rms_norm": 2, "rope": 2, "gelu_tanh": 1, "adaln": 1, "mul_add": 1}
-WAN = {"rms_norm": 4, "rope": 2, "gelu_tanh": 1, "adaln": 2, "mul_add": 2}
+from ..compilation.conftest import EXPECTED_BLOCK_COUNTS
+
+# FINDINGS section 1: matches per block with fusions="all", every fusion of the table's "all".
+FLUX_DOUBLE, FLUX_SINGLE, WAN = (EXPECTED_BLOCK_COUNTS[b] for b in ("flux_double", "flux_single", "wan"))
 # With fusions="all" the integration first swaps fused layers in (diffusers_ascend.layers): RMSNorm
 # and GELU-tanh modules and one rope processor per attention. Those sites reach the compiled graph
 # already fused, so the passes match only what has no module-level swap: adaLN and mul_add.

@@ -19,6 +19,8 @@ from typing import Any, Callable
 
 import torch
 
+from diffusers_ascend.fusions import default_fusions
+
 # Ops a fusion replaces, counted (regex over the rewritten graph's code) where they are still
 # present: the sites left unfused. A heuristic: a LayerNorm without modulation is no adaLN site.
 LEFT_OPS: dict[str, str] = {
@@ -820,7 +822,7 @@ COVERAGE: dict[str, dict[str, dict[str, int]]] = {
 
 def markdown_table() -> str:
     """The model table of docs/support-matrix.md, rendered from the recorded coverage."""
-    fusions = ("rms_norm", "rope", "gelu_tanh", "adaln", "mul_add", "swiglu")
+    fusions = default_fusions()  # the coverage is of fusions="all": one column per fusion it holds
     lines = [
         "| model | " + " | ".join(fusions) + " | left unfused |",
         "|---|" + "---|" * len(fusions) + "---|",

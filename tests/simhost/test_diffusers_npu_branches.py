@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ascend_kernels.testing import assert_close
+from diffusers_ascend.fusions import default_fusions
 from tests.models.test_zoo import _build, _tensors
 from tests.models.zoo_table import COVERAGE
 
@@ -33,7 +34,7 @@ FAMILIES = ["FluxTransformer2DModel", "WanTransformer3DModel", "QwenImageTransfo
 # diffusers RMSNorm modules with a weight in the zoo's tiny configs (each runs once per forward).
 DIFFUSERS_RMS_NORMS = {"FluxTransformer2DModel": 0, "WanTransformer3DModel": 0, "QwenImageTransformer2DModel": 9,
                        "ChromaTransformer2DModel": 0}
-NO_RMS_NORM = ["rope", "gelu_tanh", "adaln", "mul_add", "swiglu"]  # fusions="all" less rms_norm (and fast_gelu)
+NO_RMS_NORM = [f for f in default_fusions() if f != "rms_norm"]  # fusions="all" less rms_norm
 
 
 def _model(name, dtype):
