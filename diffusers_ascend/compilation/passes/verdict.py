@@ -4,7 +4,8 @@
 replaces its own form: seconds of tracing in every process, with the same result for the same
 torch build and pattern code. A pass writes a verdict file named by the sha256 of everything the
 result depends on; a later process that finds it skips the check, and its patterns are registered
-when a graph first needs them (`FusionPass.pattern_matcher_passes`). Any change of those inputs is
+when a graph first needs them (`FusionPass.pattern_matcher_passes`), from the search graphs the
+first process traced (`pretraced.py`, under ``patterns/`` in the same directory). Any change of those inputs is
 another name, so a torch that breaks a pattern is always checked again.
 
 The key: torch's version and git revision, Python's version, the machine architecture, the
