@@ -433,7 +433,7 @@ def _config_in_file(path: str):
     from dataclasses import fields
 
     from .config import AscendConfig, read_json_object
-    from .mixin import ASCEND_CONFIG_KEY
+    from .integration import ASCEND_CONFIG_KEY
 
     data = read_json_object(path, _EXPECTED)
     if ASCEND_CONFIG_KEY in data:
@@ -603,7 +603,7 @@ def _cache_run(args) -> int:
     import torch
 
     from .compilation._compat import compile_cache_counters
-    from .mixin import enable_ascend_compile, package_counters, save_ascend_cache
+    from .integration import enable_ascend_compile, package_counters, save_ascend_cache
 
     pipe, inputs = _cache_pipeline(args)
     pipe.set_progress_bar_config(disable=True)

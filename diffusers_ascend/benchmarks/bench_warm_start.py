@@ -47,8 +47,8 @@ def _child(model: str, size: str, mode: str, art: str) -> None:
 
     import diffusers_ascend
     from diffusers_ascend import tiny
-    from diffusers_ascend.mixin import package_counters
     from diffusers_ascend.compilation._compat import compile_cache_counters
+    from diffusers_ascend.integration import package_counters
 
     overrides, shape = SIZES[size][model]
     if model == "flux":
@@ -142,7 +142,7 @@ def _eager_child(model: str, size: str, mode: str, art: str, capture: str) -> No
     from diffusers_ascend import tiny
     from diffusers_ascend.compilation.passes import base
     from diffusers_ascend.compilation.passes.manager import FusionPassManager
-    from diffusers_ascend.mixin import package_counters
+    from diffusers_ascend.integration import package_counters
 
     spent = {"self_check_s": 0.0, "registration_s": 0.0}
 
