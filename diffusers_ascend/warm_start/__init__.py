@@ -21,6 +21,7 @@ warm start its models' `EnabledModel` records (``diffusers_ascend.integration.st
 below this package), by component name; warm start never reaches back into the enable path.
 """
 
+from ..integration.state import EnabledModel
 from .load import TorchCaches, cache_info, count_packages, install_packages, load_ascend_cache
 from .manifest import (
     ARTIFACTS_NAME,
@@ -33,7 +34,6 @@ from .manifest import (
     mismatches,
     read_manifest,
 )
-from ..integration.state import EnabledModel
 from .packages import MISS, AotBlock, CallSignature, build_package, plain_call, record_signature
 from .save import save_cache
 from .store import pull_ascend_cache, push_ascend_cache, trusted_opt_in

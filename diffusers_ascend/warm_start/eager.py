@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from ..compilation import _compat
+from ..integration.state import EnabledModel
 from .packages import AotBlock, CallSignature, PackageMismatchError, fused_graph, package_binding, parse_outputs, parse_state
 
 # The call targets an eager package may hold: an overload of these op namespaces, or tuple indexing.
@@ -185,7 +186,7 @@ class EagerBlock(AotBlock):
         self.runner = lambda *flat: fn(list(flat))  # boxed, as aot calls a compiled forward
 
 
-def save_eager_cache(models: dict[str, Any], target: str, owner: str, keys: dict[str, str]) -> dict[str, Any]:
+def save_eager_cache(models: dict[str, EnabledModel], target: str, owner: str, keys: dict[str, str]) -> dict[str, Any]:
     """`save_ascend_cache` for ``executor="eager"``: one eager package per recorded block class and
     call signature, committed with its manifest to `target`. Returns the manifest written."""
     from ..compilation.backend import describe_failure

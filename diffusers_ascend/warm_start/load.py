@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from ..integration.state import EnabledModel
 from .kernels import check_kernels, install_kernels
 from .manifest import (
     ARTIFACTS_NAME,
@@ -21,7 +22,6 @@ from .manifest import (
     mismatches,
     read_manifest,
 )
-from ..integration.state import EnabledModel
 from .packages import AotBlock, PackageMismatchError, temporary_file
 from .store import is_remote, local_source, read_one_save, read_verified, resolve, trusted_opt_in
 

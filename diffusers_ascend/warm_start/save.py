@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
+from ..integration.state import EnabledModel
 from .kernels import isa_probes, pack_kernels
 from .manifest import ARTIFACTS_NAME, KERNELS_NAME, MECHANISM, expected_keys, new_manifest
-from ..integration.state import EnabledModel
 from .packages import build_package
 from .store import commit, save_target
 
