@@ -251,6 +251,13 @@ def run_demo(model: str = "flux", model_id: str | None = None, device: str = "cp
                          save_dir)
 
 
+def _enabled_config(pipe) -> Any:
+    """The `AscendConfig` the pipeline's transformer was enabled with."""
+    from .integration import enabled_models
+
+    return next(m.config for m in enabled_models(pipe) if m.name == "transformer")
+
+
 def _reload_call(cls: type, path: str, kwargs: dict[str, Any]) -> str:
     """The ``from_pretrained`` call that reloads the saved pipeline, as code."""
     args = "".join(f", {k}={v}" for k, v in kwargs.items())  # None, torch.bfloat16: reprs that are code
@@ -289,7 +296,7 @@ def _run_demo(model, model_id, device, fusions, executor, height, steps, repeats
         stage("accelerated")
     report = pipe.ascend_report()
     diff = (out.float() - ref.float()).abs().max().item()
-    config = pipe.transformer._ascend_state.config
+    config = _enabled_config(pipe)
     with contextlib.ExitStack() as stack:
         folder = save_dir if save_dir is not None else stack.enter_context(
             tempfile.TemporaryDirectory(prefix="diffusers-ascend-demo-"))
@@ -297,7 +304,7 @@ def _run_demo(model, model_id, device, fusions, executor, height, steps, repeats
         stage("saved")
         loaded = type(pipe).from_pretrained(folder, **reload_kwargs)
         stage("reloaded")
-        reloaded = loaded.transformer._ascend_state.config
+        reloaded = _enabled_config(loaded)
     per_block = []
     for g in report.graphs:
         label = g["name"].split(":")[0] if ":" in g["name"] else g["name"]
