@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from ..compilation import FusionReport
     from ..config import AscendConfig
 
-# A pipeline or a model; the entry points return the object they were given.
-PipeOrModel = TypeVar("PipeOrModel", "DiffusionPipeline", "ModelMixin")
+# A pipeline or a model; the entry points that return it return the object they were given.
+PipeOrModel = TypeVar("PipeOrModel", bound="DiffusionPipeline | ModelMixin")
 
 
 def enable_model(model: torch.nn.Module, cfg: AscendConfig, name: str = "", verify: bool = True) -> None:
