@@ -66,9 +66,9 @@ def foreign_compiles(model: torch.nn.Module, name: str, state: EnabledModel, out
                       "graph fusions; layer swaps and attention still apply). Call the unwrapped model (e.g. "
                       "pipe.transformer = pipe.transformer._orig_mod), with compile='model' for one graph per model"))
     if state.config.compile == "blocks" and model._compiled_call_impl is not None:
-        found.append((name or type(model).__name__, "the whole model was compiled by another torch.compile (Module.compile()): "
-                      "its backend traces every block, ours never runs; for one compiled graph per model use "
-                      "enable_ascend_compile(compile='model')"))
+        found.append((name or type(model).__name__, "the whole model was compiled by another torch.compile "
+                      "(Module.compile()): its backend traces every block, ours never runs; for one compiled graph "
+                      "per model use enable_ascend_compile(compile='model')"))
     # A block that fell back to eager has no compiled call at all: that is not another compile.
     replaced = [m for m in state.compiled if m._compiled_call_impl is not None and not is_ours(m, state)]
     hooked = [(m, h) for m in state.compiled if m not in replaced for h in _compile_disabling_hooks(m)]
@@ -84,9 +84,9 @@ def foreign_compiles(model: torch.nn.Module, name: str, state: EnabledModel, out
         patch = _patched(cls, fused)
         if patch is not None:
             found.append((_prefixed(name, f"<{cls.__name__}>"),
-                          f"{len(objs)} {cls.__name__} object(s) run our {fused.__name__}, which replaces {patch}, patched "
-                          "in after enabling (e.g. cache-dit's async Ulysses): that code never runs on them; enable "
-                          "again to keep it (the swap is then left out)"))
+                          f"{len(objs)} {cls.__name__} object(s) run our {fused.__name__}, which replaces {patch}, "
+                          "patched in after enabling (e.g. cache-dit's async Ulysses): that code never runs on them; "
+                          "enable again to keep it (the swap is then left out)"))
     if replaced:
         found.append((_prefixed(name, f"<{type(replaced[0]).__name__}>"),
                       f"{len(replaced)} compiled block(s) were compiled again after enabling (Module.compile() or "
@@ -96,9 +96,9 @@ def foreign_compiles(model: torch.nn.Module, name: str, state: EnabledModel, out
     if not found and ours and state.marker is not None and state.marker.ran and not state.compiled_ran:
         found.append((name or type(model).__name__, "it ran, but none of its compiled modules' calls did: another "
                       "torch.compile traced it, most likely a torch.compile(model) wrapper (OptimizedModule) around "
-                      "it, whose dynamo traces the blocks into its own graph with its own backend: our backend compiles "
-                      "nothing (no graph fusions; layer swaps and attention still apply). Call the model itself, "
-                      "with compile='model' for one graph per model"))
+                      "it, whose dynamo traces the blocks into its own graph with its own backend: our backend "
+                      "compiles nothing (no graph fusions; layer swaps and attention still apply). Call the model "
+                      "itself, with compile='model' for one graph per model"))
     for module, reason in found:
         note_once(state, module, reason)
 
@@ -158,10 +158,10 @@ def note_unswapped(state: EnabledModel, model: torch.nn.Module, name: str,
     for fusion, patch in dict.fromkeys((f, p) for f, _, _, p in unswapped):
         mods = [(n, c) for f, n, c, p in unswapped if f == fusion and p == patch]
         if patch is None:
-            reason = (f"{len(mods)} {mods[0][1]} module(s) not fused by {fusion!r} (first: {mods[0][0] or '<root>'}): their "
-                      "`forward` is an instance attribute (a hook applied before enabling, e.g. leaf-level group "
-                      "offloading) that calls the original class's forward. Apply the hook after enable_ascend_compile, "
-                      "or use block-level offloading.")
+            reason = (f"{len(mods)} {mods[0][1]} module(s) not fused by {fusion!r} (first: {mods[0][0] or '<root>'}): "
+                      "their `forward` is an instance attribute (a hook applied before enabling, e.g. leaf-level group "
+                      "offloading) that calls the original class's forward. Apply the hook after "
+                      "enable_ascend_compile, or use block-level offloading.")
         else:
             reason = (f"{len(mods)} {mods[0][1]} object(s) kept, not fused by the {fusion!r} swap (first: "
                       f"{mods[0][0] or '<root>'}): {patch}; the fused class would replace that code")

@@ -73,7 +73,7 @@ def _wrap_from_pretrained(cls, is_pipeline: bool) -> None:
         return obj
 
     from_pretrained._ascend_wrapped = True
-    setattr(cls, "from_pretrained", classmethod(from_pretrained))
+    cls.from_pretrained = classmethod(from_pretrained)
 
 
 def saved_config(obj) -> AscendConfig | None:
@@ -95,7 +95,8 @@ def saved_config(obj) -> AscendConfig | None:
 
 
 def patch_class(cls: type, is_pipeline: bool) -> None:
-    """Adds `AscendAccelerationMixin`'s methods to `cls` (DiffusionPipeline or ModelMixin) and wraps its `from_pretrained`."""
+    """Adds `AscendAccelerationMixin`'s methods to `cls` (DiffusionPipeline or ModelMixin) and wraps its
+    `from_pretrained`."""
     for meth in ("enable_ascend_compile", "disable_ascend_compile", "ascend_report", "save_ascend_cache"):
         if not hasattr(cls, meth):
             setattr(cls, meth, AscendAccelerationMixin.__dict__[meth])
