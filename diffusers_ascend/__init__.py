@@ -12,10 +12,10 @@ _LAZY = {
     "AscendConfig": ("diffusers_ascend.config", "AscendConfig"),
     "AscendBackend": ("diffusers_ascend.compilation", "AscendBackend"),
     "FusionReport": ("diffusers_ascend.compilation", "FusionReport"),
-    "enable_ascend_compile": ("diffusers_ascend.mixin", "enable_ascend_compile"),
-    "disable_ascend_compile": ("diffusers_ascend.mixin", "disable_ascend_compile"),
-    "ascend_report": ("diffusers_ascend.mixin", "ascend_report"),
-    "save_ascend_cache": ("diffusers_ascend.mixin", "save_ascend_cache"),
+    "enable_ascend_compile": ("diffusers_ascend.integration", "enable_ascend_compile"),
+    "disable_ascend_compile": ("diffusers_ascend.integration", "disable_ascend_compile"),
+    "ascend_report": ("diffusers_ascend.integration", "ascend_report"),
+    "save_ascend_cache": ("diffusers_ascend.integration", "save_ascend_cache"),
     # The category of every warning we emit (filter ours with it).
     "AscendWarning": ("diffusers_ascend.errors", "AscendWarning"),
     # Raised when the running torch cannot serve the fusion engine (see docs/troubleshooting.md).
@@ -43,7 +43,7 @@ def _patch():
     from ._import_hooks import when_imported
 
     def patch(module, cls_name, is_pipeline):
-        from .mixin import patch_class
+        from .integration import patch_class
 
         patch_class(getattr(module, cls_name), is_pipeline)
 

@@ -259,6 +259,13 @@ def run_demo(model: str = "flux", model_id: str | None = None, device: str = "cp
                          save_dir)
 
 
+def _enabled_config(pipe) -> Any:
+    """The `AscendConfig` the pipeline's transformer was enabled with."""
+    from .integration import enabled_models
+
+    return next(m.config for m in enabled_models(pipe) if m.name == "transformer")
+
+
 def _reload_call(cls: type, path: str, kwargs: dict[str, Any]) -> str:
     """The ``from_pretrained`` call that reloads the saved pipeline, as code."""
     args = "".join(f", {k}={v}" for k, v in kwargs.items())  # None, torch.bfloat16: reprs that are code
@@ -297,7 +304,7 @@ def _run_demo(model, model_id, device, fusions, executor, height, steps, repeats
         stage("accelerated")
     report = pipe.ascend_report()
     diff = (out.float() - ref.float()).abs().max().item()
-    config = pipe.transformer._ascend_state.config
+    config = _enabled_config(pipe)
     with contextlib.ExitStack() as stack:
         folder = save_dir if save_dir is not None else stack.enter_context(
             tempfile.TemporaryDirectory(prefix="diffusers-ascend-demo-"))
@@ -305,7 +312,7 @@ def _run_demo(model, model_id, device, fusions, executor, height, steps, repeats
         stage("saved")
         loaded = type(pipe).from_pretrained(folder, **reload_kwargs)
         stage("reloaded")
-        reloaded = loaded.transformer._ascend_state.config
+        reloaded = _enabled_config(loaded)
     per_block = []
     for g in report.graphs:
         label = g["name"].split(":")[0] if ":" in g["name"] else g["name"]
@@ -418,7 +425,7 @@ def _config_in_file(path: str):
 
     from ._diffusers_compat import is_diffusers_config
     from .config import AscendConfig, read_json_object
-    from .mixin import ASCEND_CONFIG_KEY
+    from .integration import ASCEND_CONFIG_KEY
 
     data = read_json_object(path, _EXPECTED)
     if ASCEND_CONFIG_KEY in data:
@@ -588,7 +595,7 @@ def _cache_run(args) -> int:
     import torch
 
     from .compilation._compat import compile_cache_counters
-    from .mixin import enable_ascend_compile, package_counters, save_ascend_cache
+    from .integration import enable_ascend_compile, package_counters, save_ascend_cache
 
     pipe, inputs = _cache_pipeline(args)
     pipe.set_progress_bar_config(disable=True)

@@ -16,6 +16,7 @@ import torch
 
 import diffusers_ascend
 from diffusers_ascend.compilation.graph_capture import TokenBuckets
+from diffusers_ascend.integration import enabled_models
 from diffusers_ascend.platform import current_platform, graph_capture_supported
 from diffusers_ascend.tiny import tiny_flux_transformer
 
@@ -65,8 +66,8 @@ def main() -> None:
             print(f"{h}x{w} latent ({h * w} tokens) -> bucket {buckets.bucket_for(h * w)}: "
                   f"max abs diff vs unpadded {(out - ref).abs().max().item():.2e}")
     if graph_capture_supported():
-        mgr = model._ascend_state.backend.graph_capture
-        print(f"{len(requests)} resolutions, {mgr.num_graphs} captured graphs, stats {mgr.stats}")
+        info, = enabled_models(model)
+        print(f"{len(requests)} resolutions, {info.captured_graphs} captured graphs, stats {dict(info.capture_stats)}")
     else:
         print(f"no device graphs on {current_platform()!r}: numerics checked, nothing captured")
 

@@ -19,10 +19,10 @@ FLOORS = (
     ("diffusers_ascend._import_hooks", "diffusers_ascend.compilation._compat", "diffusers_ascend._diffusers_compat",
      "diffusers_ascend.errors", "diffusers_ascend.platform", "diffusers_ascend.fusions", "diffusers_ascend.hub"),
     ("diffusers_ascend.config", "diffusers_ascend.compilation", "diffusers_ascend.layers", "diffusers_ascend.processors",
-     "diffusers_ascend.attention"),
+     "diffusers_ascend.attention", "diffusers_ascend.integration.state"),
     ("diffusers_ascend.adapters",),
     ("diffusers_ascend.warm_start",),
-    ("diffusers_ascend.mixin",),
+    ("diffusers_ascend.integration",),
     ("diffusers_ascend.cli", "diffusers_ascend.benchmarks", "diffusers_ascend.tiny",
      "diffusers_ascend"),
 )
@@ -79,7 +79,7 @@ def _floor(module: str) -> int:
 @pytest.fixture(scope="module")
 def graph():
     mods = _modules()
-    assert "diffusers_ascend.mixin" in mods and "ascend_kernels.registry" in mods
+    assert "diffusers_ascend.integration.api" in mods and "ascend_kernels.registry" in mods
     return {name: _imports(name, path, mods) for name, path in mods.items()}
 
 

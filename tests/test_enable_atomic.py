@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import diffusers_ascend
-from diffusers_ascend import layers, mixin
+from diffusers_ascend import layers
+from diffusers_ascend.integration import api
 from diffusers_ascend.adapters import registry
 from diffusers_ascend.compilation import _compat
 from diffusers_ascend.tiny import flux_pipeline_inputs, tiny_flux_pipeline
@@ -126,7 +127,7 @@ def test_apply_swaps_undoes_itself():
 
 def test_failure_after_the_recompile_limit_was_raised(pipe, monkeypatch, low_limit):
     ref, before = _run(pipe), _torch_config()
-    real = mixin._compile_in_place
+    real = api.compile_in_place
     compiled = []
 
     def second_block_fails(module, name, state, cfg, **kwargs):
@@ -136,7 +137,7 @@ def test_failure_after_the_recompile_limit_was_raised(pipe, monkeypatch, low_lim
         real(module, name, state, cfg, **kwargs)
         compiled.append(module)
 
-    monkeypatch.setattr(mixin, "_compile_in_place", second_block_fails)
+    monkeypatch.setattr(api, "compile_in_place", second_block_fails)
     with pytest.raises(RuntimeError, match="compile setup failed"):
         pipe.enable_ascend_compile(**FAST)
     assert compiled  # one block had been compiled in place

@@ -235,7 +235,7 @@ _SERVICE = textwrap.dedent(
     import torch
     import diffusers_ascend
     from diffusers import FluxPipeline
-    from diffusers_ascend.mixin import package_counters
+    from diffusers_ascend.integration import package_counters
     from diffusers_ascend.tiny import flux_pipeline_inputs, tiny_flux_pipeline
 
     mode, art = sys.argv[1:3]

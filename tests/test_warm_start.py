@@ -25,7 +25,7 @@ from diffusers_ascend import warm_start
 from diffusers_ascend.cli import main
 from diffusers_ascend.compilation import _compat
 from diffusers_ascend.config import AscendConfig
-from diffusers_ascend.mixin import package_counters
+from diffusers_ascend.integration import package_counters
 from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, tiny_flux_transformer
 
 LAYERS = dict(num_layers=1, num_single_layers=1)
@@ -38,7 +38,7 @@ _SCRIPT = textwrap.dedent(
     import diffusers_ascend
     from diffusers_ascend.tiny import flux_model_inputs
     from diffusers_ascend.compilation._compat import compile_cache_counters, inductor_cache_dir
-    from diffusers_ascend.mixin import package_counters
+    from diffusers_ascend.integration import package_counters
     from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, tiny_flux_transformer
 
     mode, art, out = sys.argv[1:4]
@@ -455,7 +455,7 @@ def test_a_package_that_fails_at_run_time_is_retired_with_a_warning():
 def test_packages_go_to_the_pipeline_component_they_were_saved_from():
     # Wan 2.2 has two transformers of one class: a package saved from `transformer_2` must serve
     # that component only (its manifest entry names the component).
-    from diffusers_ascend.mixin import _enabled
+    from diffusers_ascend.integration.api import enabled
     from diffusers_ascend.tiny import tiny_wan_pipeline
 
     pipe = tiny_wan_pipeline(two_stage=True)
@@ -465,7 +465,7 @@ def test_packages_go_to_the_pipeline_component_they_were_saved_from():
     entry = {"model": "transformer_2", "class": type(block).__name__, "file": "ascend_aoti_0.pt2",
              "matches": {"rms_norm": 3}, "ops_before": 9, "ops_after": 5, "block": package}
     caches = warm_start.TorchCaches(b"", None, [], "test")
-    warm_start.install_packages(_enabled(pipe), [entry], caches)
+    warm_start.install_packages(enabled(pipe), [entry], caches)
     assert pipe.transformer._ascend_state.aot_blocks == {}
     assert pipe.transformer_2._ascend_state.aot_blocks == {type(block).__name__: [package]}
     assert pipe.transformer_2._ascend_state.backend.deferred_caches is caches

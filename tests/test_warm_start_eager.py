@@ -21,7 +21,7 @@ from diffusers_ascend.compilation import _compat
 from diffusers_ascend.compilation import backend as backend_module
 from diffusers_ascend.compilation.passes import manager as manager_module
 from diffusers_ascend.config import AscendConfig
-from diffusers_ascend.mixin import package_counters
+from diffusers_ascend.integration import package_counters
 from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, flux_model_inputs, tiny_flux_transformer
 from diffusers_ascend.warm_start import eager
 

@@ -83,6 +83,7 @@ def latency(size: str = "small", variants: Sequence[str] | None = None, runs: in
     ['eager', 'ascend_all_eager']
     """
     from diffusers_ascend import ascend_report
+    from diffusers_ascend.integration import enabled_models
     from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, flux_model_inputs, tiny_flux_transformer
 
     preset = _PRESETS[check_size(size)]
@@ -117,11 +118,11 @@ def latency(size: str = "small", variants: Sequence[str] | None = None, runs: in
                     paired.append(e)
             eager_all += paired
             report = ascend_report(model) if name.startswith("ascend") else None
-            state = getattr(model, "_ascend_state", None)
+            enabled = enabled_models(model) if name.startswith("ascend") else []
             rows.append(dict(
                 variant=name, description=VARIANTS[name][0], first_call_s=first,
                 median_ms=statistics.median(mine), min_ms=min(mine), eager_median_ms=statistics.median(paired),
-                executor=state.backend.executor if state is not None and state.backend is not None else
+                executor=enabled[0].executor if enabled and enabled[0].executor is not None else
                 ("inductor" if name == "inductor" else "-"),
                 fusions=(",".join(report.matches) or "none") if report is not None else "-",
                 graphs_compiled=report.graphs_compiled if report is not None else None,

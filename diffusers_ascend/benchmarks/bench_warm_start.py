@@ -47,8 +47,8 @@ def _child(model: str, size: str, mode: str, art: str) -> None:
 
     import diffusers_ascend
     from diffusers_ascend import tiny
-    from diffusers_ascend.mixin import package_counters
     from diffusers_ascend.compilation._compat import compile_cache_counters
+    from diffusers_ascend.integration import enabled_models, package_counters
 
     overrides, shape = SIZES[size][model]
     if model == "flux":
@@ -59,7 +59,7 @@ def _child(model: str, size: str, mode: str, art: str) -> None:
     diffusers_ascend.enable_ascend_compile(net, fusions="all", executor="inductor", compile="blocks",
                                            cache=None if mode == "cold" else art)
     if mode == "warm-caches-only":  # a hook on each block: the packages step aside for dynamo + torch's caches
-        for block in net._ascend_state.compiled:
+        for block in enabled_models(net)[0].compiled:
             block.register_forward_pre_hook(lambda module, args: None)
     enable_s = time.perf_counter() - t
     t = time.perf_counter()
@@ -142,7 +142,7 @@ def _eager_child(model: str, size: str, mode: str, art: str, capture: str) -> No
     from diffusers_ascend import tiny
     from diffusers_ascend.compilation.passes import base
     from diffusers_ascend.compilation.passes.manager import FusionPassManager
-    from diffusers_ascend.mixin import package_counters
+    from diffusers_ascend.integration import package_counters
 
     spent = {"self_check_s": 0.0, "registration_s": 0.0, "matcher_import_s": 0.0, "self_check_cpu_s": 0.0,
              "registration_cpu_s": 0.0, "matcher_import_cpu_s": 0.0}

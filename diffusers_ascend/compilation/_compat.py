@@ -464,7 +464,7 @@ def dynamo_recompile_limit() -> int:
 
 
 def set_dynamo_recompile_limit(value: int) -> None:
-    """Sets dynamo's process-wide recompile limit (callers restore it: see `mixin`)."""
+    """Sets dynamo's process-wide recompile limit (callers restore it: see `integration.limits`)."""
     setattr(torch._dynamo.config, _recompile_limit_name(), value)
 
 

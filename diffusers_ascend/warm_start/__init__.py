@@ -17,9 +17,11 @@ torch.export's program JSON, read back as data and run op by op (`eager.py`, its
 any artifact: one made for another setup is a warning and a normal compile; one that is not what a
 save writes, or a file whose sha256 differs, is a `ValueError` and nothing is loaded. Hub sources
 need ``trust_remote_artifacts=True``. A save is all or nothing (`store.py`). The enable path hands
-warm start its models as `EnabledModel` records; warm start never reaches back into the mixin.
+warm start its models' `EnabledModel` records (``diffusers_ascend.integration.state``, a floor
+below this package), by component name; warm start never reaches back into the enable path.
 """
 
+from ..integration.state import EnabledModel
 from .load import TorchCaches, cache_info, count_packages, install_packages, load_ascend_cache
 from .manifest import (
     ARTIFACTS_NAME,
@@ -32,7 +34,7 @@ from .manifest import (
     mismatches,
     read_manifest,
 )
-from .packages import MISS, AotBlock, CallSignature, EnabledModel, build_package, plain_call, record_signature
+from .packages import MISS, AotBlock, CallSignature, build_package, plain_call, record_signature
 from .save import save_cache
 from .store import pull_ascend_cache, push_ascend_cache, trusted_opt_in
 

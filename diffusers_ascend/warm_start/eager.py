@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from ..compilation import _compat
+from ..integration.state import EnabledModel
 from .packages import AotBlock, CallSignature, PackageMismatchError, fused_graph, package_binding, parse_outputs, parse_state
 
 # The call targets an eager package may hold: an overload of these op namespaces, or tuple indexing.
@@ -185,21 +186,22 @@ class EagerBlock(AotBlock):
         self.runner = lambda *flat: fn(list(flat))  # boxed, as aot calls a compiled forward
 
 
-def save_eager_cache(models: list, target: str, owner: str, keys: dict[str, str]) -> dict[str, Any]:
+def save_eager_cache(models: dict[str, EnabledModel], target: str, owner: str, keys: dict[str, str]) -> dict[str, Any]:
     """`save_ascend_cache` for ``executor="eager"``: one eager package per recorded block class and
     call signature, committed with its manifest to `target`. Returns the manifest written."""
     from ..compilation.backend import describe_failure
     from .manifest import EAGER_MECHANISM, new_manifest
     from .store import commit
 
-    if models[0].config.compile != "blocks":
+    cfg = next(iter(models.values())).config
+    if cfg.compile != "blocks":
         raise ValueError("executor='eager' saves one package per compiled block class: enable with compile='blocks' "
-                         f"(compile={models[0].config.compile!r} has none).")
-    if not any(m.backend is not None and m.backend.report.graphs_compiled for m in models):
+                         f"(compile={cfg.compile!r} has none).")
+    if not any(m.backend is not None and m.backend.report.graphs_compiled for m in models.values()):
         raise ValueError(f"{owner} has compiled no graph yet: call it once, then save.")
     blobs: dict[str, bytes] = {}
     entries: list[dict[str, Any]] = []
-    for m in models:
+    for model_name, m in models.items():
         if m.backend is None or not m.signatures:
             continue
         m.backend.ensure_verified()
@@ -210,12 +212,12 @@ def save_eager_cache(models: list, target: str, owner: str, keys: dict[str, str]
             try:
                 data, info = build_eager_package(block, signature, m.backend.manager)
             except Exception as e:  # noqa: BLE001 - that class compiles in the warm process
-                warnings.warn(f"diffusers_ascend: {m.name or type(m.model).__name__}.{label} was not packaged "
+                warnings.warn(f"diffusers_ascend: {model_name or m.model_class}.{label} was not packaged "
                               f"({describe_failure(e)}); a process loading this cache compiles it.", stacklevel=3)
                 continue
             name = f"ascend_export_{len(entries)}.json"
             blobs[name] = data
-            entries.append({"model": m.name, "class": label, "file": name, "signature": signature.to_json(), **info})
+            entries.append({"model": model_name, "class": label, "file": name, "signature": signature.to_json(), **info})
     if not entries:
         raise ValueError(f"{owner}: no block call could be packaged (see the warnings), so there is nothing to save.")
     manifest = new_manifest(EAGER_MECHANISM, keys, blobs, entries)

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from ..integration.state import EnabledModel
 from .kernels import check_kernels, install_kernels
 from .manifest import (
     ARTIFACTS_NAME,
@@ -21,7 +22,7 @@ from .manifest import (
     mismatches,
     read_manifest,
 )
-from .packages import AotBlock, EnabledModel, PackageMismatchError, temporary_file
+from .packages import AotBlock, PackageMismatchError, temporary_file
 from .store import is_remote, local_source, read_one_save, read_verified, resolve, trusted_opt_in
 
 
@@ -156,24 +157,23 @@ def _load_package(entry: dict[str, Any], data: bytes) -> AotBlock:
         return AotBlock.load(path, entry["signature"], entry["state"], entry["outputs"])
 
 
-def install_packages(models: list[EnabledModel], blocks: list[dict[str, Any]], caches: TorchCaches) -> None:
+def install_packages(models: dict[str, EnabledModel], blocks: list[dict[str, Any]], caches: TorchCaches) -> None:
     """Puts each loaded package (`load_ascend_cache`'s ``"blocks"``) before the compiled path of its
     model's block class and lists it in the model's report; the backends hand `caches` to torch
     before their first compile."""
-    by_name = {m.name: m for m in models}
-    for m in models:
+    for m in models.values():
         if m.backend is not None:
             m.backend.deferred_caches = caches
     for entry in blocks:
-        m = by_name.get(entry["model"])
+        m = models.get(entry["model"])
         if m is None or m.backend is None:
             continue
         block = entry["block"]
-        m.packages.setdefault(entry["class"], []).append(block)
+        m.aot_blocks.setdefault(entry["class"], []).append(block)
         # Saving again from this process packages this signature again (from a block of the class).
         instance = next((c for c in m.compiled if type(c).__name__ == entry["class"]), None)
         recorded = m.signatures.setdefault(entry["class"], [])
-        if instance is not None and m.recording and all(block.signature != s for s, _ in recorded):
+        if instance is not None and m.record_signatures and all(block.signature != s for s, _ in recorded):
             recorded.append((block.signature, weakref.ref(instance)))
         eager = hasattr(block, "attach")
         name = f"{entry['class']}:{'export' if eager else 'aoti'}"
@@ -189,11 +189,11 @@ def install_packages(models: list[EnabledModel], blocks: list[dict[str, Any]], c
             block.attach(m.backend)
 
 
-def count_packages(models: list[EnabledModel]) -> dict[str, int]:
+def count_packages(models: dict[str, EnabledModel]) -> dict[str, int]:
     """`package_counters` of these models."""
-    blocks = [b for m in models for v in m.packages.values() for b in v]
+    blocks = [b for m in models.values() for v in m.aot_blocks.values() for b in v]
     return {"packages": len(blocks), "calls": sum(b.hits for b in blocks),
-            "passed_on": sum(m.passed_on for m in models)}
+            "passed_on": sum(m.packages_passed_on for m in models.values())}
 
 
 def cache_info(source, cfg=None, **hub_kwargs) -> dict[str, Any]:

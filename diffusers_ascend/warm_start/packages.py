@@ -17,7 +17,6 @@ no gradient; any other call gets `MISS` and takes the compiled path.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import json
 import math
@@ -422,23 +421,6 @@ def temporary_file(data: bytes, suffix: str):
         yield path
     finally:
         os.unlink(path)
-
-
-# -- what the enable path hands over ------------------------------------------------------------------
-@dataclasses.dataclass
-class EnabledModel:
-    """A model `enable_ascend_compile` enabled, as its enable path hands it to warm start. The
-    dicts are the model's own: its compiled calls read `packages` and fill `signatures`."""
-
-    name: str  # its component name in a pipeline ("" for a model enabled alone)
-    model: torch.nn.Module
-    config: Any  # AscendConfig
-    backend: Any  # AscendBackend, None under compile="none"
-    compiled: list  # the modules compiled in place
-    recording: bool  # whether its compiled calls record their signatures
-    signatures: dict  # block class name -> [(CallSignature, weakref to a block of the class)]
-    packages: dict  # block class name -> [AotBlock]
-    passed_on: int = 0  # calls of a packaged class that no package took
 
 
 def plain_call(module: torch.nn.Module) -> bool:

@@ -9,21 +9,22 @@ from typing import Any
 
 import torch
 
+from ..integration.state import EnabledModel
 from .kernels import isa_probes, pack_kernels
 from .manifest import ARTIFACTS_NAME, KERNELS_NAME, MECHANISM, expected_keys, new_manifest
-from .packages import EnabledModel, build_package
+from .packages import build_package
 from .store import commit, save_target
 
 
-def save_cache(models: list[EnabledModel], save_directory: str | os.PathLike, owner: str) -> dict[str, Any]:
-    """Writes the compile artifacts of `models` (the enabled models of `owner`, a class name for
-    messages) to `save_directory`; see `save_ascend_cache`. Returns the manifest written."""
+def save_cache(models: dict[str, EnabledModel], save_directory: str | os.PathLike, owner: str) -> dict[str, Any]:
+    """Writes the compile artifacts of `models` (the records of the enabled models of `owner`, a
+    class name for messages, by component name) to `save_directory`; see `save_ascend_cache`. Returns the manifest written."""
     from ..compilation import _compat
 
     target = save_target(save_directory)  # before any compile: a file in the way fails now, not after it
     if not models:
         raise ValueError(f"{owner} is not enabled: call enable_ascend_compile(..., executor='inductor') first.")
-    cfg = models[0].config
+    cfg = next(iter(models.values())).config
     keys = expected_keys(cfg)
     if cfg.compile == "none":
         raise ValueError("compile='none' compiles nothing, so there is nothing to save; use compile='blocks' or 'model'.")
@@ -31,7 +32,7 @@ def save_cache(models: list[EnabledModel], save_directory: str | os.PathLike, ow
         from .eager import save_eager_cache
 
         return save_eager_cache(models, target, owner, keys)
-    backends = [m.backend for m in models if m.backend is not None]
+    backends = [m.backend for m in models.values() if m.backend is not None]
     for backend in backends:  # caches loaded lazily must be in torch before its artifacts are collected
         if backend.deferred_caches is not None:
             backend.deferred_caches()
@@ -61,14 +62,14 @@ def save_cache(models: list[EnabledModel], save_directory: str | os.PathLike, ow
     return manifest
 
 
-def build_packages(models: list[EnabledModel], blobs: dict[str, bytes]) -> list[dict[str, Any]]:
+def build_packages(models: dict[str, EnabledModel], blobs: dict[str, bytes]) -> list[dict[str, Any]]:
     """One block package per recorded call signature, added to `blobs`; returns their manifest
     entries. A signature that cannot be packaged is left to torch's caches, with a warning."""
     from ..compilation import _compat
     from ..compilation.backend import describe_failure
 
     entries: list[dict[str, Any]] = []
-    for m in models:
+    for model_name, m in models.items():
         if m.backend is None or not m.signatures:
             continue
         if _compat.aoti_api() is None:
@@ -86,11 +87,11 @@ def build_packages(models: list[EnabledModel], blobs: dict[str, bytes]) -> list[
                 try:
                     info = build_package(block, signature, m.backend.manager, path)
                 except Exception as e:  # noqa: BLE001 - any failure leaves the class to the JIT caches
-                    warnings.warn(f"diffusers_ascend: {m.name or type(m.model).__name__}.{label} was not packaged "
+                    warnings.warn(f"diffusers_ascend: {model_name or m.model_class}.{label} was not packaged "
                                   f"ahead of time ({describe_failure(e)}); a process loading this cache compiles it "
                                   "from torch's caches.", stacklevel=3)
                     continue
                 with open(path, "rb") as f:
                     blobs[name] = f.read()
-            entries.append({"model": m.name, "class": label, "file": name, "signature": signature.to_json(), **info})
+            entries.append({"model": model_name, "class": label, "file": name, "signature": signature.to_json(), **info})
     return entries

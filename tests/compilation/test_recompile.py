@@ -122,11 +122,11 @@ def test_the_twentieth_config_enabled_compiles_like_the_first():
             1, {"adaln": EXPECTED_BLOCK_COUNTS["wan"]["adaln"]}, []), i
         assert_close(out, ref, dtype=torch.float32)
         diffusers_ascend.disable_ascend_compile(model)
-    from diffusers_ascend import mixin
+    from diffusers_ascend.integration import block_compile
     from diffusers_ascend.compilation._compat import compiled_code_entries
 
     kept = list(model._ascend_backends.entries.values())
-    assert len(kept) == mixin._KEPT_CONFIGS and [compiled_code_entries(c.code) for c in kept] == [1] * len(kept)
+    assert len(kept) == block_compile.KEPT_CONFIGS and [compiled_code_entries(c.code) for c in kept] == [1] * len(kept)
     for i, graphs in ((19, 1), (0, 1)):  # kept: its graph; dropped long ago: compiled again
         enable(i)
         with torch.no_grad():

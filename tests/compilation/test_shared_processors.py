@@ -113,12 +113,12 @@ def test_enable_compiles_one_graph_per_block_class_on_this_torch():
 
 
 def test_a_failed_enable_gives_the_processors_back(monkeypatch):
-    from diffusers_ascend import mixin
+    from diffusers_ascend.integration import api
 
     monkeypatch.setattr(_compat, "compiled_blocks_share_graphs", lambda: False)
     model = tiny_wan_transformer(num_layers=3)
     own = _ids(model.blocks)
-    real, compiled = mixin._compile_in_place, []
+    real, compiled = api.compile_in_place, []
 
     def second_block_fails(module, *args, **kwargs):
         assert len(set(_ids(model.blocks))) == 1  # shared by now
@@ -127,7 +127,7 @@ def test_a_failed_enable_gives_the_processors_back(monkeypatch):
         real(module, *args, **kwargs)
         compiled.append(module)
 
-    monkeypatch.setattr(mixin, "_compile_in_place", second_block_fails)
+    monkeypatch.setattr(api, "compile_in_place", second_block_fails)
     with pytest.raises(RuntimeError, match="compile setup failed"):
         diffusers_ascend.enable_ascend_compile(model, fusions="all", executor="eager")
     assert compiled and _ids(model.blocks) == own and not hasattr(model, "_ascend_state")

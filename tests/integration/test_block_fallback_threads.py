@@ -27,7 +27,7 @@ def _fresh_dynamo():
 def _enable_with_failing(model, failing, gate):
     """Enables `model`; the compiled call of block `failing` waits for `gate()` and then raises
     (a compile failure), after the call has started: the window where other threads compile.
-    Every block of a config calls one dynamo wrapper (`mixin._CompiledCall`), given the block."""
+    Every block of a config calls one dynamo wrapper (`integration.block_compile.CompiledCall`), given the block."""
     diffusers_ascend.enable_ascend_compile(model, **FAST)
     compiled_call = model._ascend_state.compiled_call
     cfg = compiled_call.cfg

@@ -219,7 +219,7 @@ def test_no_adapter_is_refused_before_any_change():
 
 
 def test_failure_half_way_restores_the_previous_setup(monkeypatch):
-    import diffusers_ascend.mixin as mixin
+    from diffusers_ascend.integration import api
 
     pipe = tiny_wan_pipeline(two_stage=True)
     pipe.enable_ascend_compile(fusions=["rms_norm"], compile="none")
@@ -231,7 +231,7 @@ def test_failure_half_way_restores_the_previous_setup(monkeypatch):
         if len(calls) == 2:
             raise RuntimeError("attention backend refused")
 
-    monkeypatch.setattr(mixin, "_set_attention", fail_on_second)
+    monkeypatch.setattr(api, "set_attention", fail_on_second)
     with pytest.raises(RuntimeError, match="refused"):
         pipe.enable_ascend_compile(fusions="all", compile="none")
     monkeypatch.undo()

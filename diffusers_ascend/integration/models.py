@@ -1,0 +1,49 @@
+"""Which models of a pipeline or model enabling acts on, and the saved-config key they carry."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import _diffusers_compat as dc
+from .state import ASCEND_CONFIG_KEY
+
+
+def is_pipeline(obj) -> bool:
+    from diffusers import DiffusionPipeline
+
+    return isinstance(obj, DiffusionPipeline)
+
+
+def unwrapped(obj):
+    """`obj` without the ``OptimizedModule``s that ``torch.compile(module)`` wraps it in."""
+    from ..compilation._compat import unwrap_compiled_module
+
+    return unwrap_compiled_module(obj)
+
+
+def models_of(obj) -> list[tuple[str, torch.nn.Module]]:
+    """The models of `obj` that have an adapter: the model itself (name ``""``), or a pipeline's
+    transformers by component name; each without torch.compile's wrapper (see `outer_compiled`)."""
+    from ..adapters import adapter_for
+
+    if not is_pipeline(obj):
+        return [("", unwrapped(obj))]
+    out = []
+    for name, comp in obj.components.items():
+        comp = unwrapped(comp)
+        if isinstance(comp, torch.nn.Module) and adapter_for(comp) is not None:
+            out.append((name, comp))
+    return out
+
+
+def outer_compiled(obj) -> set[str]:
+    """The names (as in `models_of`) of the models that `obj` holds inside a ``torch.compile(module)``
+    wrapper: ``pipe.transformer = torch.compile(pipe.transformer)``, or `obj` itself (``""``)."""
+    if is_pipeline(obj):
+        return {name for name, comp in obj.components.items() if unwrapped(comp) is not comp}
+    return {""} if unwrapped(obj) is not obj else set()
+
+
+def set_config_key(obj, value) -> None:
+    """Sets (or, with None, removes) `ASCEND_CONFIG_KEY` in `obj`'s diffusers config."""
+    dc.set_config_entry(obj, ASCEND_CONFIG_KEY, value)
