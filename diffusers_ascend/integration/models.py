@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from .. import _diffusers_compat as dc
@@ -9,9 +11,12 @@ from .state import ASCEND_CONFIG_KEY
 
 
 def is_pipeline(obj) -> bool:
-    from diffusers import DiffusionPipeline
-
-    return isinstance(obj, DiffusionPipeline)
+    # A pipeline object exists only once its base class's module was imported; importing it just
+    # to answer no (``from diffusers import DiffusionPipeline`` loads every pipeline family's
+    # package) was more than half of a warm-started enable.
+    module_name, class_name = dc.PIPELINE_BASE
+    module = sys.modules.get(module_name)
+    return module is not None and isinstance(obj, getattr(module, class_name))
 
 
 def unwrapped(obj):
