@@ -15,7 +15,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 FLOORS = (
     ("ascend_kernels",),
     ("diffusers_ascend._import_hooks", "diffusers_ascend.compilation._compat", "diffusers_ascend.platform",
-     "diffusers_ascend.fusions", "diffusers_ascend.hub"),
+     "diffusers_ascend.fusions", "diffusers_ascend.hub", "diffusers_ascend.errors"),
     ("diffusers_ascend.config", "diffusers_ascend.compilation", "diffusers_ascend.layers", "diffusers_ascend.processors",
      "diffusers_ascend.attention"),
     ("diffusers_ascend.adapters",),

@@ -14,10 +14,11 @@ import functools
 import inspect
 import re
 import sys
-import warnings
 from typing import Any, Callable, Sequence
 
 import torch
+
+from ..errors import warn
 
 __all__ = [
     "TORCH_FLOOR",
@@ -766,7 +767,7 @@ def check_engine(fusions: bool = True) -> None:
 
 @functools.cache
 def _warn_untested(sentence: str) -> None:
-    warnings.warn(f"diffusers-ascend: {sentence}", stacklevel=3)
+    warn(sentence, stacklevel=3)
 
 
 # -- dynamo's cache of one code object ------------------------------------------------------------

@@ -20,7 +20,7 @@ need ``trust_remote_artifacts=True``. A save is all or nothing (`store.py`). The
 warm start its models as `EnabledModel` records; warm start never reaches back into the mixin.
 """
 
-from .load import TorchCaches, cache_info, count_packages, install_packages, load_ascend_cache
+from .load import LoadedCache, LoadedPackage, TorchCaches, cache_info, count_packages, install_packages, load_ascend_cache
 from .manifest import (
     ARTIFACTS_NAME,
     EAGER_MECHANISM,
@@ -47,6 +47,8 @@ __all__ = [
     "AotBlock",
     "CallSignature",
     "EnabledModel",
+    "LoadedCache",
+    "LoadedPackage",
     "TorchCaches",
     "build_package",
     "cache_info",

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from ..errors import warn
 from ..compilation import _compat
 from .packages import AotBlock, CallSignature, PackageMismatchError, fused_graph, package_binding, parse_outputs, parse_state
 
@@ -210,8 +211,8 @@ def save_eager_cache(models: list, target: str, owner: str, keys: dict[str, str]
             try:
                 data, info = build_eager_package(block, signature, m.backend.manager)
             except Exception as e:  # noqa: BLE001 - that class compiles in the warm process
-                warnings.warn(f"diffusers_ascend: {m.name or type(m.model).__name__}.{label} was not packaged "
-                              f"({describe_failure(e)}); a process loading this cache compiles it.", stacklevel=3)
+                warn(f"{m.name or type(m.model).__name__}.{label} was not packaged "
+                     f"({describe_failure(e)}); a process loading this cache compiles it.", stacklevel=3)
                 continue
             name = f"ascend_export_{len(entries)}.json"
             blobs[name] = data

@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from diffusers_ascend.compilation import AscendBackend, FusionReport
+from diffusers_ascend.compilation import AscendBackend, Fallback, FusionReport, GraphEntry
 from diffusers_ascend.tiny import flux_block_inputs, tiny_flux_blocks
 
 from .conftest import EXPECTED_BLOCK_COUNTS
@@ -22,7 +22,7 @@ def test_report_records_merges_and_serializes():
     assert r.matches == {"rms_norm": 2, "rope": 1} and r.total_matches == 3
     assert (r.ops_before, r.ops_after, r.graphs_compiled) == (40, 15, 1)
     assert r.ops_ratio == 15 / 40
-    assert r.fallbacks == [{"module": "blocks.3", "reason": "compile failed: boom"}]
+    assert r.fallbacks == [Fallback("blocks.3", "compile failed: boom")]
     assert r.swaps == {"RMSNorm": 5, "GELU": 2}
 
     d = r.to_dict()
