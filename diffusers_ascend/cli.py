@@ -300,9 +300,9 @@ def _run_demo(model, model_id, device, fusions, executor, height, steps, repeats
         reloaded = loaded.transformer._ascend_state.config
     per_block = []
     for g in report.graphs:
-        label = g["name"].split(":")[0] if ":" in g["name"] else g["name"]
-        per_block.append({"block": label, "graph": g["name"], **{f: n for f, n in g["matches"].items()},
-                          "ops_before": g["ops_before"], "ops_after": g["ops_after"]})
+        label = g.name.split(":")[0]
+        per_block.append({"block": label, "graph": g.name, **g.matches, "ops_before": g.ops_before,
+                          "ops_after": g.ops_after})
     stage("done")
     stages.close()
     return {
