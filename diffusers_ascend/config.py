@@ -360,13 +360,13 @@ class AscendConfig:
         ...
         ValueError: freezing=True needs compile='model': ...
         """
+        self.check_backend(platform)
         if self.freezing and self.compile == "blocks":
             raise ValueError(
                 "freezing=True needs compile='model': under compile='blocks' every block of a class runs one shared "
                 "graph that takes the block's weights as inputs, and freezing would bake one block's weights into it. "
                 "Use compile='model' with freezing=True, or freezing=False."
             )
-        self.check_backend(platform)
 
     def resolved_fusions(self, platform: str | None = None) -> tuple[str, ...]:
         """The fusions to apply on ``platform`` (default: the current one), in `FUSIONS` order.
