@@ -14,10 +14,11 @@ __all__ = ["Fallback", "FusionReport", "GraphEntry"]
 class _KeyReads:
     """Read-only ``entry["key"]`` and ``entry.get("key")`` over the keys of `to_dict`.
 
-    Kept on purpose: report entries were dicts until 0.x, and code written against them (the
-    ``fb["module"]`` loop in docs/troubleshooting.md, users' scripts, the report's JSON) reads them
-    by key. New code reads the attributes. A key `to_dict` leaves out (an optional field not set)
-    raises ``KeyError``, as it did on the dicts.
+    Kept on purpose: the entries were plain dicts before, and code written against them (users'
+    scripts, the ``fb["module"]`` reads docs/troubleshooting.md showed, much of the test suite)
+    reads them by key. New code reads the attributes. Each read returns a copy (writes go through
+    the attributes); a key `to_dict` leaves out (an optional field not set) raises ``KeyError``,
+    as it did on the dicts.
     """
 
     __slots__ = ()
@@ -238,7 +239,7 @@ class FusionReport:
             the matches per fusion removed from `matches` (nonzero entries only).
 
         >>> r = FusionReport(matches={"rope": 0})
-        >>> r.add_graph("g000", {"rope": 2}, ops_before=10, ops_after=4)
+        >>> _ = r.add_graph("g000", {"rope": 2}, ops_before=10, ops_after=4)
         >>> r.discard_graphs(0), r.matches, r.graphs[0].fell_back
         ({'rope': 2}, {'rope': 0}, True)
         """
