@@ -480,6 +480,7 @@ def _cmd_config(args) -> int:
     import warnings
 
     from .config import AscendConfig
+    from .errors import PREFIX
 
     if args.action == "show":
         cfg = _load_config(args.source)
@@ -501,7 +502,7 @@ def _cmd_config(args) -> int:
             else:
                 print(f"invalid: {args.file}: {e}", file=sys.stderr)
             return 1
-        notes = [str(w.message) for w in caught]
+        notes = [str(w.message).removeprefix(PREFIX) for w in caught]  # under our own "warning:" label
         _print({"valid": True, "config": cfg.to_dict(), "warnings": notes}, args.json,
                "\n".join([f"valid: {args.file}", *(f"  warning: {n}" for n in notes)]))
         return 0
