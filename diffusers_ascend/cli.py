@@ -315,9 +315,9 @@ def _run_demo(model, model_id, device, fusions, executor, height, steps, repeats
         reloaded = _enabled_config(loaded)
     per_block = []
     for g in report.graphs:
-        label = g["name"].split(":")[0] if ":" in g["name"] else g["name"]
-        per_block.append({"block": label, "graph": g["name"], **{f: n for f, n in g["matches"].items()},
-                          "ops_before": g["ops_before"], "ops_after": g["ops_after"]})
+        label = g.name.split(":")[0]
+        per_block.append({"block": label, "graph": g.name, **g.matches, "ops_before": g.ops_before,
+                          "ops_after": g.ops_after})
     stage("done")
     stages.close()
     return {
@@ -472,6 +472,7 @@ def _cmd_config(args) -> int:
     import warnings
 
     from .config import AscendConfig
+    from .errors import PREFIX
 
     if args.action == "show":
         cfg = _load_config(args.source)
@@ -493,7 +494,7 @@ def _cmd_config(args) -> int:
             else:
                 print(f"invalid: {args.file}: {e}", file=sys.stderr)
             return 1
-        notes = [str(w.message) for w in caught]
+        notes = [str(w.message).removeprefix(PREFIX) for w in caught]  # under our own "warning:" label
         _print({"valid": True, "config": cfg.to_dict(), "warnings": notes}, args.json,
                "\n".join([f"valid: {args.file}", *(f"  warning: {n}" for n in notes)]))
         return 0

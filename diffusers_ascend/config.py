@@ -9,10 +9,10 @@ import hashlib
 import json
 import os
 import types
-import warnings
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
+from .errors import warn
 from .fusions import FUSIONS, FUSION_TO_OP, default_fusions
 
 __all__ = [
@@ -22,11 +22,13 @@ __all__ = [
     "FUSIONS",
     "FUSION_TO_OP",
     "CACHE_KEY_EXCLUDED",
+    "GRAPH_CAPTURE_MODES",
     "LOCAL_FIELDS",
     "MAX_CONFIG_BYTES",
     "LOADED_CAPS",
     "MAX_LOADED_CAPTURED_GRAPHS",
     "MAX_LOADED_RECOMPILE_LIMIT",
+    "check_field",
     "read_json_object",
 ]
 
@@ -38,7 +40,8 @@ _FUSION_KEYWORDS = ("auto", "all", "none")
 _COMPILE = ("blocks", "model", "none")
 _EXECUTORS = ("auto", "eager", "inductor")
 _MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-_GRAPH_CAPTURE = (None, "graph_only", "graph_with_compile")
+GRAPH_CAPTURE_MODES = ("graph_only", "graph_with_compile")
+_GRAPH_CAPTURE = (None, *GRAPH_CAPTURE_MODES)
 _ON_ERROR = ("fallback", "raise")
 # Set only by code, saved as null: a tampered config must not make the backend write files.
 LOCAL_FIELDS = ("graph_log_dir",)
@@ -117,6 +120,100 @@ def _attention_backends() -> tuple[str, ...]:
     return BACKENDS + tuple(b.value for b in AttentionBackendName)
 
 
+def _check_attention(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"attention must be 'auto', None, 'npu_fia' or a diffusers attention backend name, got {value!r}")
+    if value not in (None, "auto"):
+        valid = _attention_backends()
+        if value not in valid:
+            raise ValueError(
+                f"attention={value!r} is not an attention backend; valid: 'auto', None, "
+                f"{', '.join(map(repr, valid))}.{_closest(value, valid)}"
+            )
+    return value
+
+
+def _check_bool(name: str) -> Callable[[Any], bool]:
+    def check(value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False, got {value!r}")
+        return value
+
+    return check
+
+
+def _check_int(name: str, minimum: int, optional: bool) -> Callable[[Any], int | None]:
+    def check(value: Any) -> int | None:
+        if value is None and optional:
+            return value
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int >= {minimum}{' or None' if optional else ''}, got {_short(value)}")
+        if value < minimum:
+            raise ValueError(f"{name}={value!r} is invalid; it must be >= {minimum}{' or None' if optional else ''}")
+        return value
+
+    return check
+
+
+def _check_path(value: Any) -> str | None:
+    if value is None:
+        return value
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"graph_log_dir must be a path (str or os.PathLike) or None, got {value!r}")
+    return os.fspath(value)
+
+
+def _one_of(name: str, choices: tuple) -> Callable[[Any], Any]:
+    return lambda value: _choice(name, value, choices)
+
+
+# Each field's own rule (type and range), in field order: the one place a field is validated.
+# Rules that relate fields are `AscendConfig._check_combinations`; those of a backend on a platform,
+# `AscendConfig.check_backend`; those of enable_ascend_compile, `AscendConfig.check_enable`.
+_FIELD_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "fusions": _normalize_fusions,
+    "attention": _check_attention,
+    "compile": _one_of("compile", _COMPILE),
+    "executor": _one_of("executor", _EXECUTORS),
+    "mode": _one_of("mode", _MODES),
+    "dynamic": _one_of("dynamic", (None, True, False)),
+    "fullgraph": _check_bool("fullgraph"),
+    "recompile_limit": _check_int("recompile_limit", 1, optional=True),
+    "graph_capture": _one_of("graph_capture", _GRAPH_CAPTURE),
+    "safe_output": _check_bool("safe_output"),
+    "freezing": _check_bool("freezing"),
+    "max_captured_graphs": _check_int("max_captured_graphs", 1, optional=False),
+    "graph_log_dir": _check_path,
+    "on_error": _one_of("on_error", _ON_ERROR),
+}
+
+
+def check_field(name: str, value: Any) -> Any:
+    """Validates one `AscendConfig` field on its own, by the rule the config applies, and returns
+    the value as the config stores it (e.g. ``fusions`` as a tuple). For code that takes a field's
+    value without a whole config (`GraphCaptureManager`).
+
+    Args:
+        name: an `AscendConfig` field.
+        value: its value.
+
+    Raises:
+        TypeError / ValueError: the value breaks the field's rule (naming the field and the valid
+            choices), or `name` is not a field.
+
+    >>> from diffusers_ascend.config import check_field
+    >>> check_field("fusions", ["rope", "rms_norm"])
+    ('rms_norm', 'rope')
+    >>> check_field("on_error", "ignore")
+    Traceback (most recent call last):
+    ...
+    ValueError: on_error='ignore' is invalid; valid: 'fallback', 'raise'.
+    """
+    if name not in _FIELD_CHECKS:
+        _check_names({name: value}, "check_field()")
+    return _FIELD_CHECKS[name](value)
+
+
 @dataclass(frozen=True, eq=False)
 class AscendConfig:
     """Settings of `enable_ascend_compile` and `AscendBackend` (docs/configuration.md).
@@ -171,38 +268,12 @@ class AscendConfig:
     on_error: str = "fallback"
 
     def __post_init__(self) -> None:
-        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen dataclass)
-        set_("fusions", _normalize_fusions(self.fusions))
-        if self.attention is not None and not isinstance(self.attention, str):
-            raise TypeError(f"attention must be 'auto', None, 'npu_fia' or a diffusers attention backend name, got {self.attention!r}")
-        if self.attention not in (None, "auto"):
-            valid = _attention_backends()
-            if self.attention not in valid:
-                raise ValueError(
-                    f"attention={self.attention!r} is not an attention backend; valid: 'auto', None, "
-                    f"{', '.join(map(repr, valid))}.{_closest(self.attention, valid)}"
-                )
-        _choice("compile", self.compile, _COMPILE)
-        _choice("executor", self.executor, _EXECUTORS)
-        _choice("mode", self.mode, _MODES)
-        _choice("dynamic", self.dynamic, (None, True, False))
-        for name in ("fullgraph", "safe_output", "freezing"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        for name, minimum, optional in (("recompile_limit", 1, True), ("max_captured_graphs", 1, False)):
-            v = getattr(self, name)
-            if v is None and optional:
-                continue
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise TypeError(f"{name} must be an int >= {minimum}{' or None' if optional else ''}, got {_short(v)}")
-            if v < minimum:
-                raise ValueError(f"{name}={v!r} is invalid; it must be >= {minimum}{' or None' if optional else ''}")
-        _choice("graph_capture", self.graph_capture, _GRAPH_CAPTURE)
-        _choice("on_error", self.on_error, _ON_ERROR)
-        if self.graph_log_dir is not None:
-            if not isinstance(self.graph_log_dir, (str, os.PathLike)):
-                raise TypeError(f"graph_log_dir must be a path (str or os.PathLike) or None, got {self.graph_log_dir!r}")
-            set_("graph_log_dir", os.fspath(self.graph_log_dir))
+        for f in fields(self):
+            object.__setattr__(self, f.name, check_field(f.name, getattr(self, f.name)))  # frozen dataclass
+        self._check_combinations()
+
+    def _check_combinations(self) -> None:
+        """Settings that contradict each other, whatever the platform."""
         if self.compile == "none":
             useless = {
                 "graph_capture": self.graph_capture is not None,
@@ -222,6 +293,79 @@ class AscendConfig:
         if self.executor == "eager" and self.mode is not None:
             raise ValueError(
                 f"mode={self.mode!r} is an Inductor setting but executor='eager'; use executor='inductor' or 'auto', or mode=None."
+            )
+
+    def check_backend(self, platform: str | None = None) -> None:
+        """Raises for settings an `AscendBackend` cannot run on ``platform`` (default: the current
+        one), which it calls when built: graph capture where the platform has no device graphs,
+        ``"graph_only"`` with a list of fusions, Inductor's own CUDA graphs inside ours, or the one
+        attention backend whose NPU kernel cannot be captured (``"_native_npu"``:
+        ``npu_fusion_attention``). A config holding them stays valid data (it may be saved, or
+        used on another platform).
+
+        Raises:
+            ValueError: naming the settings, the platform and what is valid there.
+
+        >>> AscendConfig(graph_capture="graph_only").check_backend("cpu")
+        Traceback (most recent call last):
+        ...
+        ValueError: graph_capture='graph_only' needs device graphs (NPUGraph on 'npu', CUDAGraph on 'cuda'); the current platform 'cpu' has none. Valid here: graph_capture=None.
+        """
+        mode = self.graph_capture
+        if mode is None:
+            return
+        from .platform import graph_api, graph_capture_supported, uncapturable_attention
+
+        platform = _platform(platform)
+        if not graph_capture_supported(platform):
+            raise ValueError(
+                f"graph_capture={mode!r} needs device graphs (NPUGraph on 'npu', CUDAGraph on 'cuda'); "
+                f"the current platform {platform!r} has none. Valid here: graph_capture=None."
+            )
+        if mode == "graph_only" and isinstance(self.fusions, tuple) and self.fusions:
+            raise ValueError(
+                f"graph_capture='graph_only' captures the graph without fusion passes, but fusions={list(self.fusions)} "
+                "were asked for; use graph_capture='graph_with_compile' to fuse and capture, or fusions='auto'/'none'."
+            )
+        if self.mode == "reduce-overhead":
+            raise ValueError(
+                f"graph_capture={mode!r} and mode='reduce-overhead' both capture device graphs (Inductor's CUDA graphs "
+                "would be captured inside ours); use graph_capture with mode=None, 'default', 'max-autotune' or "
+                "'max-autotune-no-cudagraphs', or mode='reduce-overhead' with graph_capture=None."
+            )
+        bad = uncapturable_attention(platform)
+        if bad is not None and self.resolved_attention(platform) == bad:
+            raise ValueError(
+                f"graph_capture={mode!r} on NPU with attention={self.attention!r}: diffusers' '_native_npu' attention "
+                "calls npu_fusion_attention, which torch_npu documents as not supporting aclgraph capture. Use "
+                "attention='auto' or 'npu_fia' (npu_fused_infer_attention_score, capturable) with graph_capture, "
+                "or graph_capture=None. See docs/graph-capture.md."
+            )
+        if graph_api(platform) is None:
+            raise ValueError(
+                f"graph_capture={mode!r}: the platform {platform!r} offers no device graphs "
+                "(torch.cuda.CUDAGraph on 'cuda'; torch.npu.NPUGraph needs torch_npu 2.5.1 or newer on 'npu'). "
+                "Valid here: graph_capture=None."
+            )
+
+    def check_enable(self, platform: str | None = None) -> None:
+        """`check_backend`, plus what `enable_ascend_compile` cannot do with these settings:
+        ``freezing=True`` under ``compile="blocks"`` (a bare `AscendBackend` takes it).
+
+        Raises:
+            ValueError: naming the setting and the valid choices.
+
+        >>> AscendConfig(freezing=True).check_enable("cpu")
+        Traceback (most recent call last):
+        ...
+        ValueError: freezing=True needs compile='model': ...
+        """
+        self.check_backend(platform)
+        if self.freezing and self.compile == "blocks":
+            raise ValueError(
+                "freezing=True needs compile='model': under compile='blocks' every block of a class runs one shared "
+                "graph that takes the block's weights as inputs, and freezing would bake one block's weights into it. "
+                "Use compile='model' with freezing=True, or freezing=False."
             )
 
     def resolved_fusions(self, platform: str | None = None) -> tuple[str, ...]:
@@ -374,33 +518,30 @@ class AscendConfig:
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise ValueError(f"config 'version' must be an int >= 1, got {_short(version)}")
         if version > CONFIG_VERSION:
-            warnings.warn(
+            warn(
                 f"ascend config version {version}{where} is newer than this diffusers-ascend supports "
                 f"({CONFIG_VERSION}); loading the fields it knows. Upgrade diffusers-ascend to use all of it.",
-                UserWarning,
                 stacklevel=3,
             )
         known = {f.name for f in fields(cls)}
         unknown = sorted(str(k) for k in set(d) - known - {"version", "diffusers_ascend_version"})
         if unknown:
-            warnings.warn(f"ignoring unknown ascend config keys {unknown}{where}; valid: {sorted(known)}", UserWarning, stacklevel=3)
+            warn(f"ignoring unknown ascend config keys {unknown}{where}; valid: {sorted(known)}", stacklevel=3)
         kwargs = {k: v for k, v in d.items() if k in known}
         local = {k: kwargs.pop(k) for k in LOCAL_FIELDS if kwargs.get(k) is not None}
         if local:
-            warnings.warn(
+            warn(
                 f"ignoring {', '.join(f'{k}={_short(v)}' for k, v in local.items())}{where}: "
                 "local settings are never loaded from a config (they name this machine's paths); "
                 f"set them in code, e.g. enable_ascend_compile(..., {next(iter(local))}=...).",
-                UserWarning,
                 stacklevel=3,
             )
         for name, (cap, cost) in LOADED_CAPS.items():
             value = kwargs.get(name)
             if isinstance(value, int) and not isinstance(value, bool) and value > cap:
-                warnings.warn(
+                warn(
                     f"{name}={_short(value)}{where} is above the {cap} a loaded config may set ({cost}); "
                     f"using {cap}. Pass a higher value in code if you need it.",
-                    UserWarning,
                     stacklevel=3,
                 )
                 kwargs[name] = cap

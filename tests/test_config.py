@@ -56,6 +56,52 @@ def test_invalid_values_name_value_and_choices(kwargs, exc, pattern):
     assert kwargs == before
 
 
+# Each field's rule lives once, in config.py: code that takes one field alone (GraphCaptureManager)
+# asks `check_field`, which says what the config says.
+ONE_FIELD = [(k, e) for k, e in [
+    (dict(fusions=5), TypeError), (dict(fusions=["rms_nrom"]), ValueError), (dict(attention=3), TypeError),
+    (dict(compile="blocs"), ValueError), (dict(mode="fast"), ValueError), (dict(dynamic=1), ValueError),
+    (dict(fullgraph="yes"), TypeError), (dict(recompile_limit=-1), ValueError), (dict(graph_capture="npugraph"), ValueError),
+    (dict(safe_output=1), TypeError), (dict(freezing=None), TypeError), (dict(max_captured_graphs=2.0), TypeError),
+    (dict(graph_log_dir=3), TypeError), (dict(on_error="ignore"), ValueError), (dict(executor="inductr"), ValueError),
+]]
+
+
+def test_check_field_is_the_config_rule_of_every_field():
+    from dataclasses import fields
+
+    from diffusers_ascend.config import check_field
+
+    assert {next(iter(k)) for k, _ in ONE_FIELD} == {f.name for f in fields(AscendConfig)}
+    for kwargs, exc in ONE_FIELD:
+        ((name, value),) = kwargs.items()
+        with pytest.raises(exc) as by_field:
+            check_field(name, value)
+        with pytest.raises(exc) as by_config:
+            AscendConfig(**kwargs)
+        assert str(by_field.value) == str(by_config.value)
+    assert check_field("fusions", "rope,rms_norm") == ("rms_norm", "rope")  # normalized as the config stores it
+    with pytest.raises(TypeError, match=r"unknown AscendConfig field\(s\) \['turbo'\] in check_field\(\); valid:"):
+        check_field("turbo", True)
+
+
+def test_checks_beyond_the_fields_are_config_methods():
+    # A backend's and enable's rules: the config stays valid data (saved, used elsewhere), these raise.
+    only = AscendConfig(graph_capture="graph_only", fusions=["rms_norm"])
+    with pytest.raises(ValueError, match=r"'cpu' has none"):
+        only.check_backend("cpu")
+    with pytest.raises(ValueError, match=r"graph_only.*without fusion passes.*\['rms_norm'\]"):
+        only.check_backend("cuda")
+    with pytest.raises(ValueError, match=r"reduce-overhead.*both capture device graphs"):
+        AscendConfig(graph_capture="graph_with_compile", mode="reduce-overhead").check_backend("cuda")
+    AscendConfig(freezing=True).check_backend("cpu")  # a bare backend takes it
+    with pytest.raises(ValueError, match="freezing=True needs compile='model'"):
+        AscendConfig(freezing=True).check_enable("cpu")
+    AscendConfig(freezing=True, compile="model").check_enable("cpu")
+    with pytest.raises(ValueError, match="unknown platform 'tpu'"):
+        AscendConfig(graph_capture="graph_only").check_backend("tpu")
+
+
 def test_valid_values_and_normalization():
     cfg = AscendConfig(fusions=["mul_add", "rope", "rms_norm", "rope"], graph_log_dir=__import__("pathlib").Path("/tmp/g"))
     assert cfg.fusions == ("rms_norm", "rope", "mul_add")  # canonical order, duplicates dropped

@@ -462,15 +462,15 @@ def test_packages_go_to_the_pipeline_component_they_were_saved_from():
     diffusers_ascend.enable_ascend_compile(pipe, fusions=["rms_norm"], executor="inductor", compile="blocks")
     block = pipe.transformer_2.blocks[0]
     package = _package_of(torch.nn.Linear(2, 2), torch.zeros(1, 2))
-    entry = {"model": "transformer_2", "class": type(block).__name__, "file": "ascend_aoti_0.pt2",
-             "matches": {"rms_norm": 3}, "ops_before": 9, "ops_after": 5, "block": package}
+    entry = warm_start.LoadedPackage(model="transformer_2", block_class=type(block).__name__, file="ascend_aoti_0.pt2",
+                                     matches={"rms_norm": 3}, ops_before=9, ops_after=5, block=package)
     caches = warm_start.TorchCaches(b"", None, [], "test")
     warm_start.install_packages(enabled(pipe), [entry], caches)
     assert pipe.transformer._ascend_state.aot_blocks == {}
     assert pipe.transformer_2._ascend_state.aot_blocks == {type(block).__name__: [package]}
     assert pipe.transformer_2._ascend_state.backend.deferred_caches is caches
     report = diffusers_ascend.ascend_report(pipe.transformer_2)
-    assert report.graphs[-1]["executor"] == "aoti" and report.matches["rms_norm"] == 3
+    assert report.graphs[-1].executor == "aoti" and report.matches["rms_norm"] == 3
     # Saving again from this process would package the signature again, from a block of the class.
     (signature, ref), = pipe.transformer_2._ascend_state.signatures[type(block).__name__]
     assert signature is package.signature and type(ref()) is type(block)

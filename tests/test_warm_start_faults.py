@@ -369,7 +369,7 @@ def test_swapped_package_entries_are_refused(tmp_path, monkeypatch):
     loaded = warm_start.load_ascend_cache(str(tmp_path / "good"), CFG)
     x = torch.randn(5, 4)
     with torch.no_grad():
-        out = loaded["blocks"][1]["block"](block, (x,), {})
+        out = loaded.blocks[1].block(block, (x,), {})
     torch.testing.assert_close(out[0], block(x)[0])
 
     swapped = [{**entries[0], "file": entries[1]["file"]}, {**entries[1], "file": entries[0]["file"]}]

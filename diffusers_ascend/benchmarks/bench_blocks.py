@@ -106,7 +106,7 @@ def _measure(block, inputs: dict[str, Any], ref, fusions, providers: dict[str, s
         **stats(times), first_call_s=first_s,
         matches=dict(backend.report.matches) if backend else None, max_abs_diff=diff,
         # fused ops Inductor launches itself (`bind_compiler_ops`; on_error="raise": a failure raises)
-        triton_ops=sum(len(g.get("bound_providers") or {}) for g in graphs) if backend else None,
+        triton_ops=sum(len(g.bound_providers or {}) for g in graphs) if backend else None,
     )
 
 

@@ -125,7 +125,7 @@ def run(layers: int = 2, single_layers: int = 4, iters: int = 20, warmup: int = 
                 else:
                     report = diffusers_ascend.ascend_report(model)
                     if report.fallbacks:
-                        ms[name + "_fallbacks"] = report.fallbacks
+                        ms[name + "_fallbacks"] = [f.to_dict() for f in report.fallbacks]  # JSON
                     diffusers_ascend.disable_ascend_compile(model)
             h, w = SIZES[size]
             result["sizes"][size] = {

@@ -82,7 +82,7 @@ def recompiles(size: str = "small", models: Sequence[str] | None = None) -> dict
                     model=name, step=step, resolution="x".join(map(str, shape)), tokens=tokens(shape),
                     new_graphs=len(new), graphs_compiled=report.graphs_compiled,
                     recompiles=report.graphs_compiled - first_graphs,
-                    dynamic=any(g.get("dynamic") for g in new) if new else None, call_s=seconds,
+                    dynamic=any(g.dynamic for g in new) if new else None, call_s=seconds,
                 ))
     torch.compiler.reset()
     return dict(benchmark="recompiles", size=size, rows=rows, columns=COLUMNS, machine=machine_info())

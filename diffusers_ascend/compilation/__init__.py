@@ -6,6 +6,6 @@ Importing this package is cheap: Inductor is imported and patterns are registere
 from __future__ import annotations
 
 from .backend import AscendBackend
-from .report import FusionReport
+from .report import Fallback, FusionReport, GraphEntry
 
-__all__ = ["AscendBackend", "FusionReport"]
+__all__ = ["AscendBackend", "Fallback", "FusionReport", "GraphEntry"]

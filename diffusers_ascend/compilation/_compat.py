@@ -18,10 +18,11 @@ import re
 import sys
 import types
 import typing
-import warnings
 from typing import Any, Callable, Sequence
 
 import torch
+
+from ..errors import warn
 
 __all__ = [
     "TORCH_FLOOR",
@@ -826,7 +827,7 @@ def check_engine(fusions: bool = True) -> None:
 
 @functools.cache
 def _warn_untested(sentence: str) -> None:
-    warnings.warn(f"diffusers-ascend: {sentence}", stacklevel=3)
+    warn(sentence, stacklevel=3)
 
 
 # -- dynamo's cache of one code object ------------------------------------------------------------

@@ -8,20 +8,20 @@ import contextlib
 import contextvars
 import copy
 import os
-import warnings
 from typing import Any, Callable
 
 import torch
 
+from ..errors import warn
 from . import _compat
-from .report import FusionReport
+from .report import FusionReport, GraphEntry
 
 __all__ = ["AscendBackend", "compiled_graphs", "describe_failure", "graph_label", "root_cause"]
 
 # What the caller compiles (e.g. the block class), so reports and graph logs name it.
 graph_label: contextvars.ContextVar[str | None] = contextvars.ContextVar("diffusers_ascend_graph_label", default=None)
 # Gets the report entry of each graph the call compiles (other threads compile meanwhile).
-compiled_graphs: contextvars.ContextVar[list | None] = contextvars.ContextVar("diffusers_ascend_compiled_graphs", default=None)
+compiled_graphs: contextvars.ContextVar[list[GraphEntry] | None] = contextvars.ContextVar("diffusers_ascend_compiled_graphs", default=None)
 
 
 def root_cause(exc: BaseException) -> BaseException:
@@ -107,25 +107,18 @@ class AscendBackend:
 
     def __init__(self, config=None, *, verify: bool = True, **overrides) -> None:
         from diffusers_ascend.config import AscendConfig
-        from diffusers_ascend.platform import current_platform, graph_capture_supported
+        from diffusers_ascend.platform import current_platform
 
         from .passes import ordered_fusions
 
-        self.config = AscendConfig.coerce(config, **overrides)
+        self.config = AscendConfig.coerce(config, **overrides)  # validates every field (config.py)
         self.platform = current_platform()
+        self.config.check_backend(self.platform)  # and what this platform cannot run, before anything is built
         self.fusions = ordered_fusions(self.config.resolved_fusions(self.platform))
         self.executor = self.config.resolved_executor(self.platform)
-        if self.executor not in ("eager", "inductor"):
-            raise ValueError(f"executor resolved to {self.executor!r}; valid: 'eager', 'inductor'")
-        capture = getattr(self.config, "graph_capture", None)
-        if capture is not None and not graph_capture_supported(self.platform):
-            raise ValueError(
-                f"graph_capture={capture!r} needs device graphs (NPUGraph on 'npu', CUDAGraph on 'cuda'); "
-                f"the current platform {self.platform!r} has none. Valid here: graph_capture=None."
-            )
         self.report = FusionReport(matches={f: 0 for f in self.fusions})
         self.graph_capture = None  # the GraphCaptureManager of this backend's graphs (graph_capture.py)
-        if capture is not None:
+        if self.config.graph_capture is not None:
             from .graph_capture import GraphCaptureManager
 
             self.graph_capture = GraphCaptureManager.from_config(self.config, self.platform, report=self.report)
@@ -164,7 +157,9 @@ class AscendBackend:
         self.ensure_verified()
         index = self._graph_index
         self._graph_index += 1
-        name = self._graph_name(index)
+        compile_id = _compat.current_compile_id()
+        compile_id = None if compile_id is None else str(compile_id)
+        name = self._graph_name(index, compile_id)
         if self.config.freezing:
             self._check_freezing(example_inputs)
         elif _needs_grad(example_inputs):
@@ -174,20 +169,19 @@ class AscendBackend:
                     "needs gradients: call the compiled module under torch.no_grad() / torch.inference_mode(), "
                     "or use graph_capture=None."
                 )
-            return self._compile_training(gm, example_inputs, name)
+            return self._compile_training(gm, example_inputs, name, compile_id)
 
         def fw_compiler(aot_gm: torch.fx.GraphModule, aot_inputs):
-            self._rewrite(aot_gm, name, training=False, dynamic=_is_dynamic(aot_inputs))
+            entry = self._rewrite(aot_gm, name, compile_id, training=False, dynamic=_is_dynamic(aot_inputs))
             if self.config.freezing:
                 aot_gm, keep = _fold_parameters(aot_gm)
-                self.report.graphs[-1]["frozen_params"] = len(aot_inputs) - len(keep)
+                entry.frozen_params = len(aot_inputs) - len(keep)
                 return self._execute(aot_gm, aot_inputs, keep)
             return self._execute(aot_gm, aot_inputs)
 
         return _compat.aot_autograd(fw_compiler=fw_compiler)(gm, example_inputs)
 
-    def _graph_name(self, index: int) -> str:
-        compile_id = _compat.current_compile_id()
+    def _graph_name(self, index: int, compile_id: str | None) -> str:
         label = graph_label.get()
         return (f"{label}:" if label else "") + f"g{index:03d}" + (f"[{compile_id}]" if compile_id is not None else "")
 
@@ -197,7 +191,8 @@ class AscendBackend:
             patches["triton.cudagraphs"] = False
         return patches
 
-    def _rewrite(self, gm: torch.fx.GraphModule, name: str, training: bool, dynamic: bool) -> None:
+    def _rewrite(self, gm: torch.fx.GraphModule, name: str, compile_id: str | None, training: bool,
+                 dynamic: bool) -> GraphEntry:
         from .passes.manager import count_ops
 
         before = count_ops(gm.graph)
@@ -212,16 +207,17 @@ class AscendBackend:
         except Exception as e:  # a failed rewrite must not take the model down unless asked to
             if backup is None:
                 raise
-            warnings.warn(f"AscendBackend: rewriting graph {name} failed ({type(e).__name__}: {e}); it runs unfused.")
+            warn(f"rewriting graph {name} failed ({type(e).__name__}: {e}); it runs unfused.", stacklevel=1)
             self.report.add_fallback(name, f"rewrite failed: {type(e).__name__}: {e}")
             gm.graph = backup  # the original graph, not a half-rewritten one
             counts = {f: 0 for f in self.fusions}
         gm.recompile()
-        self.report.add_graph(name, counts, before, count_ops(gm.graph), executor=self.executor,
-                              training=training, dynamic=dynamic)
+        entry = self.report.add_graph(name, counts, before, count_ops(gm.graph), executor=self.executor,
+                                      training=training, dynamic=dynamic, compile_id=compile_id)
         sink = compiled_graphs.get()
         if sink is not None:
-            sink.append(self.report.graphs[-1])  # dynamo's compile lock: no other graph came in between
+            sink.append(entry)
+        return entry
 
     def _execute(self, gm: torch.fx.GraphModule, example_inputs, keep: list[int] | None = None) -> Callable:
         """Runs the rewritten `gm` with the executor; `keep`: the inputs a frozen graph still takes."""
@@ -231,8 +227,9 @@ class AscendBackend:
         from .graph_capture import static_input_indices
 
         unused = [] if keep is None else sorted(set(range(len(example_inputs))) - set(keep))
-        self.report.graphs[-1]["graph_capture"] = self.config.graph_capture
-        return self.graph_capture.wrap(fn, gm, name=self.report.graphs[-1]["name"],
+        entry = self.report.graphs[-1]  # dynamo's compile lock: no other graph came in between
+        entry.graph_capture = self.config.graph_capture
+        return self.graph_capture.wrap(fn, gm, name=entry.name,
                                        static_indices=static_input_indices(), unused=unused)
 
     def _executor_callable(self, gm: torch.fx.GraphModule, example_inputs, keep: list[int] | None = None) -> Callable:
@@ -243,25 +240,25 @@ class AscendBackend:
             # A graph that will be captured binds capturable providers (never an acl_op fallback).
             capture = self.graph_capture is not None and self.graph_capture.blocked is None
             with capturing() if capture else contextlib.nullcontext():
-                self.report.graphs[-1]["bound_providers"] = bind_providers(gm)
+                self.report.graphs[-1].bound_providers = bind_providers(gm)
             if keep is None:
                 return _identity_compiler(gm, example_inputs)
             return _compat.make_boxed_func(lambda *args: gm(*pick(args)))
         graph = self.report.graphs[-1]
-        graph["bound_providers"] = bind_compiler_ops(gm)
+        graph.bound_providers = bind_compiler_ops(gm)
         patches = self._inductor_patches(training=False)
         if keep is not None:  # already frozen: Inductor must not freeze again (the flag is still set here)
             patches["freezing"] = False
         try:
             compiled = _compat.compile_fx(gm, pick(list(example_inputs)), config_patches=patches)
         except Exception as e:
-            if not graph["bound_providers"] or self.config.on_error == "raise":
+            if not graph.bound_providers or self.config.on_error == "raise":
                 raise
             # The fused nodes go back to being ops, which call the same kernels through the dispatcher.
             reason = describe_failure(e)
-            warnings.warn(f"AscendBackend: Inductor could not launch the Triton kernels of graph {graph['name']} "
-                          f"itself ({reason}); they run as ascend_kernels ops instead.")
-            graph["bound_providers"], graph["unbound_reason"] = {}, reason
+            warn(f"Inductor could not launch the Triton kernels of graph {graph.name} "
+                 f"itself ({reason}); they run as ascend_kernels ops instead.", stacklevel=1)
+            graph.bound_providers, graph.unbound_reason = {}, reason
             unbind_compiler_ops(gm)
             compiled = _compat.compile_fx(gm, pick(list(example_inputs)), config_patches=patches)
 
@@ -285,14 +282,14 @@ class AscendBackend:
                 "freezing=True), or wrap the first call in torch._inductor.config.patch(freezing=True)."
             )
 
-    def _compile_training(self, gm: torch.fx.GraphModule, example_inputs, name: str) -> Callable:
+    def _compile_training(self, gm: torch.fx.GraphModule, example_inputs, name: str, compile_id: str | None) -> Callable:
         aten_gm, reason = self._functional_graph(gm, example_inputs)
         if aten_gm is None:
-            warnings.warn(f"AscendBackend: graph {name} is compiled for training without fusion: {reason}")
+            warn(f"graph {name} is compiled for training without fusion: {reason}", stacklevel=1)
             self.report.add_fallback(name, f"training graph not fused: {reason}")
             aten_gm = gm
         else:
-            self._rewrite(aten_gm, name, training=True, dynamic=_is_dynamic(example_inputs))
+            self._rewrite(aten_gm, name, compile_id, training=True, dynamic=_is_dynamic(example_inputs))
         if self.executor == "inductor":
             return _compat.compile_fx(aten_gm, list(example_inputs), config_patches=self._inductor_patches(training=True))
         return _compat.aot_autograd(fw_compiler=_identity_compiler, bw_compiler=_identity_compiler)(aten_gm, example_inputs)

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import itertools
 import threading
-import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
 
+from ..config import GRAPH_CAPTURE_MODES, check_field
+from ..errors import warn
 from . import _compat
 
 __all__ = [
@@ -33,14 +34,12 @@ __all__ = [
     "CapturedCallable",
     "GraphCaptureManager",
     "TokenBuckets",
-    "check_capture_config",
     "mutated_inputs",
     "static_input_indices",
     "uncapturable_ops",
 ]
 
-MODES = ("graph_only", "graph_with_compile")
-ON_ERROR = ("fallback", "raise")
+MODES = GRAPH_CAPTURE_MODES
 WARMUP_CALLS = 3  # as torch.cuda/npu.make_graphed_callables
 # namespace::op -> why it cannot be captured (an aten-level graph node calling it is refused).
 UNCAPTURABLE_OPS = {
@@ -51,43 +50,6 @@ UNCAPTURABLE_OPS = {
 # through our providers: op -> its aclnn kernel. torch_npu runs the acl_op fallback where that
 # kernel is missing from CANN or jit_compile=True, and NPU graphs capture aclnn kernels only.
 OP_API_ONLY = {"npu::npu_rms_norm": "aclnnRmsNorm", "npu::npu_geglu": "aclnnGeGluV3"}
-
-
-def check_capture_config(config, platform: str) -> None:
-    """Rejects settings that contradict ``config.graph_capture`` (called when a backend is built):
-    an explicit ``fusions`` list with ``"graph_only"``, ``mode="reduce-overhead"`` (Inductor's CUDA
-    graphs inside ours), and ``"_native_npu"`` attention on NPU (``npu_fusion_attention`` cannot be
-    captured).
-
-    Raises:
-        ValueError: naming the contradiction and the valid choices.
-    """
-    mode = config.graph_capture
-    if mode is None:
-        return
-    if mode not in MODES:
-        raise ValueError(f"graph_capture={mode!r} is invalid; valid: None, {', '.join(map(repr, MODES))}.")
-    if mode == "graph_only" and isinstance(config.fusions, tuple) and config.fusions:
-        raise ValueError(
-            f"graph_capture='graph_only' captures the graph without fusion passes, but fusions={list(config.fusions)} "
-            "were asked for; use graph_capture='graph_with_compile' to fuse and capture, or fusions='auto'/'none'."
-        )
-    if config.mode == "reduce-overhead":
-        raise ValueError(
-            f"graph_capture={mode!r} and mode='reduce-overhead' both capture device graphs (Inductor's CUDA graphs "
-            "would be captured inside ours); use graph_capture with mode=None, 'default', 'max-autotune' or "
-            "'max-autotune-no-cudagraphs', or mode='reduce-overhead' with graph_capture=None."
-        )
-    from ..platform import uncapturable_attention
-
-    bad = uncapturable_attention(platform)
-    if bad is not None and config.resolved_attention(platform) == bad:
-        raise ValueError(
-            f"graph_capture={mode!r} on NPU with attention={config.attention!r}: diffusers' '_native_npu' attention "
-            "calls npu_fusion_attention, which torch_npu documents as not supporting aclgraph capture. Use "
-            "attention='auto' or 'npu_fia' (npu_fused_infer_attention_score, capturable) with graph_capture, "
-            "or graph_capture=None. See docs/graph-capture.md."
-        )
 
 
 def static_input_indices() -> tuple[int, ...]:
@@ -176,7 +138,8 @@ class GraphCaptureManager:
         report: the backend's `FusionReport`.
 
     Raises:
-        ValueError: an argument out of its range, naming the valid values.
+        TypeError / ValueError: an argument of the wrong type or out of its range, naming the valid
+            values (the config's rules: `diffusers_ascend.config.check_field`).
 
     Thread-safe: its graphs' calls take one lock. ``stats`` counts captures, replays, evictions and
     input copies.
@@ -188,15 +151,14 @@ class GraphCaptureManager:
 
     def __init__(self, mode: str, api, safe_output: bool = True, max_captured_graphs: int = 8,
                  warmup: int = WARMUP_CALLS, on_error: str = "fallback", report=None) -> None:
-        if mode not in MODES:
-            raise ValueError(f"graph_capture mode {mode!r} is invalid; valid: {', '.join(map(repr, MODES))}")
-        for arg, value, minimum in (("max_captured_graphs", max_captured_graphs, 1), ("warmup", warmup, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"{arg} must be an int >= {minimum}, got {value!r}")
-        if not isinstance(safe_output, bool):
-            raise ValueError(f"safe_output must be True or False, got {safe_output!r}")
-        if on_error not in ON_ERROR:
-            raise ValueError(f"on_error {on_error!r} is invalid; valid: {', '.join(map(repr, ON_ERROR))}")
+        # The config's own rules for the settings it holds (config.py); `warmup` is the manager's.
+        for arg, value in (("graph_capture", mode), ("max_captured_graphs", max_captured_graphs),
+                           ("safe_output", safe_output), ("on_error", on_error)):
+            check_field(arg, value)
+        if mode is None:
+            raise ValueError(f"GraphCaptureManager needs a graph_capture mode; valid: {', '.join(map(repr, MODES))}")
+        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+            raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
         self.mode, self.api, self.safe_output = mode, api, safe_output
         self.max_captured_graphs, self.warmup, self.on_error, self.report = max_captured_graphs, warmup, on_error, report
         self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
@@ -209,17 +171,12 @@ class GraphCaptureManager:
 
     @classmethod
     def from_config(cls, config, platform: str, report=None) -> "GraphCaptureManager":
+        """The manager of `config`'s graph capture on `platform` (`AscendConfig.check_backend`
+        raises first where the platform cannot run it)."""
         from diffusers_ascend.platform import capture_blocked, graph_api
 
-        check_capture_config(config, platform)
-        api = graph_api(platform)
-        if api is None:
-            raise ValueError(
-                f"graph_capture={config.graph_capture!r}: the platform {platform!r} offers no device graphs "
-                "(torch.cuda.CUDAGraph on 'cuda'; torch.npu.NPUGraph needs torch_npu 2.5.1 or newer on 'npu'). "
-                "Valid here: graph_capture=None."
-            )
-        manager = cls(config.graph_capture, api, safe_output=config.safe_output,
+        config.check_backend(platform)
+        manager = cls(config.graph_capture, graph_api(platform), safe_output=config.safe_output,
                       max_captured_graphs=config.max_captured_graphs, on_error=config.on_error, report=report)
         manager.blocked = capture_blocked(platform)
         return manager
@@ -276,7 +233,7 @@ class GraphCaptureManager:
     def _fallback(self, name: str, reason: str) -> None:
         if self.on_error == "raise":
             raise RuntimeError(f"graph capture of {name} failed: {reason}")
-        warnings.warn(f"AscendBackend: graph {name} runs without graph capture: {reason}")
+        warn(f"graph {name} runs without graph capture: {reason}", stacklevel=1)
         if self.report is not None:
             self.report.add_fallback(name, f"not captured: {reason}")
 

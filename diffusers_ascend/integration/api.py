@@ -155,15 +155,9 @@ def enable_ascend_compile(
     if cfg.compile != "none":
         from ..compilation import AscendBackend
 
-        probe = AscendBackend(cfg, verify=False)  # constructor errors (freezing, graph_capture) before anything changes
+        cfg.check_enable()  # every rule on these settings (config.py), before anything changes
+        probe = AscendBackend(cfg, verify=False)  # ensure_verified below
     from ..adapters import adapter_for
-
-    if cfg.freezing and cfg.compile == "blocks":
-        raise ValueError(
-            "freezing=True needs compile='model': under compile='blocks' every block of a class runs one shared "
-            "graph that takes the block's weights as inputs, and freezing would bake one block's weights into it. "
-            "Use compile='model' with freezing=True, or freezing=False."
-        )
     models = models_of(pipe_or_model)
     if not models:
         raise ValueError(f"{type(pipe_or_model).__name__} holds no model with an Ascend adapter.")
@@ -193,7 +187,7 @@ def enable_ascend_compile(
             if name in outer:
                 foreign_compiles(model, name, model._ascend_state, outer=True)
         if loaded:
-            install_packages(enabled(pipe_or_model), loaded["blocks"], loaded["caches"])
+            install_packages(enabled(pipe_or_model), loaded.blocks, loaded.caches)
         if is_pipeline(pipe_or_model):
             pipe_or_model._ascend_config_obj = cfg
             pipe_or_model.register_to_config(**{ASCEND_CONFIG_KEY: cfg.to_dict()})
@@ -325,8 +319,7 @@ def ascend_report(pipe_or_model: DiffusionPipeline | ModelMixin) -> FusionReport
         rep = FusionReport.merge([state.backend.report]) if state.backend is not None else FusionReport()
         foreign_compiles(model, name, state, outer=name in outer)
         recompile_limit_reached(model, name, state)
-        for fb in state.fallbacks:
-            rep.add_fallback(fb["module"], fb["reason"], fb.get("lost"))
+        rep.fallbacks.extend(state.fallbacks)  # frozen records: shared
         rep.record_swaps(state.swaps)
         rep.record_upstream_fused(upstream_fused(model))
         report_attention(model, state, rep)

@@ -4,6 +4,7 @@ own dynamo code object, with a per-module fallback to eager at its first call.""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import threading
 import types
@@ -11,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ..compilation.report import Fallback
 from ..errors import warn
 from .state import EnabledModel
 
@@ -197,13 +199,13 @@ def fall_back(module: torch.nn.Module, name: str, state: EnabledModel, call, err
         first = module._compiled_call_impl is call
         if first:
             module._compiled_call_impl = None
-            entry = {"module": where, "reason": reason}
-            state.fallbacks.append(entry)
-        else:  # another thread's call of this module failed first and recorded it
-            entry = next((fb for fb in reversed(state.fallbacks) if fb["module"] == where), {})
-        if lost:
-            merged = entry.setdefault("lost", {})
-            for fusion, n in lost.items():
-                merged[fusion] = merged.get(fusion, 0) + n
+            state.fallbacks.append(Fallback(where, reason, dict(lost)))
+        elif lost:  # another thread's call of this module failed first and recorded it: add what this one lost
+            i = next((i for i in reversed(range(len(state.fallbacks))) if state.fallbacks[i].module == where), None)
+            if i is not None:
+                merged = dict(state.fallbacks[i].lost)
+                for fusion, n in lost.items():
+                    merged[fusion] = merged.get(fusion, 0) + n
+                state.fallbacks[i] = dataclasses.replace(state.fallbacks[i], lost=merged)
     if first:
         warn(f"{where} failed to compile, running eager ({reason})")

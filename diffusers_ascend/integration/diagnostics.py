@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from .. import _diffusers_compat as dc
+from ..compilation.report import Fallback
 from ..errors import warn
 from .block_compile import is_ours
 from .state import EnabledModel
@@ -40,10 +41,10 @@ def remove_run_markers(model: torch.nn.Module) -> None:
 
 def note_once(state: EnabledModel, module: str, reason: str) -> None:
     """A warning and a fallback entry for `module`, unless this one was recorded already."""
-    if any(fb["module"] == module and fb["reason"] == reason for fb in state.fallbacks):
+    if any(fb.module == module and fb.reason == reason for fb in state.fallbacks):
         return
     warn(f"{module}: {reason}")
-    state.fallbacks.append({"module": module, "reason": reason})
+    state.fallbacks.append(Fallback(module, reason))
 
 
 def _prefixed(name: str, what: str) -> str:
@@ -163,8 +164,7 @@ def note_unswapped(state: EnabledModel, model: torch.nn.Module, name: str,
             reason = (f"{len(mods)} {mods[0][1]} object(s) kept, not fused by the {fusion!r} swap (first: "
                       f"{mods[0][0] or '<root>'}): {patch}; the fused class would replace that code")
         warn(f"{name or type(model).__name__}: {reason}")
-        state.fallbacks.append({"module": _prefixed(name, f"<{fusion} swaps>"), "reason": reason,
-                                "lost": {fusion: len(mods)}})
+        state.fallbacks.append(Fallback(_prefixed(name, f"<{fusion} swaps>"), reason, {fusion: len(mods)}))
 
 
 def note_missing_blocks(state: EnabledModel, model: torch.nn.Module, name: str, adapter, missing: list[str]) -> None:
@@ -173,4 +173,4 @@ def note_missing_blocks(state: EnabledModel, model: torch.nn.Module, name: str, 
         reason = (f"block class {block!r} named by the {adapter.name!r} adapter matches no submodule of "
                   f"{type(model).__name__}: nothing of it is compiled")
         warn(f"{name or type(model).__name__}: {reason}")
-        state.fallbacks.append({"module": _prefixed(name, f"<{block}>"), "reason": reason})
+        state.fallbacks.append(Fallback(_prefixed(name, f"<{block}>"), reason))

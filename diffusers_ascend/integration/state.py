@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from ..compilation.report import Fallback
+
 # The key under which a model's config and a pipeline's ``model_index.json`` carry the `AscendConfig`.
 ASCEND_CONFIG_KEY = "_ascend_config"
 
@@ -26,7 +28,7 @@ class EnabledModel:
     backend: Any  # AscendBackend; None under compile="none"
     model_class: str = ""  # the model's class name (for messages)
     compiled: list[torch.nn.Module] = dataclasses.field(default_factory=list)  # the modules compiled in place
-    fallbacks: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # {"module", "reason"[, "lost"]}
+    fallbacks: list[Fallback] = dataclasses.field(default_factory=list)
     attention: dict[Any, Any] | None = None  # processor -> its previous _attention_backend
     # npu_fia's forward hooks (`attention.npu_fia.track`)
     attention_hooks: list[Any] = dataclasses.field(default_factory=list)

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from ..errors import warn
 from ..compilation import _compat
 from ..integration.state import EnabledModel
 from .packages import AotBlock, CallSignature, PackageMismatchError, fused_graph, package_binding, parse_outputs, parse_state
@@ -212,8 +213,8 @@ def save_eager_cache(models: dict[str, EnabledModel], target: str, owner: str, k
             try:
                 data, info = build_eager_package(block, signature, m.backend.manager)
             except Exception as e:  # noqa: BLE001 - that class compiles in the warm process
-                warnings.warn(f"diffusers_ascend: {model_name or m.model_class}.{label} was not packaged "
-                              f"({describe_failure(e)}); a process loading this cache compiles it.", stacklevel=3)
+                warn(f"{model_name or m.model_class}.{label} was not packaged "
+                     f"({describe_failure(e)}); a process loading this cache compiles it.", stacklevel=3)
                 continue
             name = f"ascend_export_{len(entries)}.json"
             blobs[name] = data

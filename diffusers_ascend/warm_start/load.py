@@ -4,13 +4,14 @@ blocks of the models being enabled, and torch's caches handed over when first ne
 from __future__ import annotations
 
 import os
-import warnings
 import weakref
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import torch
 
 from ..integration.state import EnabledModel
+from ..errors import warn
 from .kernels import check_kernels, install_kernels
 from .manifest import (
     ARTIFACTS_NAME,
@@ -26,7 +27,49 @@ from .packages import AotBlock, PackageMismatchError, temporary_file
 from .store import is_remote, local_source, read_one_save, read_verified, resolve, trusted_opt_in
 
 
-def load_ascend_cache(source, cfg, *, trust_remote_artifacts: bool = False, **hub_kwargs) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class LoadedPackage:
+    """One block package `load_ascend_cache` loaded, with what its manifest entry says of it.
+
+    Attributes:
+        model: the enabled model it belongs to (the pipeline component name; ``""`` for a model
+            enabled on its own).
+        block_class: the name of the block class it serves (the manifest's ``"class"``).
+        file: its file in the cache (``ascend_aoti_<n>.pt2`` or ``ascend_export_<n>.json``).
+        matches: fusion -> pattern replacements in its graph.
+        ops_before / ops_after: operator calls in its graph before and after rewriting.
+        block: the loaded package: an `AotBlock`, or an `EagerBlock` from an ``executor="eager"``
+            cache.
+    """
+
+    model: str
+    block_class: str
+    file: str
+    matches: dict[str, int]
+    ops_before: int
+    ops_after: int
+    block: Any
+
+
+@dataclass(frozen=True)
+class LoadedCache:
+    """What `load_ascend_cache` loaded from a cache made for this process.
+
+    Attributes:
+        source: the local directory or Hub repo id it was read from.
+        artifacts: the names of the files read (each verified against the manifest's sha256).
+        blocks: the block packages loaded (one that failed to load is left out, with a warning).
+        caches: torch's compile caches, handed to torch when first needed (already handed over
+            when no package was loaded); None for an eager cache.
+    """
+
+    source: str
+    artifacts: tuple[str, ...]
+    blocks: tuple[LoadedPackage, ...]
+    caches: TorchCaches | None
+
+
+def load_ascend_cache(source, cfg, *, trust_remote_artifacts: bool = False, **hub_kwargs) -> LoadedCache | None:
     """Validates the artifacts at `source` for `cfg`, loads its block packages and hands the rest to
     torch's caches (see `TorchCaches`).
 
@@ -38,11 +81,9 @@ def load_ascend_cache(source, cfg, *, trust_remote_artifacts: bool = False, **hu
         **hub_kwargs: ``revision``, ``cache_dir``, ``local_files_only``, ``token``, ``subfolder``.
 
     Returns:
-        ``{"source", "artifacts", "blocks", "caches"}``: the loaded block packages (`AotBlock` or,
-        from an ``executor="eager"`` cache, `EagerBlock` entries) and the `TorchCaches` (already
-        handed to torch unless packages were loaded; None for an eager cache); or
-        None when the manifest was made for another process (with a warning naming each
-        difference: compilation proceeds normally).
+        a `LoadedCache`: the loaded block packages and torch's caches; or None when the manifest
+        was made for another process (with a warning naming each difference: compilation
+        proceeds normally).
 
     Raises:
         ValueError: a remote source without `trust_remote_artifacts`, a malformed manifest, or an
@@ -79,8 +120,8 @@ def load_ascend_cache(source, cfg, *, trust_remote_artifacts: bool = False, **hu
     else:  # a save may swap the directory meanwhile: read one save's files
         manifest, diffs, blobs = read_one_save(os.path.join(source, hub_kwargs.get("subfolder") or ""), read)
     if blobs is None:
-        warnings.warn(
-            f"diffusers_ascend: the compile artifacts at {source!r} were made for another setup "
+        warn(
+            f"the compile artifacts at {source!r} were made for another setup "
             f"({'; '.join(diffs)}); ignoring them and compiling normally.",
             stacklevel=3,
         )
@@ -92,7 +133,7 @@ def load_ascend_cache(source, cfg, *, trust_remote_artifacts: bool = False, **hu
     blocks = _load_packages(manifest["blocks"], blobs, source)
     if not blocks and caches is not None:
         caches()  # no package takes any call: every graph compiles, from these caches
-    return {"source": os.fspath(source), "artifacts": sorted(blobs), "blocks": blocks, "caches": caches}
+    return LoadedCache(os.fspath(source), tuple(sorted(blobs)), tuple(blocks), caches)
 
 
 class TorchCaches:
@@ -122,11 +163,11 @@ class TorchCaches:
             except Exception as e:  # noqa: BLE001 - the graphs still compile, without the caches
                 from ..compilation.backend import describe_failure
 
-                warnings.warn(f"diffusers_ascend: torch did not take the compile caches of {self.source!r} "
-                              f"({describe_failure(e)}); compiling without them.", stacklevel=2)
+                warn(f"torch did not take the compile caches of {self.source!r} "
+                     f"({describe_failure(e)}); compiling without them.", stacklevel=2)
 
 
-def _load_packages(entries: list[dict[str, Any]], blobs: dict[str, bytes], source) -> list[dict[str, Any]]:
+def _load_packages(entries: list[dict[str, Any]], blobs: dict[str, bytes], source) -> list[LoadedPackage]:
     """Loads each block package from a private copy of its verified bytes. One that fails to load is
     left out with a warning (its class compiles normally); one bound to another entry is a
     ValueError: the manifest was edited, and nothing is loaded."""
@@ -140,11 +181,11 @@ def _load_packages(entries: list[dict[str, Any]], blobs: dict[str, bytes], sourc
             raise ValueError(f"{entry['file']} at {source!r}, the package of {entry['class']}: {e} "
                              "(tampered?): nothing was loaded.") from None
         except Exception as e:  # noqa: BLE001 - the JIT caches still serve this class
-            warnings.warn(f"diffusers_ascend: the package of {entry['class']} at {source!r} did not load "
-                          f"({describe_failure(e)}); it compiles normally.", stacklevel=4)
+            warn(f"the package of {entry['class']} at {source!r} did not load "
+                 f"({describe_failure(e)}); it compiles normally.", stacklevel=4)
             continue
-        out.append({**{k: entry[k] for k in ("model", "class", "file", "matches", "ops_before", "ops_after")},
-                    "block": block})
+        out.append(LoadedPackage(entry["model"], entry["class"], entry["file"], entry["matches"], entry["ops_before"],
+                                 entry["ops_after"], block))
     return out
 
 
@@ -157,33 +198,33 @@ def _load_package(entry: dict[str, Any], data: bytes) -> AotBlock:
         return AotBlock.load(path, entry["signature"], entry["state"], entry["outputs"])
 
 
-def install_packages(models: dict[str, EnabledModel], blocks: list[dict[str, Any]], caches: TorchCaches) -> None:
-    """Puts each loaded package (`load_ascend_cache`'s ``"blocks"``) before the compiled path of its
+def install_packages(models: dict[str, EnabledModel], blocks: Sequence[LoadedPackage], caches: TorchCaches | None) -> None:
+    """Puts each loaded package (`LoadedCache.blocks`) before the compiled path of its
     model's block class and lists it in the model's report; the backends hand `caches` to torch
     before their first compile."""
     for m in models.values():
         if m.backend is not None:
             m.backend.deferred_caches = caches
     for entry in blocks:
-        m = models.get(entry["model"])
+        m = models.get(entry.model)
         if m is None or m.backend is None:
             continue
-        block = entry["block"]
-        m.aot_blocks.setdefault(entry["class"], []).append(block)
+        block = entry.block
+        m.aot_blocks.setdefault(entry.block_class, []).append(block)
         # Saving again from this process packages this signature again (from a block of the class).
-        instance = next((c for c in m.compiled if type(c).__name__ == entry["class"]), None)
-        recorded = m.signatures.setdefault(entry["class"], [])
+        instance = next((c for c in m.compiled if type(c).__name__ == entry.block_class), None)
+        recorded = m.signatures.setdefault(entry.block_class, [])
         if instance is not None and m.record_signatures and all(block.signature != s for s, _ in recorded):
             recorded.append((block.signature, weakref.ref(instance)))
         eager = hasattr(block, "attach")
-        name = f"{entry['class']}:{'export' if eager else 'aoti'}"
+        name = f"{entry.block_class}:{'export' if eager else 'aoti'}"
         report = m.backend.report
-        listed = [i for i, g in enumerate(report.graphs) if g.get("package") == entry["file"] and g["name"] == name]
+        listed = [i for i, g in enumerate(report.graphs) if g.package == entry.file and g.name == name]
         if listed:  # a backend reused from an earlier enable lists it already (moved last: see `attach`)
             report.graphs.append(report.graphs.pop(listed[0]))
         else:
-            report.add_graph(name, entry["matches"], entry["ops_before"], entry["ops_after"],
-                             executor="eager" if eager else "aoti", package=entry["file"], training=False,
+            report.add_graph(name, entry.matches, entry.ops_before, entry.ops_after,
+                             executor="eager" if eager else "aoti", package=entry.file, training=False,
                              dynamic=False)
         if eager:
             block.attach(m.backend)

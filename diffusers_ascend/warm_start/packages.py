@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from ..errors import warn
 from ..compilation import _compat
 
 MISS = object()  # `AotBlock.__call__`: not this package's call; compile it normally
@@ -402,9 +403,9 @@ class AotBlock:
             # Checked when it was saved, a package should not fail; if it does, it is retired
             # and every call of its class takes the compiled path (the runner is functional:
             # nothing was written to the block's inputs or weights).
-            warnings.warn(f"diffusers_ascend: the ahead-of-time package of {type(block).__name__} failed "
-                          f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}); "
-                          "it is no longer used and the block compiles normally.")
+            warn(f"the ahead-of-time package of {type(block).__name__} failed "
+                 f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}); "
+                 "it is no longer used and the block compiles normally.", stacklevel=1)
             self.broken = True
             self.misses += 1
             return MISS

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import tempfile
-import warnings
 from typing import Any
 
 import torch
 
 from ..integration.state import EnabledModel
+from ..errors import warn
 from .kernels import isa_probes, pack_kernels
 from .manifest import ARTIFACTS_NAME, KERNELS_NAME, MECHANISM, expected_keys, new_manifest
 from .packages import build_package
@@ -73,8 +73,8 @@ def build_packages(models: dict[str, EnabledModel], blobs: dict[str, bytes]) -> 
         if m.backend is None or not m.signatures:
             continue
         if _compat.aoti_api() is None:
-            warnings.warn(f"diffusers_ascend: torch {torch.__version__} has no AOTInductor packaging: the cache holds "
-                          "torch's compile caches only.", stacklevel=3)
+            warn(f"torch {torch.__version__} has no AOTInductor packaging: the cache holds "
+                 "torch's compile caches only.", stacklevel=3)
             return entries
         m.backend.ensure_verified()
         for label, signature, ref in [(k, sig, ref) for k, v in sorted(m.signatures.items()) for sig, ref in v]:
@@ -87,9 +87,9 @@ def build_packages(models: dict[str, EnabledModel], blobs: dict[str, bytes]) -> 
                 try:
                     info = build_package(block, signature, m.backend.manager, path)
                 except Exception as e:  # noqa: BLE001 - any failure leaves the class to the JIT caches
-                    warnings.warn(f"diffusers_ascend: {model_name or m.model_class}.{label} was not packaged "
-                                  f"ahead of time ({describe_failure(e)}); a process loading this cache compiles it "
-                                  "from torch's caches.", stacklevel=3)
+                    warn(f"{model_name or m.model_class}.{label} was not packaged "
+                         f"ahead of time ({describe_failure(e)}); a process loading this cache compiles it "
+                         "from torch's caches.", stacklevel=3)
                     continue
                 with open(path, "rb") as f:
                     blobs[name] = f.read()

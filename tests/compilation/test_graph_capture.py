@@ -25,7 +25,6 @@ from diffusers_ascend.compilation.graph_capture import (
     WARMUP_CALLS,
     GraphCaptureManager,
     TokenBuckets,
-    check_capture_config,
 )
 from diffusers_ascend.config import AscendConfig
 from diffusers_ascend.tiny import flux_block_inputs, tiny_flux_blocks, tiny_flux_transformer
@@ -321,15 +320,15 @@ def test_cpu_refuses_and_enable_changes_nothing():
 def test_npu_refuses_the_uncapturable_native_npu_attention():
     with P.override_platform("npu"):
         with pytest.raises(ValueError, match=r"npu_fusion_attention.*aclgraph.*attention='auto' or 'npu_fia'"):
-            check_capture_config(AscendConfig(graph_capture="graph_only", attention="_native_npu"), "npu")
+            AscendConfig(graph_capture="graph_only", attention="_native_npu").check_backend("npu")
     # "auto" resolves to the capturable npu_fia under capture (tests/integration/test_npu_fia_capture.py).
     for attention in ("auto", "npu_fia", None):
-        check_capture_config(AscendConfig(graph_capture="graph_only", attention=attention), "npu")
+        AscendConfig(graph_capture="graph_only", attention=attention).check_backend("npu")
     model = tiny_flux_transformer()
     with P.override_platform("npu"), pytest.raises(ValueError, match="npu_fusion_attention"):
         diffusers_ascend.enable_ascend_compile(model, graph_capture="graph_with_compile", attention="_native_npu")
     assert not hasattr(model, "_ascend_state")  # refused before anything changed
-    check_capture_config(AscendConfig(graph_capture="graph_only", attention="_native_npu"), "cuda")  # NPU-only rule
+    AscendConfig(graph_capture="graph_only", attention="_native_npu").check_backend("cuda")  # NPU-only rule
 
 
 def test_platform_without_device_graphs_is_a_clear_error(monkeypatch):
@@ -555,17 +554,22 @@ def test_threads_with_different_inputs_get_their_own_results():
     assert backend.graph_capture.stats["captures"] == 1
 
 
-@pytest.mark.parametrize("kwargs, needle", [
-    (dict(max_captured_graphs=0), "max_captured_graphs must be an int >= 1, got 0"),
-    (dict(max_captured_graphs=-1), "max_captured_graphs must be an int >= 1, got -1"),
-    (dict(max_captured_graphs=2.0), "max_captured_graphs must be an int >= 1, got 2.0"),
-    (dict(max_captured_graphs=True), "max_captured_graphs must be an int >= 1, got True"),
-    (dict(warmup=-1), "warmup must be an int >= 0"),
-    (dict(safe_output="yes"), "safe_output must be True or False"),
-    (dict(on_error="ignore"), "on_error 'ignore' is invalid; valid: 'fallback', 'raise'"),
-    (dict(mode="graph"), "graph_capture mode 'graph' is invalid; valid: 'graph_only', 'graph_with_compile'"),
+@pytest.mark.parametrize("kwargs, error, needle", [
+    # The config's rules (config.check_field), so the manager and AscendConfig say the same.
+    (dict(max_captured_graphs=0), ValueError, "max_captured_graphs=0 is invalid; it must be >= 1"),
+    (dict(max_captured_graphs=-1), ValueError, "max_captured_graphs=-1 is invalid; it must be >= 1"),
+    (dict(max_captured_graphs=2.0), TypeError, "max_captured_graphs must be an int >= 1, got 2.0"),
+    (dict(max_captured_graphs=True), TypeError, "max_captured_graphs must be an int >= 1, got True"),
+    (dict(warmup=-1), ValueError, "warmup must be an int >= 0"),
+    (dict(safe_output="yes"), TypeError, "safe_output must be True or False"),
+    (dict(on_error="ignore"), ValueError, "on_error='ignore' is invalid; valid: 'fallback', 'raise'"),
+    (dict(mode="graph"), ValueError, "graph_capture='graph' is invalid; valid: None, 'graph_only', 'graph_with_compile'"),
+    (dict(mode=None), ValueError, "needs a graph_capture mode; valid: 'graph_only', 'graph_with_compile'"),
 ])
-def test_manager_arguments_are_validated(kwargs, needle):
+def test_manager_arguments_are_validated(kwargs, error, needle):
     # max_captured_graphs=0 used to be accepted and fail with IndexError at the first call.
-    with pytest.raises(ValueError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(error, match=needle.replace("(", r"\(").replace(")", r"\)")):
         _manager(**kwargs)
+    if "mode" not in kwargs and "warmup" not in kwargs:  # the same words as the config's
+        with pytest.raises(error, match=needle.replace("(", r"\(").replace(")", r"\)")):
+            AscendConfig(**kwargs)
