@@ -2,7 +2,7 @@
 its pass file and one row (docs/how-fusion-works.md).
 
 >>> TABLE["adaln"].op, FUSIONS[-1], PASS_ORDER[-1]
-('adaln_modulate', 'swiglu', 'mul_add')
+('adaln_modulate', 'add_rms_norm', 'mul_add')
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ class Fusion:
         pass_class: ``"module:Class"`` of its `FusionPass` in `diffusers_ascend.compilation.passes`.
         runs: the pass's place in `PASS_ORDER` (lower runs first).
         changes_numerics: the op is not exact; it applies only when named, never under "all"/"auto".
+        opt_in: it applies only when named, never under "all"/"auto", though exact (a fusion that
+            takes sites another one fuses by default, so turning it on changes what the others match).
     """
 
     name: str
@@ -30,11 +32,13 @@ class Fusion:
     pass_class: str
     runs: int
     changes_numerics: bool = False
+    opt_in: bool = False
 
 
 # Rows in the public `FUSIONS` order (stored configs keep their cache keys). ``runs`` orders
-# overlapping patterns: fast_gelu before gelu_tanh, swiglu before mul_add (``silu(a) * b + c`` is a
-# SwiGLU feeding an add), the greedy mul_add last.
+# overlapping patterns: add_rms_norm first (it matches the norm decomposed, before rms_norm makes it
+# one op), fast_gelu before gelu_tanh, swiglu before mul_add (``silu(a) * b + c`` is a SwiGLU feeding
+# an add), the greedy mul_add last.
 _ROWS = (
     Fusion("rms_norm", "rms_norm", "rms_norm:RMSNormFusionPass", runs=0),
     Fusion("rope", "rope", "rope:RopeFusionPass", runs=1),
@@ -43,6 +47,7 @@ _ROWS = (
     Fusion("adaln", "adaln_modulate", "adaln:AdaLNFusionPass", runs=4),
     Fusion("mul_add", "mul_add", "mul_add:MulAddFusionPass", runs=6),
     Fusion("swiglu", "swiglu", "swiglu:SwiGLUFusionPass", runs=5),
+    Fusion("add_rms_norm", "add_rms_norm", "add_rms_norm:AddRMSNormFusionPass", runs=-1, opt_in=True),
 )
 
 TABLE: types.MappingProxyType = types.MappingProxyType({f.name: f for f in _ROWS})
@@ -52,12 +57,12 @@ PASS_ORDER: tuple[str, ...] = tuple(f.name for f in sorted(_ROWS, key=lambda f: 
 
 
 def default_fusions() -> tuple[str, ...]:
-    """The fusions ``"all"`` means: every row that keeps numerics, in table order.
+    """The fusions ``"all"`` means: every row that keeps numerics and is not opt-in, in table order.
 
-    >>> "fast_gelu" in default_fusions()
-    False
+    >>> "fast_gelu" in default_fusions(), "add_rms_norm" in default_fusions()
+    (False, False)
     """
-    return tuple(f.name for f in _ROWS if not f.changes_numerics)
+    return tuple(f.name for f in _ROWS if not (f.changes_numerics or f.opt_in))
 
 
 def triton_fusions() -> tuple[str, ...]:
