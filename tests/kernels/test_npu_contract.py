@@ -672,3 +672,27 @@ def test_backward_uses_native_vjp(torch_npu):
 
 def test_explain_names_the_native_reason_on_cpu():
     assert explain("rope", "cpu") == ("native", "the PyTorch reference composite (no kernel provider runs on 'cpu')")
+
+
+def test_add_rms_norm_compiled_graph_calls_the_kernel_once_per_site(torch_npu):
+    """The pass's two-output node, bound to the npu provider by the eager executor, makes one
+    npu_add_rms_norm call whose two results feed the norm's and the sum's users."""
+    from diffusers_ascend import AscendBackend
+
+    w = _randn(32, seed=3)
+
+    def block(x, h):
+        s = x + h
+        return F.rms_norm(s, (32,), w, 1e-6) * 2, s - 1
+
+    x, h = _randn(2, 5, 32), _randn(2, 5, 32, seed=1)
+    backend = AscendBackend(fusions=["add_rms_norm"], executor="eager")
+    torch._dynamo.reset()
+    with torch.no_grad():
+        y, s = torch.compile(block, backend=backend, fullgraph=True)(x, h)
+    torch._dynamo.reset()
+    assert backend.report.matches == {"add_rms_norm": 1}
+    assert torch_npu.names() == ["npu_add_rms_norm"]
+    ref_y, ref_s = block(x, h)
+    assert torch.equal(s, ref_s)
+    assert_close(y, ref_y, msg="compiled add_rms_norm on the npu provider vs eager")

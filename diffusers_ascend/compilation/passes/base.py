@@ -391,7 +391,7 @@ def _trace_difference(pattern: FusionPattern, probe: torch.fx.Graph) -> str:
     ops of its form as the backend sees it (`probe`), or why that could not be told."""
     try:
         with _compat.unset_fake_mode(), _compat.no_tracing_context(), torch.no_grad():
-            traced = trace_functional(pattern.search, example_inputs_of(pattern)).graph
+            traced = trace_functional(pattern.search, example_inputs_of(pattern), get_decomp_fn=no_decompositions).graph
     except Exception as e:  # a diagnosis only: the failure it explains is raised either way
         return f"(tracing the search function for comparison raised {type(e).__name__}: {e})"
     want, have = _op_names(traced), _op_names(probe)
