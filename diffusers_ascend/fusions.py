@@ -1,5 +1,6 @@
 """The fusion table that config, passes, benchmarks and tests read: a new fusion is its op file,
-its pass file and one row (docs/how-fusion-works.md).
+its pass file, one row and, per device, a provider: at most five product files
+(docs/how-fusion-works.md, walked through for ``add_rms_norm``).
 
 >>> TABLE["adaln"].op, FUSIONS[-1], PASS_ORDER[-1]
 ('adaln_modulate', 'add_rms_norm', 'mul_add')
