@@ -153,3 +153,28 @@ def test_self_check_counts_one_match_per_form():
     AddRMSNormFusionPass.verify()  # every form replaced exactly once (two outputs: one match)
     groups = {p.group for p in AddRMSNormFusionPass.patterns()}
     assert len(AddRMSNormFusionPass.pattern_matcher_passes()) == len(groups) == 11
+
+
+def test_a_warm_start_package_carries_the_two_output_op():
+    """Eager warm-start packages are torch.export JSON programs: the op's node and its two getitems
+    survive the round trip and the package check."""
+    import json
+
+    from diffusers_ascend.compilation import _compat
+    from diffusers_ascend.warm_start.eager import _read_program, check_program
+
+    class Fused(torch.nn.Module):
+        def forward(self, x, h, w):
+            y, s = torch.ops.ascend_kernels.add_rms_norm.default(x, h, w, 1e-6, torch.bfloat16)
+            return y * 2, s - 1
+
+    args = [torch.randn(2, 3, 8), torch.randn(2, 3, 8), torch.randn(8)]
+    with torch.no_grad():
+        program = json.loads(_compat.export_to_json(_compat.export_program(Fused(), args)))
+    for node in program["graph_module"]["graph"]["nodes"]:
+        node["metadata"] = {}  # as build_eager_package writes it
+    check_program(program)
+    gm = _read_program(program)
+    assert [n.target for n in gm.graph.nodes if n.op == "call_function"][:1] == [torch.ops.ascend_kernels.add_rms_norm.default]
+    for out, ref in zip(gm(*args), Fused()(*args)):
+        assert torch.equal(out, ref)
