@@ -109,7 +109,7 @@ def test_resolved_fusions_per_platform():
         assert auto.resolved_fusions() == npu_auto
     with pytest.raises(ValueError, match="'tpu'"):
         auto.resolved_fusions("tpu")
-    assert set(NON_NUMERIC) | {"fast_gelu"} == set(FUSIONS)
+    assert set(NON_NUMERIC) | {"fast_gelu", "add_rms_norm"} == set(FUSIONS)  # add_rms_norm: opt-in, never "auto"/"all"
 
 
 def test_resolved_executor():
