@@ -128,6 +128,18 @@ def test_both_outputs_replaced_or_the_unused_one_dropped(keep_sum):
         assert_close(o, r, torch.float32)
 
 
+def test_inductor_executor_runs_the_two_output_op():
+    module = ResidualNorm(16, keep_sum=True)
+    x, h = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+    backend = SnapshotBackend(fusions=["add_rms_norm"], executor="inductor")
+    with torch.no_grad():
+        out = compile_module(module, backend)(x, h)
+        ref = module(x, h)
+    assert backend.report.matches == {"add_rms_norm": 1}
+    for o, r in zip(out, ref):
+        assert_close(o, r, torch.float32)
+
+
 def test_a_norm_of_no_sum_is_left_alone():
     block = ResidualNorm(16, False)
     backend, out, ref = compiled(block.norm, dict(hidden_states=torch.randn(2, 5, 16)), ["add_rms_norm"])
