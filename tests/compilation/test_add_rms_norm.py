@@ -190,3 +190,24 @@ def test_a_warm_start_package_carries_the_two_output_op():
     assert [n.target for n in gm.graph.nodes if n.op == "call_function"][:1] == [torch.ops.ascend_kernels.add_rms_norm.default]
     for out, ref in zip(gm(*args), Fused()(*args)):
         assert torch.equal(out, ref)
+
+
+def test_zimage_model_through_enable_with_the_rms_norm_swap():
+    """The public path: enable_ascend_compile swaps Z-Image's 19 RMSNorms to the fused class, its three
+    block classes (layers, noise and context refiners) compile one graph each, and each graph's
+    attention residual feeding ``ffn_norm1`` (now one ``ascend_kernels.rms_norm``) is fused."""
+    from tests.models.test_zoo import _build  # the zoo's model (zero-initialised weights drawn)
+
+    model, inputs = _build("ZImageTransformer2DModel")
+    with torch.no_grad():
+        ref = model(**inputs)[0][0]
+    model.enable_ascend_compile(fusions=["rms_norm", "add_rms_norm"], executor="eager", compile="blocks")
+    try:
+        with torch.no_grad():
+            out = model(**inputs)[0][0]
+        report = model.ascend_report()
+        assert report.swaps == {"rms_norm": 19} and len(report.graphs) == 3
+        assert report.matches == {"add_rms_norm": 3, "rms_norm": 0}
+        assert_close(out, ref, torch.float32)
+    finally:
+        model.disable_ascend_compile()
