@@ -90,7 +90,7 @@ def _outputs(result: Any) -> list[Any]:
 
 
 def _signature(values: Sequence[Any]) -> list[str]:
-    """``["float32(2, 3, 8)", ...]``: dtype and shape of each output, for comparison and messages."""
+    """``["float32(2, 3, 8)", ...]``: dtype and shape of each output, for messages."""
     return [f"{str(v.dtype).replace('torch.', '')}{tuple(v.shape)}" if isinstance(v, torch.Tensor) else repr(v)
             for v in values]
 
@@ -200,7 +200,11 @@ class FusionPattern:
             # A replacement that cannot take these inputs is not a match. Anything else (e.g. an
             # unregistered op) is a bug and must surface, never read as "0 matches".
             return f"the replacement raised {type(e).__name__}: {e}"
-        if _signature(actual) != _signature(expected):
+        # Shapes compare as torch.Size (symbolic sizes through the shape environment), not as text.
+        same = len(actual) == len(expected) and all(
+            isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor) and a.dtype == e.dtype and a.shape == e.shape
+            for a, e in zip(actual, expected))
+        if not same:
             return f"the replacement returns {_signature(actual)} where the matched code returns {_signature(expected)}"
         return None
 
