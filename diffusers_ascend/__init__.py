@@ -20,6 +20,8 @@ _LAZY = {
     "AscendWarning": ("diffusers_ascend.errors", "AscendWarning"),
     # Raised when the running torch cannot serve the fusion engine (see docs/troubleshooting.md).
     "TorchCompatError": ("diffusers_ascend.compilation._compat", "TorchCompatError"),
+    # Raised when a fusion pattern fails its self-check for a reason of its own (not torch's).
+    "FusionSelfCheckError": ("diffusers_ascend.compilation.passes.base", "FusionSelfCheckError"),
     # Raised at enable time when the installed diffusers moved a private name we use (see docs/troubleshooting.md).
     "DiffusersCompatError": ("diffusers_ascend._diffusers_compat", "DiffusersCompatError"),
 }

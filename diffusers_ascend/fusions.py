@@ -1,8 +1,9 @@
 """The fusion table that config, passes, benchmarks and tests read: a new fusion is its op file,
-its pass file, one row and its place in `PASS_ORDER` (docs/how-fusion-works.md).
+its pass file, one row and its place in `PASS_ORDER`, and, per device, a provider: at most five
+product files (docs/how-fusion-works.md, walked through for ``add_rms_norm``).
 
 >>> TABLE["adaln"].op, FUSIONS[-1], PASS_ORDER[-1]
-('adaln_modulate', 'swiglu', 'mul_add')
+('adaln_modulate', 'add_rms_norm', 'mul_add')
 """
 
 from __future__ import annotations
@@ -22,12 +23,15 @@ class Fusion:
         op: the ``torch.ops.ascend_kernels`` op its pass substitutes.
         pass_class: ``"module:Class"`` of its `FusionPass` in `diffusers_ascend.compilation.passes`.
         changes_numerics: the op is not exact; it applies only when named, never under "all"/"auto".
+        opt_in: it applies only when named, never under "all"/"auto", though exact (a fusion that
+            takes sites another one fuses by default, so turning it on changes what the others match).
     """
 
     name: str
     op: str
     pass_class: str
     changes_numerics: bool = False
+    opt_in: bool = False
 
 
 # Rows in the public `FUSIONS` order (stored configs keep their cache keys). A new fusion is one
@@ -40,12 +44,15 @@ _ROWS = (
     Fusion("adaln", "adaln_modulate", "adaln:AdaLNFusionPass"),
     Fusion("mul_add", "mul_add", "mul_add:MulAddFusionPass"),
     Fusion("swiglu", "swiglu", "swiglu:SwiGLUFusionPass"),
+    Fusion("add_rms_norm", "add_rms_norm", "add_rms_norm:AddRMSNormFusionPass", opt_in=True),
 )
 
-# The order the passes run in (`FusionPassManager`), where patterns overlap: fast_gelu before
+# The order the passes run in (`FusionPassManager`), where patterns overlap: add_rms_norm first (it
+# matches the norm decomposed, before rms_norm makes it one op), fast_gelu before
 # gelu_tanh (same site, other numerics), swiglu before mul_add (``silu(a) * b + c`` is a SwiGLU
 # feeding an add), the greedy mul_add last.
 PASS_ORDER: tuple[str, ...] = (
+    "add_rms_norm",
     "rms_norm",
     "rope",
     "fast_gelu",
@@ -61,12 +68,12 @@ FUSION_TO_OP: types.MappingProxyType = types.MappingProxyType({f.name: f.op for 
 
 
 def default_fusions() -> tuple[str, ...]:
-    """The fusions ``"all"`` means: every row that keeps numerics, in table order.
+    """The fusions ``"all"`` means: every row that keeps numerics and is not opt-in, in table order.
 
-    >>> "fast_gelu" in default_fusions()
-    False
+    >>> "fast_gelu" in default_fusions(), "add_rms_norm" in default_fusions()
+    (False, False)
     """
-    return tuple(f.name for f in _ROWS if not f.changes_numerics)
+    return tuple(f.name for f in _ROWS if not (f.changes_numerics or f.opt_in))
 
 
 def triton_fusions() -> tuple[str, ...]:

@@ -158,6 +158,7 @@ def test_resolved_fusions_per_platform():
     with pytest.raises(ValueError, match="'tpu'"):
         auto.resolved_fusions("tpu")
     assert "fast_gelu" in FUSIONS and "fast_gelu" not in NON_NUMERIC  # numerics-changing: named, never "all"
+    assert "add_rms_norm" in FUSIONS and "add_rms_norm" not in NON_NUMERIC  # opt-in: named, never "auto"/"all"
 
 
 def test_resolved_executor():

@@ -51,6 +51,7 @@ PYTHON = "3.11"
 # when torch_npu is installed (npu_rms_norm, npu_geglu, npu_fusion_attention).
 TORCH_NPU_OPS = (
     "npu_rms_norm",
+    "npu_add_rms_norm",
     "npu_rotary_mul",
     "npu_gelu",
     "npu_fast_gelu",

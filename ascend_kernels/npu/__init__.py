@@ -161,6 +161,14 @@ def _desc_rms_norm() -> str:
     return f"torch_npu.npu_rms_norm ({_stack()}; {mixed})"
 
 
+def _desc_add_rms_norm() -> str:
+    if not torch_npu_available():
+        return "torch_npu not installed"
+    if not probe.has_op("npu_add_rms_norm"):
+        return "torch_npu has no npu_add_rms_norm"
+    return f"torch_npu.npu_add_rms_norm (aclnnAddRmsNorm: residual sum and its RMSNorm in one kernel; {_stack()})"
+
+
 def _desc_rope() -> str:
     if not torch_npu_available():
         return "torch_npu not installed"
@@ -235,6 +243,9 @@ def _aclnn(api: str):
 
 for _p in (
     _provider("rms_norm", kernels.rms_norm, kernels.rms_norm_supports, _desc_rms_norm, capturable=_aclnn("aclnnRmsNorm")),
+    _provider("add_rms_norm", kernels.add_rms_norm, kernels.add_rms_norm_supports, _desc_add_rms_norm,
+              available=lambda: torch_npu_available() and probe.has_op("npu_add_rms_norm"),
+              capturable=_aclnn("aclnnAddRmsNorm")),
     # Flux and Wan use the interleaved layout: without it the fusion gains nothing, so "auto" skips it.
     _provider("rope", kernels.rope, kernels.rope_supports, _desc_rope,
               faster_than_unfused=lambda: "interleaved" in kernels.rope_modes(),

@@ -19,6 +19,8 @@ from . import probe
 
 __all__ = [
     "adaln",
+    "add_rms_norm",
+    "add_rms_norm_supports",
     "adaln_supports",
     "fast_gelu",
     "gelu_supports",
@@ -111,6 +113,33 @@ def rms_norm(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float, out_dt
     # npu_rms_norm -> (y, rstd); y in x's dtype, computed in fp32.
     y = _npu().npu_rms_norm(x, gamma, epsilon=eps)[0]
     return y if out == y.dtype else y.to(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# add_rms_norm
+
+
+def add_rms_norm_supports(x1, x2, weight, eps, out_dtype=None) -> bool:
+    # npu_add_rms_norm(x1, x2, gamma, epsilon) -> (y, rstd, x): y and x in x1's dtype (the wheel's
+    # meta function); no broadcasting of x2 and one dtype for x1, x2, gamma (weights in another
+    # dtype: the kernel only where x is fp32, a widening cast of the weights).
+    return (
+        _dtype_ok(x1.dtype)
+        and x2.dtype == x1.dtype
+        and tuple(x2.shape) == tuple(x1.shape)
+        and 2 <= x1.dim() <= 8
+        and (weight is None or (tuple(weight.shape) == (x1.shape[-1],)
+                                and (weight.dtype == x1.dtype or (x1.dtype == _F32 and weight.dtype in _DTYPES))))
+        and _not_wider(out_dtype, x1.dtype)
+    )
+
+
+def add_rms_norm(x1, x2, weight, eps, out_dtype=None):
+    gamma = torch.ones(x1.shape[-1], dtype=x1.dtype, device=x1.device) if weight is None else weight.to(x1.dtype)
+    # npu_add_rms_norm -> (y, rstd, x): y = rms_norm(x1 + x2) * gamma, x = x1 + x2, both in x1's dtype.
+    y, _, s = _npu().npu_add_rms_norm(x1, x2, gamma, epsilon=eps)
+    out = out_dtype or x1.dtype
+    return (y if out == y.dtype else y.to(out)), s
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ by construction and aot_autograd traces the backward as one opaque, fake-able ca
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -18,8 +18,10 @@ def _tensor_positions(args: Sequence) -> list[int]:
     return [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
 
 
-def vjp_grads(native: Callable[..., torch.Tensor], args: Sequence, grad: torch.Tensor) -> list[torch.Tensor]:
+def vjp_grads(native: Callable[..., Any], args: Sequence, grad: torch.Tensor | tuple) -> list[torch.Tensor]:
     """Gradients of ``native(*args)`` w.r.t. each tensor argument (``None`` skipped), in order.
+
+    ``grad``: the output's gradient, or a tuple of one per output for an op returning several.
 
     Each gradient is written into a fresh ``empty_like`` of its input: same dtype and strides as
     `fake_grads` promises, and never an alias of ``grad`` (a custom op must not return aliases).
@@ -49,9 +51,11 @@ def fake_grads(args: Sequence) -> list[torch.Tensor]:
 
 
 def register_vjp_autograd(op, backward_op) -> None:
-    """Registers autograd for ``op`` whose backward is ``backward_op(grad, *op_args) -> list[Tensor]``.
+    """Registers autograd for ``op`` whose backward is ``backward_op(*grads, *op_args) -> list[Tensor]``.
 
-    ``backward_op`` returns one gradient per tensor argument of the call (``None`` arguments skipped).
+    ``grads``: one per output of ``op`` (an op returning a tuple gets one per element; autograd
+    passes zeros for an output that was not used). ``backward_op`` returns one gradient per tensor
+    argument of the call (``None`` arguments skipped).
     """
 
     def setup_context(ctx, inputs, output):
@@ -61,11 +65,11 @@ def register_vjp_autograd(op, backward_op) -> None:
         ctx.other_args = [None if i in pos else a for i, a in enumerate(inputs)]
         ctx.save_for_backward(*[inputs[i] for i in pos])
 
-    def backward(ctx, grad):
+    def backward(ctx, *output_grads):
         args = list(ctx.other_args)
         for i, t in zip(ctx.tensor_pos, ctx.saved_tensors):
             args[i] = t
-        grads = backward_op(grad, *args)
+        grads = backward_op(*output_grads, *args)
         result = [None] * ctx.n_inputs
         for i, g in zip(ctx.tensor_pos, grads):
             if ctx.needs_input_grad[i]:

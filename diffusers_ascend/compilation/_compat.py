@@ -289,6 +289,13 @@ def pattern_matcher_pass(name: str):
     return cls(**_accepted(cls.__init__, {"pass_name": name}))
 
 
+def registered_pattern_count(pm_pass) -> int | None:
+    """Patterns registered in a `PatternMatcherPass` (its ``patterns`` table, keyed by anchor op), or
+    None where a release keeps them otherwise."""
+    table = getattr(pm_pass, "patterns", None)
+    return sum(len(v) for v in table.values()) if isinstance(table, dict) else None
+
+
 def functional_trace(fn: Callable, args: Sequence[Any], decompositions: dict) -> torch.fx.GraphModule:
     """Trace `fn` to a functional aten graph with `decompositions`, normalized like Inductor's
     ``fwd_only`` (which alone keeps in-place ops, so `fn` runs under ``dispatch_functionalize``)."""

@@ -193,6 +193,7 @@ class AscendBackend:
 
     def _rewrite(self, gm: torch.fx.GraphModule, name: str, compile_id: str | None, training: bool,
                  dynamic: bool) -> GraphEntry:
+        from .passes.base import FusionSelfCheckError
         from .passes.manager import count_ops
 
         before = count_ops(gm.graph)
@@ -202,8 +203,8 @@ class AscendBackend:
         backup = copy.deepcopy(gm.graph) if self.config.on_error != "raise" else None
         try:
             counts = self.manager(gm.graph, after_step=log)
-        except _compat.TorchCompatError:
-            raise  # a broken engine is never a per-graph fallback
+        except (_compat.TorchCompatError, FusionSelfCheckError):
+            raise  # a broken engine or pattern is never a per-graph fallback
         except Exception as e:  # a failed rewrite must not take the model down unless asked to
             if backup is None:
                 raise

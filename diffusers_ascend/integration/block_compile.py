@@ -131,6 +131,7 @@ def compile_in_place(module: torch.nn.Module, name: str, state: EnabledModel, cf
     (warm start) do not take."""
     from ..compilation._compat import TorchCompatError
     from ..compilation.backend import compiled_graphs, graph_label, root_cause
+    from ..compilation.passes.base import FusionSelfCheckError
     from ..warm_start import MISS, plain_call, record_signature
 
     compiled_call = state.compiled_call
@@ -160,8 +161,8 @@ def compile_in_place(module: torch.nn.Module, name: str, state: EnabledModel, cf
                 out = compiled_call(module, *args, **kwargs)
         except Exception as e:
             cause = root_cause(e)
-            if isinstance(cause, TorchCompatError):
-                raise cause from e  # a broken engine is never a per-block fallback
+            if isinstance(cause, (TorchCompatError, FusionSelfCheckError)):
+                raise cause from e  # a broken engine or pattern is never a per-block fallback
             if cfg.on_error == "raise":
                 raise
             # Eager first: if the module fails there too, the error is the model's own (bad

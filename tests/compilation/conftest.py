@@ -80,11 +80,12 @@ class SnapshotBackend(AscendBackend):
         super().__init__(*args, **kw)
         self.before, self.after, self.after_graphs = [], [], []
 
-    def _rewrite(self, gm, name, training, dynamic):
+    def _rewrite(self, gm, name, *args, **kwargs):
         self.before.append(_targets(gm.graph))
-        super()._rewrite(gm, name, training, dynamic)
+        entry = super()._rewrite(gm, name, *args, **kwargs)
         self.after.append(_targets(gm.graph))
         self.after_graphs.append(copy.deepcopy(gm.graph))
+        return entry
 
     def fused_calls(self, fusion: str, graph: int = -1) -> int:
         op = getattr(torch.ops.ascend_kernels, FUSED_OP[fusion]).default

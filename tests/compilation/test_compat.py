@@ -17,6 +17,7 @@ import diffusers_ascend
 from diffusers_ascend import AscendBackend
 from diffusers_ascend.compilation import _compat
 from diffusers_ascend.compilation._compat import TorchCompatError
+from diffusers_ascend.compilation.backend import root_cause
 from diffusers_ascend.compilation.passes import FUSION_PASSES, base, get_pass_class
 from diffusers_ascend.platform import override_platform
 from diffusers_ascend.tiny import flux_block_inputs, flux_model_inputs, tiny_flux_blocks, tiny_flux_transformer
@@ -229,3 +230,111 @@ def test_env_reports_the_range_and_where_this_torch_stands(monkeypatch, capsys):
     assert re.search(r"torch_npu_matches_torch\s+False", out)
     assert "warning: torch 2.99.0 is newer than the newest release verified (torch 2.6 to 2.15.x)" in out
     assert "warning: torch_npu 2.8.0.post2 was built for another torch than 2.99.0" in out
+
+
+# -- a failing self-check says why, and blames torch only when torch is at fault ------------------
+class SiluTimesTwo(base.FusionPattern):
+    """A test pattern: ``silu(x) * 2`` -> ``sigmoid(x) * x * 2``; `fault` breaks it one way."""
+
+    FORMS = ("ok", "raises", "raises_in_torch", "refuses", "wrong_dtype", "matches_twice")
+
+    def example_inputs(self):
+        return [torch.randn(2, 8)]
+
+    def search(self, x):
+        if self.form == "raises":
+            raise ValueError("a bug in the search function")
+        if self.form == "raises_in_torch":
+            torch.nn.functional.layer_norm(x, (5,))  # a wrong call: torch raises inside its own code
+        return torch.nn.functional.silu(x) * 2
+
+    def replace(self, x):
+        out = torch.sigmoid(x) * x * 2
+        return out.half() if self.form == "wrong_dtype" else out
+
+    def check(self, match):
+        return self.form != "refuses"
+
+    def probe_graph(self):
+        if self.form != "matches_twice":
+            return super().probe_graph()
+        # a hand-written form holding two sites: the self-check must count 2, not pass
+        gm = _compat.probe_trace(lambda x: self.search(x) + self.search(x + 1), example_inputs_of_pattern(self))
+        return gm.graph
+
+
+def example_inputs_of_pattern(pattern):
+    return base.example_inputs_of(pattern)
+
+
+def _pass_of(form):
+    # A new class per test: registration and the self-check are cached per class.
+    return type(f"SiluTimesTwoPass_{form}", (base.FusionPass,),
+                {"fusion": f"silu_x2_{form}", "patterns": classmethod(lambda cls: [SiluTimesTwo(form)])})
+
+
+def test_a_sound_pattern_passes_its_self_check():
+    cls = _pass_of("ok")
+    cls.verify()
+    graph = SiluTimesTwo("ok").probe_graph()
+    assert cls().__call__(graph) == 1
+
+
+@pytest.mark.parametrize("form, detail", [
+    ("raises", r"failed: registering it with Inductor's pattern matcher raised ValueError: a bug in the search "
+               r"function \(at .*test_compat\.py:\d+ in search\)"),
+    ("raises_in_torch", r"failed: registering it with Inductor's pattern matcher raised RuntimeError: .*\(inside "
+                        r"torch, called at .*test_compat\.py:\d+ in search: check that call against torch's API\)"),
+    ("refuses", r"replaced its own form 0 times instead of once \(expected 1, found 0\): the matcher found its "
+                r"structure and the pattern refused it: SiluTimesTwo\[refuses,float32\]: SiluTimesTwo\.check\(\) refused it"),
+    ("wrong_dtype", r"replaced its own form 0 times instead of once \(expected 1, found 0\): .*: the replacement "
+                    r"returns \['float16\(2, 8\)'\] where the matched code returns \['float32\(2, 8\)'\]"),
+    ("matches_twice", r"replaced its own form 2 times instead of once \(expected 1, found 2\)"),
+])
+def test_a_pattern_at_fault_is_named_and_torch_is_not_blamed(form, detail):
+    with pytest.raises(base.FusionSelfCheckError) as info:
+        _pass_of(form).verify()
+    message = str(info.value)
+    assert not isinstance(info.value, TorchCompatError)
+    assert re.search(rf"the 'silu_x2_{form}' fusion failed its self-check: pattern SiluTimesTwo\[{form},float32\] "
+                     rf"\(form '{form}'\) ", message), message
+    assert re.search(detail, message), message
+    assert "is at fault, not torch " + torch.__version__ in message
+
+
+def test_a_torch_that_traces_the_pattern_otherwise_is_blamed_with_the_ops_that_differ(monkeypatch):
+    # A release whose matcher traces the search function with another decomposition than the
+    # graphs it must match (silu decomposed): the pattern never fires, through no fault of its own.
+    from torch._decomp import get_decompositions
+
+    monkeypatch.setattr(base, "no_decompositions", lambda: get_decompositions([torch.ops.aten.silu]))
+    with pytest.raises(TorchCompatError) as info:
+        _pass_of("ok").verify()
+    message = str(info.value)
+    assert "'silu_x2_ok' fusion pass cannot work on torch " + torch.__version__ in message
+    assert re.search(r"pattern SiluTimesTwo\[ok,float32\] replaced its own form 0 times instead of once \(form 'ok', "
+                     r"expected 1, found 0: torch traces the search function for its pattern matcher otherwise than "
+                     r"aot_autograd presents the form; the pattern's trace has \[.*aten\.sigmoid\.default.*\] that the "
+                     r"form's graph lacks, and the form's graph has \['aten\.silu\.default'\] that the trace lacks\)",
+                     message), message
+
+
+def test_a_registration_that_registers_nothing_is_torchs(monkeypatch):
+    monkeypatch.setattr(_compat, "register_replacement", lambda *a, **k: None)
+    with pytest.raises(TorchCompatError, match=r"pattern SiluTimesTwo\[ok,float32\] replaced its own form 0 times "
+                       r"instead of once \(form 'ok': register_replacement returned and left the pattern matcher "
+                       r"without a pattern\)"):
+        _pass_of("ok").verify()
+
+
+def test_a_pattern_error_is_never_a_graph_fallback(monkeypatch):
+    backend = AscendBackend(fusions=["mul_add"], executor="eager", on_error="fallback")
+
+    def broken(graph, after_step=None):
+        raise base.FusionSelfCheckError("diffusers-ascend: simulated pattern bug")
+
+    monkeypatch.setattr(backend, "manager", broken)
+    torch.compiler.reset()
+    with pytest.raises(Exception) as info, torch.no_grad():
+        torch.compile(lambda a, b, c: a * b + c, backend=backend)(*torch.randn(3, 4))
+    assert isinstance(root_cause(info.value), base.FusionSelfCheckError) and backend.report.fallbacks == []

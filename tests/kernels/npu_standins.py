@@ -100,7 +100,7 @@ def api_signature(name: str, wheel: str = NEWEST) -> inspect.Signature:
     return inspect.signature(namespace[name])
 
 
-_OURS = ("npu_rms_norm", "npu_rotary_mul", "npu_gelu", "npu_fast_gelu", "npu_swiglu")
+_OURS = ("npu_rms_norm", "npu_add_rms_norm", "npu_rotary_mul", "npu_gelu", "npu_fast_gelu", "npu_swiglu")
 # Schemas per torch_npu wheel, verbatim from its libtorch_npu.so. Two older op-plugin schemas of
 # npu_rotary_mul (op_plugin_functions.yaml of the 6.0.0 / 7.0.0 branches; no wheel of the supported
 # range ships them) stay to test that the providers handle a stack without the rotary_mode keyword.
@@ -108,7 +108,7 @@ SCHEMAS = {version: {op: CONTRACTS["torch_npu"][version]["schemas"][op] for op i
 SCHEMAS["6.0.0"] = {**SCHEMAS[NEWEST], "npu_rotary_mul": "npu_rotary_mul(Tensor self, Tensor r1, Tensor r2) -> Tensor"}
 SCHEMAS["7.0.0"] = {**SCHEMAS[NEWEST],
                     "npu_rotary_mul": "npu_rotary_mul(Tensor self, Tensor r1, Tensor r2, str rotary_mode='half') -> Tensor"}
-ALL_ACLNN = frozenset({"aclnnRmsNorm", "aclnnRotaryPositionEmbedding", "aclnnAddcmul", "aclnnSwiGlu"})
+ALL_ACLNN = frozenset({"aclnnRmsNorm", "aclnnAddRmsNorm", "aclnnRotaryPositionEmbedding", "aclnnAddcmul", "aclnnSwiGlu"})
 
 
 class _Packet:
@@ -164,7 +164,7 @@ class StandInTorchNpu(types.ModuleType):
                      get_device_name=lambda device_name=None: SOC_NAMES.get(self.soc, f"soc{self.soc}"),
                      is_jit_compile_false=lambda: not self.jit)
         self.npu = types.SimpleNamespace(**{name: self._api(name, fn) for name, fn in impls.items()})
-        impls = {"npu_rms_norm": self._rms_norm, "npu_rotary_mul": self._rotary_mul,
+        impls = {"npu_rms_norm": self._rms_norm, "npu_add_rms_norm": self._add_rms_norm, "npu_rotary_mul": self._rotary_mul,
                  "npu_gelu": self._gelu, "npu_fast_gelu": self._fast_gelu, "npu_swiglu": self._swiglu}
         for name, schema in SCHEMAS[version].items():
             setattr(self, name, _Packet(self, schema, impls[name]))
@@ -217,6 +217,21 @@ class StandInTorchNpu(types.ModuleType):
         xf = x.float()
         rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + epsilon)
         return (xf * rstd * gamma.float()).to(x.dtype), rstd
+
+    def _add_rms_norm(self, x1, x2, gamma, epsilon):
+        # The wheels ship a schema and a meta function for it, no doc: (y, rstd, x), y and x in x1's
+        # dtype, rstd fp32 over the dims gamma does not cover. One dtype and no broadcasting, as
+        # aclnnAddRmsNorm takes them (the rule npu_rms_norm's doc states for gamma, kept here).
+        self._check_dtype(x1)
+        assert x2.dtype == x1.dtype and gamma.dtype == x1.dtype, \
+            f"npu_add_rms_norm: x1 {x1.dtype}, x2 {x2.dtype} and gamma {gamma.dtype} must have one dtype"
+        assert x1.shape == x2.shape, f"npu_add_rms_norm: x2 {tuple(x2.shape)} must have x1's shape {tuple(x1.shape)}"
+        assert 2 <= x1.dim() <= 8 and tuple(gamma.shape) == tuple(x1.shape[x1.dim() - gamma.dim():])
+        if not self._op_api("aclnnAddRmsNorm"):
+            check_aclop("AddRmsNorm")
+        xf = x1.float() + x2.float()
+        rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + epsilon)
+        return (xf * rstd * gamma.float()).to(x1.dtype), rstd, xf.to(x1.dtype)
 
     def _rotary_mul(self, x, r1, r2, rotary_mode="half", rotate=None):
         for t in (x, r1, r2):

@@ -125,3 +125,30 @@ def test_backward_through_aot_eager_compile():
     assert_close(out, ref_out, msg="compiled forward")
     for i, (g, r) in enumerate(zip(grads, ref_grads)):
         assert_close(g, r, atol=1e-4, rtol=1e-4, msg=f"compiled grad of input {i}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("use", ["both", "normed_only"])
+def test_two_output_op_grads_match_composite(dtype, use):
+    # add_rms_norm returns (normed, residual_sum): its backward takes one gradient per output, and
+    # autograd's zeros where the caller used only one.
+    def composite(x1, x2, w):
+        s = x1 + x2
+        return F.rms_norm(s.float(), (s.shape[-1],), w.float(), 1e-6).to(s.dtype), s
+
+    inputs = _inputs([(2, 13, 77), (2, 13, 77), (77,)], dtype)
+    g = torch.Generator().manual_seed(1)
+    cots = [torch.randn(2, 13, 77, generator=g).to(dtype) for _ in range(2)]
+
+    def grads(fn):
+        y, s = fn(*inputs)
+        outs, cot = ([y, s], cots) if use == "both" else ([y], cots[:1])
+        return (y, s), torch.autograd.grad(outs, inputs, cot)
+
+    (y, s), got = grads(lambda x1, x2, w: ops.add_rms_norm(x1, x2, w, 1e-6))
+    (ry, rs), ref = grads(composite)
+    assert_close(y, ry, msg="add_rms_norm normed")
+    assert torch.equal(s, rs)
+    for i, (a, b) in enumerate(zip(got, ref)):
+        assert a.dtype == inputs[i].dtype and a.shape == inputs[i].shape
+        assert_close(a, b, msg=f"add_rms_norm grad of input {i} ({use})")

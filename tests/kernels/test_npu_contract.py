@@ -26,6 +26,7 @@ import ascend_kernels
 from ascend_kernels.npu import kernels as npu_kernels
 from ascend_kernels.npu import probe
 from ascend_kernels.ops.adaln import adaln_modulate_native
+from ascend_kernels.ops.add_rms_norm import add_rms_norm_native
 from ascend_kernels.ops.mul_add import mul_add_native
 from ascend_kernels.ops.rms_norm import rms_norm_native
 from ascend_kernels.ops.rope import rope_native
@@ -84,7 +85,7 @@ def test_standin_is_only_installed_inside_these_tests():
 
 
 def test_npu_provider_selected_for_its_ops(torch_npu):
-    for op in ("rms_norm", "rope", "gelu_tanh", "fast_gelu", "mul_add", "swiglu"):
+    for op in ("rms_norm", "add_rms_norm", "rope", "gelu_tanh", "fast_gelu", "mul_add", "swiglu"):
         assert available_providers(op, "cpu") == ["npu", "native"], op
     assert available_providers("adaln_modulate", "cpu") == ["native"]  # no mindiesd
     with mindiesd_standin():
@@ -181,6 +182,48 @@ def test_rms_norm_out_dtype(torch_npu):
     assert torch_npu.names() == ["npu_rms_norm"] and out.dtype == torch.bfloat16
     out = ops.rms_norm(x.bfloat16(), None, 1e-6, torch.float32)  # wider: native keeps fp32 precision
     assert torch_npu.names() == ["npu_rms_norm"] and out.dtype == torch.float32
+
+
+# ----------------------------------------------------------------------------- add_rms_norm
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_add_rms_norm_one_kernel_returns_normed_and_sum(torch_npu, dtype):
+    """npu_add_rms_norm -> (y, rstd, x): the provider returns (y, x), one device call, the sum exact."""
+    x1, x2, w = _randn(2, 5, 64, dtype=dtype), _randn(2, 5, 64, dtype=dtype, seed=1), _randn(64, dtype=dtype, seed=2)
+    name, (y, s), counter = _run(torch_npu, "add_rms_norm", x1, x2, w, 1e-6, None)
+    assert name == "npu" and counter.npu_calls() == ["npu_add_rms_norm"] and counter.count() == 1
+    args = torch_npu.calls[0][1]
+    assert args["x1"] is x1 and args["x2"] is x2 and args["gamma"] is w and args["epsilon"] == 1e-6
+    ref_y, ref_s = add_rms_norm_native(x1, x2, w, 1e-6)
+    assert torch.equal(s, ref_s) and y.dtype == ref_y.dtype == dtype
+    # the kernel normalizes the fp32 sum, the reference the sum rounded to x's dtype
+    assert_close(y, ref_y, msg=f"npu_add_rms_norm vs native ({dtype})")
+
+
+def test_add_rms_norm_weights_cast_only_to_wider_and_none_is_ones(torch_npu):
+    x1, x2 = _randn(3, 32, dtype=torch.float32), _randn(3, 32, dtype=torch.float32, seed=1)
+    ops.add_rms_norm(x1, x2, _randn(32, dtype=torch.bfloat16), 1e-5)  # fp32 x: bf16 weights widened
+    ops.add_rms_norm(x1, x2, None, 1e-5)
+    (_, widened), (_, ones) = torch_npu.calls
+    assert widened["gamma"].dtype == torch.float32 and torch.equal(ones["gamma"], torch.ones(32))
+
+
+@pytest.mark.parametrize("case", ["fp32_weight_bf16_x", "broadcast_x2", "mixed_inputs", "wider_out", "bf16_before_a2"])
+def test_add_rms_norm_outside_the_kernel_runs_native(npu_factory, case):
+    torch_npu = npu_factory(soc=OLD_SOC) if case == "bf16_before_a2" else npu_factory()
+    x1, x2, w = _randn(2, 4, 32), _randn(2, 4, 32, seed=1), _randn(32, seed=2)
+    out_dtype = None
+    if case == "fp32_weight_bf16_x":
+        w = w.float()  # narrowing the weights would change numerics
+    elif case == "broadcast_x2":
+        x2 = x2[:1]
+    elif case == "mixed_inputs":
+        x2 = x2.float()
+    elif case == "wider_out":
+        out_dtype = torch.float32
+    assert select_provider("add_rms_norm", x1, x2, w, 1e-6, out_dtype).name == "native"
+    y, s = ops.add_rms_norm(x1, x2, w, 1e-6, out_dtype)
+    ref_y, ref_s = add_rms_norm_native(x1, x2, w, 1e-6, out_dtype)
+    assert torch_npu.calls == [] and torch.equal(y, ref_y) and torch.equal(s, ref_s)
 
 
 # ----------------------------------------------------------------------------- rope
@@ -629,3 +672,27 @@ def test_backward_uses_native_vjp(torch_npu):
 
 def test_explain_names_the_native_reason_on_cpu():
     assert explain("rope", "cpu") == ("native", "the PyTorch reference composite (no kernel provider runs on 'cpu')")
+
+
+def test_add_rms_norm_compiled_graph_calls_the_kernel_once_per_site(torch_npu):
+    """The pass's two-output node, bound to the npu provider by the eager executor, makes one
+    npu_add_rms_norm call whose two results feed the norm's and the sum's users."""
+    from diffusers_ascend import AscendBackend
+
+    w = _randn(32, seed=3)
+
+    def block(x, h):
+        s = x + h
+        return F.rms_norm(s, (32,), w, 1e-6) * 2, s - 1
+
+    x, h = _randn(2, 5, 32), _randn(2, 5, 32, seed=1)
+    backend = AscendBackend(fusions=["add_rms_norm"], executor="eager")
+    torch._dynamo.reset()
+    with torch.no_grad():
+        y, s = torch.compile(block, backend=backend, fullgraph=True)(x, h)
+    torch._dynamo.reset()
+    assert backend.report.matches == {"add_rms_norm": 1}
+    assert torch_npu.names() == ["npu_add_rms_norm"]
+    ref_y, ref_s = block(x, h)
+    assert torch.equal(s, ref_s)
+    assert_close(y, ref_y, msg="compiled add_rms_norm on the npu provider vs eager")

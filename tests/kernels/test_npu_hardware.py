@@ -211,6 +211,30 @@ def test_rms_norm(model, w_fp32, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=_name)
+@pytest.mark.parametrize("model", list(SIZES))
+def test_add_rms_norm(model, dtype):
+    """Two outputs: the sum must be exact; the normalized value within tolerance of the native op,
+    which normalizes the sum rounded to x's dtype (whether the kernel does is what this records)."""
+    s = SIZES[model]
+    x1, x2 = _randn(1, s["tokens"], s["dim"], dtype=dtype), _randn(1, s["tokens"], s["dim"], dtype=dtype, seed=1)
+    w = _randn(s["dim"], dtype=dtype, seed=2)
+    args = (x1, x2, w, 1e-6, None)
+    provider = select_provider("add_rms_norm", *args)
+    y, total = provider.impl(*args)
+    _sync()
+    with use_providers(add_rms_norm="native"):
+        ref_y, ref_total = ops.add_rms_norm(*args)
+    _sync()
+    tol = tolerance(dtype)
+    err = (y.float() - ref_y.float()).abs()
+    _RECORDS.append({"op": "add_rms_norm", "case": model, "provider": provider.name, "max_abs_err_vs_native":
+                     err.max().item(), "sum_exact": bool(torch.equal(total, ref_total)),
+                     "provider_ms": _median_ms(lambda: provider.impl(*args))})
+    assert provider.name == "npu" and torch.equal(total, ref_total)
+    assert bool((err <= tol["atol"] + tol["rtol"] * ref_y.float().abs()).all()), _RECORDS[-1]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_name)
 @pytest.mark.parametrize("fp32_tables", [True, False], ids=["tables_fp32", "tables_xdtype"])
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
 @pytest.mark.parametrize("x_layout", ["BSND", "BNSD"])

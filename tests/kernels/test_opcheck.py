@@ -18,6 +18,11 @@ def _r(*shape, grad=True):
 SAMPLES = {
     "rms_norm": lambda: (ops.rms_norm, (_r(2, 5, 7), _r(7), 1e-6, None)),
     "rms_norm_out_dtype": lambda: (ops.rms_norm, (_r(3, 8), None, 1e-5, torch.float16)),
+    "add_rms_norm": lambda: (ops.add_rms_norm, (_r(2, 5, 7), _r(2, 5, 7), _r(7), 1e-6, None)),
+    "add_rms_norm_broadcast": lambda: (ops.add_rms_norm, (_r(2, 5, 8), _r(1, 5, 8), None, 1e-5, torch.float16)),
+    "add_rms_norm_backward": lambda: (ops.add_rms_norm_backward, (
+        _r(2, 5, 7, grad=False), _r(2, 5, 7, grad=False), _r(2, 5, 7, grad=False), _r(1, 5, 7, grad=False),
+        _r(7, grad=False), 1e-6, None)),
     "rope_interleaved": lambda: (ops.rope, (_r(1, 5, 2, 8), _r(1, 5, 1, 8), _r(1, 5, 1, 8), "interleaved")),
     "rope_half": lambda: (ops.rope, (_r(1, 2, 5, 8), _r(1, 1, 5, 8), _r(1, 1, 5, 8), "half")),
     "gelu_tanh": lambda: (ops.gelu_tanh, (_r(3, 7),)),

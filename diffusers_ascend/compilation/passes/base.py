@@ -9,6 +9,7 @@ the matched code's dtype and shape.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import hashlib
 import inspect
@@ -21,7 +22,8 @@ import ascend_kernels  # noqa: F401  (the replacements call torch.ops.ascend_ker
 
 from .. import _compat
 
-__all__ = ["FusionPattern", "FusionPass", "EPS_PLACEHOLDER", "trace_functional", "no_decompositions"]
+__all__ = ["FusionPattern", "FusionPass", "FusionSelfCheckError", "EPS_PLACEHOLDER", "trace_functional",
+           "no_decompositions"]
 
 # Float arguments are captured through `scalar_workaround`: the placeholder must survive tracing
 # bit-exactly (an fp32-exact value; 1e-6 would be rounded by fp32 ops and never be found again).
@@ -82,6 +84,22 @@ def _meta_val(x: Any) -> Any:
     return x.meta.get("val") if isinstance(x, torch.fx.Node) else x
 
 
+def _outputs(result: Any) -> list[Any]:
+    """A search or replacement function's result as a list of its outputs (one, or several)."""
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+def _signature(values: Sequence[Any]) -> list[str]:
+    """``["float32(2, 3, 8)", ...]``: dtype and shape of each output, for messages."""
+    return [f"{str(v.dtype).replace('torch.', '')}{tuple(v.shape)}" if isinstance(v, torch.Tensor) else repr(v)
+            for v in values]
+
+
+# Set while `FusionPass.verify` applies a pattern to its own form: `extra_check` records there why it
+# refused a structural match, for the self-check's message.
+_REJECTIONS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("ascend_pattern_rejections", default=None)
+
+
 def normalized_dim(dim: int, rank: int) -> int:
     return dim + rank if dim < 0 else dim
 
@@ -104,6 +122,9 @@ class FusionPattern:
     Subclasses implement `search`, `replace` and `example_inputs`; names of the parameters of
     `search` are the names the match binds (``replace`` takes the same parameters). Float
     parameters listed in `scalars` are traced with `EPS_PLACEHOLDER` and captured from the match.
+    A search may return several tensors (e.g. a normalized value and the residual sum it was
+    computed from, both used later): its replacement then returns as many, in the same order, and
+    each match counts once.
 
     Args:
         form: which written form of the fusion this is, one of `FORMS` (when the class has forms).
@@ -154,9 +175,13 @@ class FusionPattern:
     def name(self) -> str:
         return f"{type(self).__name__}[{self.variant()},{str(self.dtype).replace('torch.', '')}]"
 
-    def _same_result(self, match) -> bool:
-        """The replacement yields the dtype and shape of the matched code (its output node's fake
-        value) on the matched fake tensors."""
+    def rejection(self, match) -> str | None:
+        """Why `match` is not this fusion's (None: it is): `check` refused it, or the replacement
+        does not yield the dtype and shape of each matched output (its output nodes' fake values) on
+        the matched fake tensors. A pattern whose search returns several tensors is compared output
+        by output."""
+        if not self.check(match):
+            return f"{type(self).__name__}.check() refused it"
         names = list(inspect.signature(self.search).parameters)
         # Float scalars (eps) change neither dtype nor shape: the placeholder stands in where a
         # torch release binds none (see `_compat.match_kwarg`).
@@ -164,27 +189,31 @@ class FusionPattern:
                 for n in names]
         fake_mode = _compat.detect_fake_mode([a for a in args if isinstance(a, torch.Tensor)])
         if fake_mode is None:
-            return False
-        outputs = match.output_nodes()
-        expected = _meta_val(outputs[0]) if len(outputs) == 1 else None
+            return "its tensors carry no fake values"
+        expected = [_meta_val(n) for n in match.output_nodes()]
         try:
             with fake_mode:
-                if not isinstance(expected, torch.Tensor):
-                    expected = self.search(*args)
-                actual = self.replace(*args)
-        except (RuntimeError, ValueError, TypeError, IndexError):
+                if not all(isinstance(e, torch.Tensor) for e in expected):
+                    expected = _outputs(self.search(*args))
+                actual = _outputs(self.replace(*args))
+        except (RuntimeError, ValueError, TypeError, IndexError) as e:
             # A replacement that cannot take these inputs is not a match. Anything else (e.g. an
             # unregistered op) is a bug and must surface, never read as "0 matches".
-            return False
-        return (
-            isinstance(expected, torch.Tensor)
-            and isinstance(actual, torch.Tensor)
-            and expected.dtype == actual.dtype
-            and expected.shape == actual.shape
-        )
+            return f"the replacement raised {type(e).__name__}: {e}"
+        # Shapes compare as torch.Size (symbolic sizes through the shape environment), not as text.
+        same = len(actual) == len(expected) and all(
+            isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor) and a.dtype == e.dtype and a.shape == e.shape
+            for a, e in zip(actual, expected))
+        if not same:
+            return f"the replacement returns {_signature(actual)} where the matched code returns {_signature(expected)}"
+        return None
 
     def extra_check(self, match) -> bool:
-        return self.check(match) and self._same_result(match)
+        why = self.rejection(match)
+        log = _REJECTIONS.get()
+        if why is not None and log is not None:  # a self-check is listening (`FusionPass.verify`)
+            log.append(f"{self.name}: {why}")
+        return why is None
 
     def register(self, pm_pass, trace_fn: Callable = None) -> None:
         """Registers this pattern in `pm_pass`; `trace_fn` (default `trace_functional`) traces the
@@ -267,7 +296,12 @@ class FusionPass:
         replaced exactly once on the running torch (once per process and fusion).
 
         Raises:
-            TorchCompatError: naming the torch version, the fusion, the failing step and the supported range."""
+            TorchCompatError: the running torch is at fault (an API missing or changed, a registration
+                that registers nothing, a trace that differs from the graphs it must match): naming the
+                torch version, the fusion, the pattern and form, the failing step and the supported range.
+            FusionSelfCheckError: the pattern is at fault (its code raised, it refused or matched its own
+                form more than once): naming the fusion, pattern, form, expected and found counts, and
+                what differed."""
         _verified(cls)
 
     @classmethod
@@ -297,7 +331,12 @@ def _registered_impl(cls: type[FusionPass]):
             if pattern.group not in passes:
                 passes[pattern.group] = _compat.pattern_matcher_pass(f"ascend_{cls.fusion}:{pattern.group}")
             key = f"{i}:{pattern.name}"
-            pattern.register(passes[pattern.group], pretraced.InitialTrace(key, trace_functional, cached, traced))
+            try:
+                pattern.register(passes[pattern.group], pretraced.InitialTrace(key, trace_functional, cached, traced))
+            except (_compat.TorchCompatError, FusionSelfCheckError):
+                raise
+            except Exception as e:
+                raise _failure(cls, pattern, "registering it with Inductor's pattern matcher raised", e) from e
     if traced:  # something was traced here: the next process needs none of it
         pretraced.save(cls, {**{k: pretraced.graph_to_json(g) for k, g in cached.items()}, **traced})
     return passes
@@ -308,6 +347,13 @@ def _registered(cls: type[FusionPass]) -> tuple:
         return tuple(_registered_impl(cls).values())
 
 
+class FusionSelfCheckError(RuntimeError):
+    """A fusion's pattern fails its self-check for a reason of its own, not of the running torch:
+    its code raised, its own `check` or result check refused its own form, or it matched its own
+    form more than once. The message names the fusion, the pattern, the form, the expected and found
+    replacement counts and what differed."""
+
+
 def _engine_error(cls, step: str, detail: str) -> _compat.TorchCompatError:
     return _compat.TorchCompatError(
         f"diffusers-ascend: the {cls.fusion!r} fusion pass cannot work on torch {torch.__version__}: {step} "
@@ -315,16 +361,69 @@ def _engine_error(cls, step: str, detail: str) -> _compat.TorchCompatError:
     )
 
 
+def _pattern_error(cls, pattern: FusionPattern, what: str) -> FusionSelfCheckError:
+    return FusionSelfCheckError(
+        f"diffusers-ascend: the {cls.fusion!r} fusion failed its self-check: pattern {pattern.name} "
+        f"(form {pattern.variant()!r}) {what}. The pattern's code ({inspect.getsourcefile(type(pattern))}) is at "
+        f"fault, not torch {torch.__version__}; leave this fusion out of `fusions` until it is fixed."
+    )
+
+
+def _pattern_frame(e: BaseException, pattern: FusionPattern) -> tuple[str | None, bool]:
+    """``(file:line in function, innermost)``: the innermost frame of `e`'s traceback in the module of
+    `pattern`'s class (or of a pattern class it builds on, outside this base), and whether `e` was
+    raised there; ``(None, False)``: only torch and the machinery were running."""
+    files = {inspect.getsourcefile(k) for k in type(pattern).__mro__
+             if issubclass(k, FusionPattern) and k is not FusionPattern}
+    files |= {inspect.getsourcefile(type(v)) for v in vars(pattern).values() if isinstance(v, FusionPattern)}
+    found, innermost, tb = None, False, e.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        innermost = code.co_filename in files
+        if innermost:
+            found = f"{code.co_filename}:{tb.tb_lineno} in {code.co_name}"
+        tb = tb.tb_next
+    return found, innermost
+
+
+def _failure(cls, pattern: FusionPattern, step: str, e: Exception) -> RuntimeError:
+    """The error for `e`, raised while `step` ran for `pattern`: the pattern's fault when its own code
+    raised it, else torch's (`TorchCompatError`)."""
+    if isinstance(e, (_compat.TorchCompatError, FusionSelfCheckError)):
+        return e
+    where, innermost = _pattern_frame(e, pattern)
+    if where is not None:
+        at = f"at {where}" if innermost else f"inside torch, called at {where}: check that call against torch's API"
+        return _pattern_error(cls, pattern, f"failed: {step} {type(e).__name__}: {e} ({at})")
+    return _engine_error(cls, f"pattern {pattern.name} (form {pattern.variant()!r}): {step}", f"({type(e).__name__}: {e})")
+
+
+def _op_names(graph: torch.fx.Graph) -> list[str]:
+    return sorted(str(n.target) for n in graph.nodes if n.op == "call_function")
+
+
+def _trace_difference(pattern: FusionPattern, probe: torch.fx.Graph) -> str:
+    """What differs between the ops Inductor's registration traced from `pattern.search` and the
+    ops of its form as the backend sees it (`probe`), or why that could not be told."""
+    try:
+        with _compat.unset_fake_mode(), _compat.no_tracing_context(), torch.no_grad():
+            traced = trace_functional(pattern.search, example_inputs_of(pattern), get_decomp_fn=no_decompositions).graph
+    except Exception as e:  # a diagnosis only: the failure it explains is raised either way
+        return f"(tracing the search function for comparison raised {type(e).__name__}: {e})"
+    want, have = _op_names(traced), _op_names(probe)
+    missing = sorted(set(want) - set(have))
+    extra = sorted(set(have) - set(want))
+    if not missing and not extra:
+        return f"both hold the same ops ({', '.join(sorted(set(want)))}): they differ in arguments or wiring"
+    return (f"the pattern's trace has {missing or 'no op'} that the form's graph lacks, and the form's graph has "
+            f"{extra or 'no op'} that the trace lacks")
+
+
 @functools.cache
 def _verified_impl(cls: type[FusionPass]) -> None:
-    try:
-        passes = _registered_impl(cls)
-    except _compat.TorchCompatError:
-        raise
-    except Exception as e:
-        raise _engine_error(cls, "registering its patterns with Inductor's pattern matcher failed",
-                            f"({type(e).__name__}: {e})") from e
-    # One probe per matcher (the first form of each group): the pattern must replace its own form.
+    passes = _registered_impl(cls)  # raises TorchCompatError or FusionSelfCheckError, saying whose fault
+    # One probe per matcher (the first form of each group): the pattern must replace its own form,
+    # once (a match of a pattern returning several outputs counts once).
     seen = set()
     for pattern in cls.patterns():
         if pattern.group in seen:
@@ -333,13 +432,36 @@ def _verified_impl(cls: type[FusionPass]) -> None:
         pm_pass = passes[pattern.group]
         try:
             graph = pattern.probe_graph()
+        except Exception as e:
+            raise _failure(cls, pattern, "tracing its own form (probe_graph) raised", e) from e
+        rejected: list[str] = []
+        token = _REJECTIONS.set(rejected)
+        try:
             count = pm_pass.apply(graph)
         except Exception as e:
-            raise _engine_error(cls, f"applying pattern {pattern.name} to its own form raised",
-                                f"({type(e).__name__}: {e})") from e
-        if count != 1:
-            raise _engine_error(cls, f"pattern {pattern.name} replaced its own form {count} times",
-                                "instead of once (the pattern matcher traces or matches differently)")
+            raise _failure(cls, pattern, "applying its matcher to its own form raised", e) from e
+        finally:
+            _REJECTIONS.reset(token)
+        if count == 1:
+            continue
+        counts = f"replaced its own form {count} times instead of once"
+        if count > 1:
+            raise _pattern_error(cls, pattern, f"{counts} (expected 1, found {count}): the search matches "
+                                 "more than one site of its own form")
+        if rejected:
+            raise _pattern_error(cls, pattern, f"{counts} (expected 1, found 0): the matcher found its "
+                                 f"structure and the pattern refused it: {rejected[0]}")
+        if _compat.registered_pattern_count(pm_pass) == 0:
+            raise _engine_error(cls, f"pattern {pattern.name} {counts}",
+                                f"(form {pattern.variant()!r}: register_replacement returned and left the "
+                                "pattern matcher without a pattern)")
+        diff = _trace_difference(pattern, graph)
+        if pattern.search_pattern() is not None:  # written by hand: ours to keep in step with the form
+            raise _pattern_error(cls, pattern, f"{counts} (expected 1, found 0): its hand-built search "
+                                 f"pattern does not match the form as the backend sees it; {diff}")
+        raise _engine_error(cls, f"pattern {pattern.name} {counts}",
+                            f"(form {pattern.variant()!r}, expected 1, found 0: torch traces the search function "
+                            f"for its pattern matcher otherwise than aot_autograd presents the form; {diff})")
 
 
 def _verified(cls: type[FusionPass]) -> None:
