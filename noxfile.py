@@ -56,10 +56,18 @@ TORCH_BY_HAND = {"2.8": "2.8.0", "2.9": "2.9.1", "2.12": "2.12.1"}
 #   internal (higher-order op, functionalization); PyPI's CUDA torch wheels bring their own triton,
 #   so tests/triton/test_compile.py also compiles every launch with that release's Triton (3.2 with
 #   torch 2.6 is the base of triton-ascend 3.2: its rope once issued 16-bit loads that 3.9 vectorized).
-ENGINE_TESTS = ["tests/compilation", "tests/kernels/test_opcheck.py", "tests/kernels/test_autograd.py",
-                "tests/kernels/test_import.py", "tests/kernels/test_registry.py", "tests/integration/test_pipelines.py",
-                "tests/models/test_adapters.py", "tests/test_warm_start.py", "tests/triton/test_traceable.py",
-                "tests/triton/test_compile.py"]
+ENGINE_TESTS = [
+    "tests/compilation",
+    "tests/kernels/test_opcheck.py",
+    "tests/kernels/test_autograd.py",
+    "tests/kernels/test_import.py",
+    "tests/kernels/test_registry.py",
+    "tests/integration/test_pipelines.py",
+    "tests/models/test_adapters.py",
+    "tests/test_warm_start.py",
+    "tests/triton/test_traceable.py",
+    "tests/triton/test_compile.py",
+]
 # The 48-model zoo (tests/models/test_zoo.py, the longest engine module) where the engine's
 # behaviour beyond the patterns changes: it differs by release through `_compat` switches with
 # boundaries at 2.8 (`compiled_blocks_share_graphs`: shared attention processors below) and 2.11
@@ -100,8 +108,12 @@ def _install_torch(session: nox.Session, version: str) -> None:
     # One resolve with torch pinned: a dependency that wants a newer torch fails here instead of
     # silently upgrading the release under test.
     session.install(f"torch=={version}", "-e", ".[test]", *SEED)
-    session.run("python", "-c", f"import torch; print('torch', torch.__version__); "
-                f"assert torch.__version__.split('+')[0] == {version!r}, 'the session must run torch {version}'")
+    session.run(
+        "python",
+        "-c",
+        f"import torch; print('torch', torch.__version__); "
+        f"assert torch.__version__.split('+')[0] == {version!r}, 'the session must run torch {version}'",
+    )
 
 
 def _engine(session: nox.Session, version: str, zoo: bool, warm_start: bool) -> None:
@@ -122,16 +134,18 @@ def _simhost(session: nox.Session, zoo: str) -> None:
     """The simulated-host suite in its own process (see `SIMHOST_TESTS`); ``zoo``: ``"subset"`` or ``"all"``."""
     site = os.path.join(os.getcwd(), "tests", "simhost", "site")
     env = {"PYTHONPATH": os.pathsep.join([site, os.getcwd()]), "DIFFUSERS_ASCEND_SIMHOST_ZOO": zoo}
-    session.run("python", "-m", "pytest", "-q", "-n", "2", *SIMHOST_TESTS, *session.posargs, env=env,
-                success_codes=[0, 5])
+    session.run(
+        "python", "-m", "pytest", "-q", "-n", "2", *SIMHOST_TESTS, *session.posargs, env=env, success_codes=[0, 5]
+    )
 
 
 for _short, _version in {**TORCH, **TORCH_BY_HAND}.items():
     # One named session per release ("engine-2.8"); CI's releases are tagged "engine" (`nox -t
     # engine` runs them all), the by-hand ones "engine-by-hand" (with the zoo).
     nox.session(name=f"engine-{_short}", python="3.11", tags=["engine" if _short in TORCH else "engine-by-hand"])(
-        lambda session, _v=_version, _z=_short in ZOO_RELEASES or _short in TORCH_BY_HAND,
-        _w=_short not in WARM_START_SKIPPED: _engine(session, _v, _z, _w)
+        lambda session, _v=_version, _z=_short in ZOO_RELEASES or _short in TORCH_BY_HAND, _w=_short not in WARM_START_SKIPPED: (
+            _engine(session, _v, _z, _w)
+        )
     )
 
 
@@ -154,10 +168,30 @@ def triton_interpret(session: nox.Session) -> None:
     """
     session.install("torch==2.13.0", "-e", ".[test]", "triton", "numpy", *SEED)
     session.run("python", "-c", "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)")
-    session.run("python", "-m", "pytest", "-q", "-p", "no:xdist", "tests/triton", *session.posargs,
-                env={"TRITON_INTERPRET": "1"}, success_codes=[0, 5])
-    session.run("python", "-m", "pytest", "-q", "-p", "no:xdist", "tests/triton/test_compile.py",
-                "tests/triton/test_traceable.py", *session.posargs, success_codes=[0, 5])
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:xdist",
+        "tests/triton",
+        *session.posargs,
+        env={"TRITON_INTERPRET": "1"},
+        success_codes=[0, 5],
+    )
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:xdist",
+        "tests/triton/test_compile.py",
+        "tests/triton/test_traceable.py",
+        *session.posargs,
+        success_codes=[0, 5],
+    )
 
 
 # The triton-ascend release whose API tests/triton/test_ascend_lowering.py drives (3.2.0 is the
@@ -175,9 +209,33 @@ def triton_ascend(session: nox.Session) -> None:
     below 2.4, whose ``int()`` of a one-element array (an error since 2.4) its interpreter uses."""
     session.install("torch==2.13.0")
     session.install("-e", ".", "pytest", "numpy<2.4", "pybind11", f"triton-ascend=={TRITON_ASCEND}", *SEED)
-    session.run("python", "-c", "import importlib.metadata as m, torch; "
-                "print('torch', torch.__version__, 'triton-ascend', m.version('triton-ascend'))")
-    session.run("python", "-m", "pytest", "-q", "-p", "no:xdist", "tests/triton/test_ascend_lowering.py", *session.posargs,
-                success_codes=[0, 5])
-    session.run("python", "-m", "pytest", "-q", "-p", "no:xdist", "tests/triton/test_kernels.py",
-                "tests/triton/test_blocks.py", *session.posargs, env={"TRITON_INTERPRET": "1"}, success_codes=[0, 5])
+    session.run(
+        "python",
+        "-c",
+        "import importlib.metadata as m, torch; "
+        "print('torch', torch.__version__, 'triton-ascend', m.version('triton-ascend'))",
+    )
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:xdist",
+        "tests/triton/test_ascend_lowering.py",
+        *session.posargs,
+        success_codes=[0, 5],
+    )
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:xdist",
+        "tests/triton/test_kernels.py",
+        "tests/triton/test_blocks.py",
+        *session.posargs,
+        env={"TRITON_INTERPRET": "1"},
+        success_codes=[0, 5],
+    )

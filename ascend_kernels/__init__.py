@@ -8,8 +8,11 @@ providers; it imports neither diffusers, torch_npu, triton nor torch._inductor.
 torch.Size([2, 8])
 """
 
-from . import ops  # noqa: F401  (registers the ops and their native providers)
-from . import npu, triton  # noqa: F401  (register the accelerator providers; imports nothing heavy)
+from . import (  # noqa: F401  (register the accelerator providers; imports nothing heavy)
+    npu,
+    ops,  # noqa: F401  (registers the ops and their native providers)
+    triton,
+)
 from .registry import OPS, available_providers, use_providers
 
 __all__ = ["OPS", "available_providers", "use_providers"]

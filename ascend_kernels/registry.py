@@ -16,11 +16,12 @@ import functools
 import importlib
 import importlib.util
 import sys
-from typing import Any, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import torch
 
-__all__ = [
+__all__ = [  # noqa: F822  (OPS is served by the module __getattr__, built on first use)
     "OPS",
     "Provider",
     "auto_provider",
@@ -104,12 +105,14 @@ def __getattr__(name: str):
         return tuple(_REGISTRY)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 # Set while a device graph is warmed up and captured (`capturing`).
 _CAPTURING: contextvars.ContextVar[bool] = contextvars.ContextVar("ascend_kernels_capturing", default=False)
 
 # op -> provider name chosen explicitly by `use_providers` in the current context.
 _CHOICE: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
-    "ascend_kernels_provider_choice", default={}
+    "ascend_kernels_provider_choice",
+    default={},  # noqa: B039  (never mutated: set() replaces it)
 )
 
 
@@ -161,7 +164,7 @@ def _extras_installed(p: Provider) -> bool:
     return all(sys.modules.get(name) is not None or _imports(name) for name in p.extras)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _imports(name: str) -> bool:
     if importlib.util.find_spec(name) is None:
         return False
@@ -218,7 +221,8 @@ def explain(op: str, device_type: str) -> tuple[str, str]:
             elif p.opt_in and p.available() and (why := p.opt_in(device_type)):
                 reasons.append(f"{p.name}: {why}")
         return "native", "; ".join(reasons) or (
-            f"the PyTorch reference composite (no kernel provider runs on {device_type!r})")
+            f"the PyTorch reference composite (no kernel provider runs on {device_type!r})"
+        )
     why = chosen.describe() if chosen.describe else f"{chosen.name} kernel"
     if not chosen.is_faster():
         why += " (not in fusions='auto': no faster than the unfused ops here)"

@@ -5,8 +5,6 @@ and fp32 intermediates round differently from the composite, equally validly."""
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 __all__ = ["TOLERANCES", "assert_close", "tolerance"]
@@ -36,10 +34,10 @@ def tolerance(dtype: torch.dtype) -> dict[str, float]:
 def assert_close(
     actual: torch.Tensor,
     expected: torch.Tensor,
-    dtype: Optional[torch.dtype] = None,
+    dtype: torch.dtype | None = None,
     *,
-    atol: Optional[float] = None,
-    rtol: Optional[float] = None,
+    atol: float | None = None,
+    rtol: float | None = None,
     check_dtype: bool = True,
     msg: str = "",
     max_report: int = 5,
@@ -69,7 +67,9 @@ def assert_close(
     """
     prefix = f"{msg}: " if msg else ""
     if actual.shape != expected.shape:
-        raise AssertionError(f"{prefix}shape mismatch: actual {tuple(actual.shape)} vs expected {tuple(expected.shape)}")
+        raise AssertionError(
+            f"{prefix}shape mismatch: actual {tuple(actual.shape)} vs expected {tuple(expected.shape)}"
+        )
     if check_dtype and actual.dtype != expected.dtype:
         raise AssertionError(f"{prefix}dtype mismatch: actual {actual.dtype} vs expected {expected.dtype}")
     tol = tolerance(dtype or expected.dtype)
@@ -80,7 +80,7 @@ def assert_close(
     e = expected.detach().to("cpu", torch.float64)
     nan_a, nan_e = a.isnan(), e.isnan()
     diff = (a - e).abs()
-    both_inf_equal = (a == e)  # equal infinities have nan differences
+    both_inf_equal = a == e  # equal infinities have nan differences
     diff = torch.where(both_inf_equal, torch.zeros_like(diff), diff)
     bad = (diff > atol + rtol * e.abs()) | (nan_a != nan_e) | (diff.isnan() & ~(nan_a & nan_e))
     n_bad = int(bad.sum())

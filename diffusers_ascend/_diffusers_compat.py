@@ -24,7 +24,8 @@ import importlib.metadata
 import inspect
 import re
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = [
     "DIFFUSERS_FLOOR",
@@ -156,11 +157,15 @@ def support_status(version: str | None = None) -> tuple[str, str]:
     v = version or diffusers_version()
     ver = _minor(v)
     if ver is None or ver < DIFFUSERS_FLOOR:
-        return "too old", f"diffusers {v} is older than the supported range (diffusers {supported_range()}): upgrade diffusers."
+        return (
+            "too old",
+            f"diffusers {v} is older than the supported range (diffusers {supported_range()}): upgrade diffusers.",
+        )
     if ver > DIFFUSERS_NEWEST_VERIFIED:
         return "newer than verified", (
             f"diffusers {v} is newer than the newest release verified (diffusers {supported_range()}): its private "
-            "names are checked at enable time, but the suite has not run on it.")
+            "names are checked at enable time, but the suite has not run on it."
+        )
     return "supported", f"diffusers {v} is in the supported range (diffusers {supported_range()})."
 
 
@@ -225,7 +230,9 @@ def check_diffusers() -> None:
         if what not in missing:
             gone = [n for n in names if n not in _parameters(_lookup(PRIVATE_NAMES[what]))]
             if gone:
-                missing[what] = f"the {', '.join(f'`{n}`' for n in gone)} argument of `{PRIVATE_NAMES[what].split(':')[1]}`"
+                missing[what] = (
+                    f"the {', '.join(f'`{n}`' for n in gone)} argument of `{PRIVATE_NAMES[what].split(':')[1]}`"
+                )
     if missing:
         raise _error(", ".join(missing.values()), "diffusers changed its internals")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.abc
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 _lock = threading.Lock()
 _hooks: dict[str, list[Callable]] = {}

@@ -23,7 +23,8 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .benchmarks.registry import multiple_of_16 as _height
 from .benchmarks.registry import positive_int as _positive_int
@@ -69,15 +70,14 @@ def env_info() -> dict[str, Any]:
     import torch
 
     import ascend_kernels
+    from ascend_kernels.npu import mindiesd_unavailable_reason
+    from ascend_kernels.npu.attention import describe as describe_fia
     from ascend_kernels.registry import explain
 
     from . import _diffusers_compat
+    from .attention.npu_fia import fallbacks
     from .compilation._compat import support_status, supported_range, torch_version
     from .config import AscendConfig
-    from ascend_kernels.npu import mindiesd_unavailable_reason
-    from ascend_kernels.npu.attention import describe as describe_fia
-
-    from .attention.npu_fia import fallbacks
     from .platform import platform_info
 
     plat = platform_info()
@@ -99,8 +99,11 @@ def env_info() -> dict[str, Any]:
         "torch_npu_error": plat["torch_npu_error"],
         "cann": _cann_version(),
         # MindIE SD's op plugin imports only on the torch releases it was built for: a reason, not an error.
-        "mindiesd": (f"{_version('mindiesd') or 'installed'}: torch.ops.mindiesd.adaln registered" if mindiesd_why is None
-                     else f"unavailable, because {mindiesd_why}"),
+        "mindiesd": (
+            f"{_version('mindiesd') or 'installed'}: torch.ops.mindiesd.adaln registered"
+            if mindiesd_why is None
+            else f"unavailable, because {mindiesd_why}"
+        ),
         "triton": _version("triton") or _version("triton-ascend"),
         "platform": plat["platform"],
         "platform_overridden": plat["overridden"],
@@ -109,8 +112,9 @@ def env_info() -> dict[str, Any]:
         "auto_fusions": list(cfg.resolved_fusions()),
         "auto_executor": cfg.resolved_executor(),
         "attention_backend": cfg.resolved_attention() or "unchanged (diffusers default)",
-        "attention_with_capture": (cfg.replace(graph_capture="graph_with_compile").resolved_attention()
-                                   or "unchanged (diffusers default)"),
+        "attention_with_capture": (
+            cfg.replace(graph_capture="graph_with_compile").resolved_attention() or "unchanged (diffusers default)"
+        ),
         "npu_fia": describe_fia(),
         "npu_fia_fallbacks": fallbacks(),
         "graph_capture_supported": plat["graph_capture_supported"],
@@ -123,11 +127,15 @@ def _cmd_env(args) -> int:
 
     info = env_info()
     rows = [(k, v if not isinstance(v, dict) else "") for k, v in info.items()]
-    text = "\n".join(f"{k:<24}{'-' if v is None else v}" for k, v in rows
-                     if k not in ("providers", "provider_reasons", "npu_fia_fallbacks"))
+    text = "\n".join(
+        f"{k:<24}{'-' if v is None else v}"
+        for k, v in rows
+        if k not in ("providers", "provider_reasons", "npu_fia_fallbacks")
+    )
     if info["npu_fia_fallbacks"]:
         text += "\nnpu_fia calls FIA could not take (reason -> fallback: calls):\n" + "\n".join(
-            f"  {why}: {n}" for why, n in info["npu_fia_fallbacks"].items())
+            f"  {why}: {n}" for why, n in info["npu_fia_fallbacks"].items()
+        )
     text += "\nproviders (op -> provider a typical call uses here: why):\n" + "\n".join(
         f"  {op:<22}{p:<8}{info['provider_reasons'][op]}" for op, p in info["providers"].items()
     )
@@ -205,16 +213,33 @@ def _real(model_id: str, device: str, height: int, steps: int, prompt: str):
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
     pipe = DiffusionPipeline.from_pretrained(model_id, torch_dtype=dtype, ascend_config=False).to(device)
     out_attr = "frames" if "Wan" in type(pipe).__name__ else "images"
-    gen = lambda: torch.Generator("cpu").manual_seed(0)  # noqa: E731
-    inputs = lambda: dict(prompt=prompt, height=height, width=height, num_inference_steps=steps,  # noqa: E731
-                          generator=gen(), output_type="pt")
+
+    def inputs():
+        return dict(
+            prompt=prompt,
+            height=height,
+            width=height,
+            num_inference_steps=steps,
+            generator=torch.Generator("cpu").manual_seed(0),
+            output_type="pt",
+        )
+
     return pipe, inputs, out_attr, {"torch_dtype": dtype}
 
 
-def run_demo(model: str = "flux", model_id: str | None = None, device: str = "cpu", fusions: Any = "all",
-             executor: str = "auto", height: int | None = None, steps: int = 2, repeats: int = 3,
-             prompt: str = "a photo of an astronaut riding a horse", progress: bool = True,
-             save_dir: str | os.PathLike | None = None) -> dict[str, Any]:
+def run_demo(
+    model: str = "flux",
+    model_id: str | None = None,
+    device: str = "cpu",
+    fusions: Any = "all",
+    executor: str = "auto",
+    height: int | None = None,
+    steps: int = 2,
+    repeats: int = 3,
+    prompt: str = "a photo of an astronaut riding a horse",
+    progress: bool = True,
+    save_dir: str | os.PathLike | None = None,
+) -> dict[str, Any]:
     """Runs a pipeline eager and with `enable_ascend_compile`, then saves, reloads and compares.
 
     Args:
@@ -255,8 +280,7 @@ def run_demo(model: str = "flux", model_id: str | None = None, device: str = "cp
 
         save_dir = check_out_dir(save_dir)
     with _quiet_libraries():
-        return _run_demo(model, model_id, device, fusions, executor, height, steps, repeats, prompt, progress,
-                         save_dir)
+        return _run_demo(model, model_id, device, fusions, executor, height, steps, repeats, prompt, progress, save_dir)
 
 
 def _enabled_config(pipe) -> Any:
@@ -306,8 +330,11 @@ def _run_demo(model, model_id, device, fusions, executor, height, steps, repeats
     diff = (out.float() - ref.float()).abs().max().item()
     config = _enabled_config(pipe)
     with contextlib.ExitStack() as stack:
-        folder = save_dir if save_dir is not None else stack.enter_context(
-            tempfile.TemporaryDirectory(prefix="diffusers-ascend-demo-"))
+        folder = (
+            save_dir
+            if save_dir is not None
+            else stack.enter_context(tempfile.TemporaryDirectory(prefix="diffusers-ascend-demo-"))
+        )
         pipe.save_pretrained(folder)
         stage("saved")
         loaded = type(pipe).from_pretrained(folder, **reload_kwargs)
@@ -316,8 +343,9 @@ def _run_demo(model, model_id, device, fusions, executor, height, steps, repeats
     per_block = []
     for g in report.graphs:
         label = g.name.split(":")[0]
-        per_block.append({"block": label, "graph": g.name, **g.matches, "ops_before": g.ops_before,
-                          "ops_after": g.ops_after})
+        per_block.append(
+            {"block": label, "graph": g.name, **g.matches, "ops_before": g.ops_before, "ops_after": g.ops_after}
+        )
     stage("done")
     stages.close()
     return {
@@ -350,29 +378,43 @@ def _table(rows: list[dict[str, Any]]) -> str:
 
 
 def _cmd_demo(args) -> int:
-    result = run_demo(model=args.model, model_id=args.model_id, device=args.device, fusions=args.fusions,
-                      executor=args.executor, height=args.height, steps=args.steps, repeats=args.repeats,
-                      progress=not args.json, save_dir=args.save_dir)
+    result = run_demo(
+        model=args.model,
+        model_id=args.model_id,
+        device=args.device,
+        fusions=args.fusions,
+        executor=args.executor,
+        height=args.height,
+        steps=args.steps,
+        repeats=args.repeats,
+        progress=not args.json,
+        save_dir=args.save_dir,
+    )
     r = result
-    text = "\n".join([
-        f"model: {r['model']}   fusions: {r['config']['fusions']}   executor: {args.executor}",
-        "",
-        "fusion report per compiled block class (pattern matches; ops = operator calls in the graph the backend",
-        "receives, i.e. after the layer swaps, before/after its passes):",
-        _table(r["per_block"]),
-        f"layer swaps (fused modules swapped in before compiling): {r['swaps'] or 'none'}",
-        "",
-        f"compile (first accelerated call): {r['compile_s']:.2f} s",
-        f"steady-state latency: eager {r['eager_s'] * 1e3:.1f} ms, accelerated {r['accelerated_s'] * 1e3:.1f} ms "
-        f"({r['eager_s'] / r['accelerated_s']:.2f}x)"
-        + ("  [on CPU the fused ops run their PyTorch reference composites: the speed-up needs NPU kernels]"
-           if r["platform"] == "cpu" else ""),
-        f"max |accelerated - eager|: {r['max_abs_diff']:.2e}",
-        f"saved + reloaded: config round-tripped {'OK' if r['round_trip_ok'] else 'MISMATCH'}: {json.dumps(r['reloaded_config'])}",
-        f"saved to {r['saved_to']}" + (" (kept)" if r["kept"] else
-                                         " (a temporary folder, now removed; --save-dir DIR keeps it)"),
-        f"reloaded with: {r['reload']}",
-    ])
+    text = "\n".join(
+        [
+            f"model: {r['model']}   fusions: {r['config']['fusions']}   executor: {args.executor}",
+            "",
+            "fusion report per compiled block class (pattern matches; ops = operator calls in the graph the backend",
+            "receives, i.e. after the layer swaps, before/after its passes):",
+            _table(r["per_block"]),
+            f"layer swaps (fused modules swapped in before compiling): {r['swaps'] or 'none'}",
+            "",
+            f"compile (first accelerated call): {r['compile_s']:.2f} s",
+            f"steady-state latency: eager {r['eager_s'] * 1e3:.1f} ms, accelerated {r['accelerated_s'] * 1e3:.1f} ms "
+            f"({r['eager_s'] / r['accelerated_s']:.2f}x)"
+            + (
+                "  [on CPU the fused ops run their PyTorch reference composites: the speed-up needs NPU kernels]"
+                if r["platform"] == "cpu"
+                else ""
+            ),
+            f"max |accelerated - eager|: {r['max_abs_diff']:.2e}",
+            f"saved + reloaded: config round-tripped {'OK' if r['round_trip_ok'] else 'MISMATCH'}: {json.dumps(r['reloaded_config'])}",
+            f"saved to {r['saved_to']}"
+            + (" (kept)" if r["kept"] else " (a temporary folder, now removed; --save-dir DIR keeps it)"),
+            f"reloaded with: {r['reload']}",
+        ]
+    )
     _print(result, args.json, text)
     return 0 if r["round_trip_ok"] else 1
 
@@ -391,8 +433,10 @@ def _cmd_bench(args) -> int:
     command = getattr(args, "bench_command", None)  # None: the suite
     if (REGISTRY[command].plots if command else True) and importlib.util.find_spec("matplotlib") is None:
         # checked before minutes of benchmarking
-        raise ImportError(f"diffusers-ascend bench{' ' + command if command else ''} writes a PNG plot and needs "
-                          "matplotlib: pip install 'diffusers-ascend[bench]'")
+        raise ImportError(
+            f"diffusers-ascend bench{' ' + command if command else ''} writes a PNG plot and needs "
+            "matplotlib: pip install 'diffusers-ascend[bench]'"
+        )
     if command is not None:
         return importlib.import_module(f"{__package__}.benchmarks.{REGISTRY[command].module}").cli(args)
 
@@ -408,8 +452,10 @@ def _cmd_bench(args) -> int:
 
 
 # -- config --------------------------------------------------------------------------------------
-_EXPECTED = ("an ascend_config.json (AscendConfig fields), or a model's config.json / a pipeline's model_index.json "
-             "holding the settings enable_ascend_compile saved (`_ascend_config`)")
+_EXPECTED = (
+    "an ascend_config.json (AscendConfig fields), or a model's config.json / a pipeline's model_index.json "
+    "holding the settings enable_ascend_compile saved (`_ascend_config`)"
+)
 
 
 class _NoSettings(ValueError):
@@ -431,18 +477,23 @@ def _config_in_file(path: str):
     if ASCEND_CONFIG_KEY in data:
         saved = data[ASCEND_CONFIG_KEY]
         if saved is None or saved == {}:
-            raise _NoSettings(f"{path} holds no saved ascend settings (`{ASCEND_CONFIG_KEY}` is {json.dumps(saved)}: "
-                             "acceleration was disabled before saving)")
+            raise _NoSettings(
+                f"{path} holds no saved ascend settings (`{ASCEND_CONFIG_KEY}` is {json.dumps(saved)}: "
+                "acceleration was disabled before saving)"
+            )
         return AscendConfig.from_dict(saved, source=f"`{ASCEND_CONFIG_KEY}` in {path}")
     if is_diffusers_config(data):
-        raise _NoSettings(f"{path} is a diffusers config without saved ascend settings (no `{ASCEND_CONFIG_KEY}` "
-                         "key: it was saved without enable_ascend_compile); expected " + _EXPECTED)
+        raise _NoSettings(
+            f"{path} is a diffusers config without saved ascend settings (no `{ASCEND_CONFIG_KEY}` "
+            "key: it was saved without enable_ascend_compile); expected " + _EXPECTED
+        )
     known = {f.name for f in fields(AscendConfig)} | {"version", "diffusers_ascend_version"}
     if not set(data) & known:
         keys = sorted(map(str, data))
-        raise _NoSettings(f"{path} holds neither an ascend config nor saved ascend settings (its keys: "
-                         f"{', '.join(keys[:8]) + (', ...' if len(keys) > 8 else '') or 'none'}); expected "
-                         + _EXPECTED)
+        raise _NoSettings(
+            f"{path} holds neither an ascend config nor saved ascend settings (its keys: "
+            f"{', '.join(keys[:8]) + (', ...' if len(keys) > 8 else '') or 'none'}); expected " + _EXPECTED
+        )
     return AscendConfig.from_dict(data, source=path)
 
 
@@ -463,8 +514,10 @@ def _load_config(source: str | None):
                     return _config_in_file(path)
                 except _NoSettings:
                     continue
-        raise ValueError(f"{source} holds no ascend settings: looked for {CONFIG_NAME}, and `_ascend_config` in "
-                         "config.json, transformer/config.json and model_index.json")
+        raise ValueError(
+            f"{source} holds no ascend settings: looked for {CONFIG_NAME}, and `_ascend_config` in "
+            "config.json, transformer/config.json and model_index.json"
+        )
     return AscendConfig.from_pretrained(source)
 
 
@@ -476,8 +529,12 @@ def _cmd_config(args) -> int:
 
     if args.action == "show":
         cfg = _load_config(args.source)
-        info = {"config": cfg.to_dict(), "resolved_fusions": list(cfg.resolved_fusions()),
-                "resolved_executor": cfg.resolved_executor(), "cache_key": cfg.cache_key()}
+        info = {
+            "config": cfg.to_dict(),
+            "resolved_fusions": list(cfg.resolved_fusions()),
+            "resolved_executor": cfg.resolved_executor(),
+            "cache_key": cfg.cache_key(),
+        }
         text = cfg.to_json_string() + (
             f"\non this machine: fusions {list(cfg.resolved_fusions())}, executor {cfg.resolved_executor()!r}"
         )
@@ -495,8 +552,11 @@ def _cmd_config(args) -> int:
                 print(f"invalid: {args.file}: {e}", file=sys.stderr)
             return 1
         notes = [str(w.message).removeprefix(PREFIX) for w in caught]  # under our own "warning:" label
-        _print({"valid": True, "config": cfg.to_dict(), "warnings": notes}, args.json,
-               "\n".join([f"valid: {args.file}", *(f"  warning: {n}" for n in notes)]))
+        _print(
+            {"valid": True, "config": cfg.to_dict(), "warnings": notes},
+            args.json,
+            "\n".join([f"valid: {args.file}", *(f"  warning: {n}" for n in notes)]),
+        )
         return 0
     if args.action == "push":
         cfg = _load_config(args.dir)
@@ -546,10 +606,18 @@ def _cache_files(args) -> int:
         _print({"repo_id": args.repo_id, "url": str(url)}, args.json, f"pushed {args.dir} to {args.repo_id}: {url}")
         return 0
     if args.action == "pull":
-        manifest = warm_start.pull_ascend_cache(args.repo_id, args.dir,
-                                                trust_remote_artifacts=args.trust_remote_artifacts,
-                                                revision=args.revision, token=args.token)
-        _print({"path": args.dir, "manifest": manifest}, args.json, f"saved {args.repo_id}'s compile artifacts to {args.dir}")
+        manifest = warm_start.pull_ascend_cache(
+            args.repo_id,
+            args.dir,
+            trust_remote_artifacts=args.trust_remote_artifacts,
+            revision=args.revision,
+            token=args.token,
+        )
+        _print(
+            {"path": args.dir, "manifest": manifest},
+            args.json,
+            f"saved {args.repo_id}'s compile artifacts to {args.dir}",
+        )
         return 0
     raise AssertionError(args.action)
 
@@ -564,12 +632,16 @@ def _size(n: int) -> str:
 
 def _cache_info_text(where: str, info: dict[str, Any]) -> str:
     """A few lines of `warm_start.cache_info`: what, where, built with what, sizes, packages, fit."""
-    lines = [f"compile artifacts at {where}: manifest format {info['format']}"
-             + (f" ({info['mechanism']})" if "mechanism" in info else "")]
+    lines = [
+        f"compile artifacts at {where}: manifest format {info['format']}"
+        + (f" ({info['mechanism']})" if "mechanism" in info else "")
+    ]
     if "torch" in info:
-        lines.append(f"built by diffusers-ascend {info['diffusers_ascend']} with torch {info['torch']}, Python "
-                     f"{info['python']}, for {info['platform']} on {info['machine']} (device {info['device']}), "
-                     f"executor {info['executor']}")
+        lines.append(
+            f"built by diffusers-ascend {info['diffusers_ascend']} with torch {info['torch']}, Python "
+            f"{info['python']}, for {info['platform']} on {info['machine']} (device {info['device']}), "
+            f"executor {info['executor']}"
+        )
         files = info["files"]
         lines.append(f"files ({len(files)}, {_size(sum(f['size'] for f in files.values()))} in all):")
         width = max(map(len, files))
@@ -577,8 +649,9 @@ def _cache_info_text(where: str, info: dict[str, Any]) -> str:
         lines.append(f"block packages (AOTInductor, one per block class and call shape): {len(info['blocks'])}")
         for b in info["blocks"]:
             fused = ", ".join(f"{k} {n}" for k, n in b["matches"].items() if n) or "none"
-            lines.append(f"  {b['model']}.{b['class']}  {b['file']}  ops {b['ops_before']} -> {b['ops_after']}, "
-                         f"fusions: {fused}")
+            lines.append(
+                f"  {b['model']}.{b['class']}  {b['file']}  ops {b['ops_before']} -> {b['ops_after']}, fusions: {fused}"
+            )
     else:
         lines.append(f"written by diffusers-ascend {info['diffusers_ascend']}")
     if info["matches_here"]:
@@ -602,21 +675,33 @@ def _cache_run(args) -> int:
     pipe.set_progress_bar_config(disable=True)
     source = args.source if args.action == "load" else None
     start = time.perf_counter()
-    enable_ascend_compile(pipe, fusions=args.fusions, executor="inductor", cache=source,
-                          trust_remote_artifacts=getattr(args, "trust_remote_artifacts", False))
+    enable_ascend_compile(
+        pipe,
+        fusions=args.fusions,
+        executor="inductor",
+        cache=source,
+        trust_remote_artifacts=getattr(args, "trust_remote_artifacts", False),
+    )
     with _quiet_libraries(), torch.no_grad():
         pipe(**inputs())
-    info = {"first_call_s": round(time.perf_counter() - start, 3), **compile_cache_counters(),
-            **{f"package_{k}": v for k, v in package_counters(pipe).items()}}
+    info = {
+        "first_call_s": round(time.perf_counter() - start, 3),
+        **compile_cache_counters(),
+        **{f"package_{k}": v for k, v in package_counters(pipe).items()},
+    }
     if args.action == "save":
         info["manifest"] = save_ascend_cache(pipe, args.dir)
-        text = (f"compiled in {info['first_call_s']} s; saved the artifacts ({len(info['manifest']['blocks'])} block "
-                f"packages) to {args.dir}")
+        text = (
+            f"compiled in {info['first_call_s']} s; saved the artifacts ({len(info['manifest']['blocks'])} block "
+            f"packages) to {args.dir}"
+        )
     else:
-        text = (f"first call {info['first_call_s']} s; {info['package_packages']} block packages ran "
-                f"{info['package_calls']} calls ({info['package_passed_on']} passed on to the compiler); "
-                f"AOTAutograd cache {info['autograd_cache_hit']} hits / {info['autograd_cache_miss']} misses, "
-                f"FX graph cache {info['fxgraph_cache_hit']} hits / {info['fxgraph_cache_miss']} misses")
+        text = (
+            f"first call {info['first_call_s']} s; {info['package_packages']} block packages ran "
+            f"{info['package_calls']} calls ({info['package_passed_on']} passed on to the compiler); "
+            f"AOTAutograd cache {info['autograd_cache_hit']} hits / {info['autograd_cache_miss']} misses, "
+            f"FX graph cache {info['fxgraph_cache_hit']} hits / {info['fxgraph_cache_miss']} misses"
+        )
     _print(info, args.json, text)
     return 0
 
@@ -635,7 +720,9 @@ def _fusions(text: str):
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``diffusers-ascend`` (exposed for tests and docs)."""
-    parser = argparse.ArgumentParser(prog="diffusers-ascend", description="Run diffusers pipelines fast on Ascend NPUs.")
+    parser = argparse.ArgumentParser(
+        prog="diffusers-ascend", description="Run diffusers pipelines fast on Ascend NPUs."
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="{env,demo,bench,config,cache}")
 
     def add(name, help_, func, json_flag=True):
@@ -651,35 +738,64 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--model", choices=("flux", "wan"), default="flux", help="embedded tiny pipeline (default flux)")
     demo.add_argument("--model-id", help="Hub id or folder with real weights instead of the tiny pipeline")
     demo.add_argument("--device", choices=PLATFORMS, default="cpu", help="device for --model-id")
-    demo.add_argument("--fusions", type=_fusions, default="all",
-                      help="auto | all | none | comma-separated names (default all)")
-    demo.add_argument("--executor", choices=("auto", "eager", "inductor"), default="eager",
-                      help="eager: rewritten graph op by op (fast to compile; NPU default); auto: per platform")
-    demo.add_argument("--height", type=_height,
-                      help="image height and width in pixels, a multiple of 16 (default 32 tiny, 512 with --model-id)")
+    demo.add_argument(
+        "--fusions", type=_fusions, default="all", help="auto | all | none | comma-separated names (default all)"
+    )
+    demo.add_argument(
+        "--executor",
+        choices=("auto", "eager", "inductor"),
+        default="eager",
+        help="eager: rewritten graph op by op (fast to compile; NPU default); auto: per platform",
+    )
+    demo.add_argument(
+        "--height",
+        type=_height,
+        help="image height and width in pixels, a multiple of 16 (default 32 tiny, 512 with --model-id)",
+    )
     demo.add_argument("--steps", type=_positive_int, default=2, help="denoising steps per call (default 2)")
-    demo.add_argument("--repeats", type=_positive_int, default=3, help="timed calls per variant, median reported (default 3)")
-    demo.add_argument("--save-dir", metavar="DIR",
-                      help="save the accelerated pipeline here and keep it (default: a temporary folder, removed)")
+    demo.add_argument(
+        "--repeats", type=_positive_int, default=3, help="timed calls per variant, median reported (default 3)"
+    )
+    demo.add_argument(
+        "--save-dir",
+        metavar="DIR",
+        help="save the accelerated pipeline here and keep it (default: a temporary folder, removed)",
+    )
 
     bench = add("bench", "run the benchmarks; write results.json, results.md and results.png", _cmd_bench)
-    bench.add_argument("--only", nargs="+", metavar="NAME",
-                       help=f"benchmarks to run, of {', '.join(_suite_names())} (default: all)")
+    bench.add_argument(
+        "--only", nargs="+", metavar="NAME", help=f"benchmarks to run, of {', '.join(_suite_names())} (default: all)"
+    )
     bench.add_argument("--size", default="small", help="problem size: tiny (seconds) or small (default)")
     bench.add_argument("--out", default="bench-results", help="output folder (default bench-results)")
-    bench.add_argument("--executors", nargs="+", choices=("eager", "inductor"),
-                       help="compile_time: the executors measured (default: the size's preset)")
+    bench.add_argument(
+        "--executors",
+        nargs="+",
+        choices=("eager", "inductor"),
+        help="compile_time: the executors measured (default: the size's preset)",
+    )
     _add_bench_parsers(bench)
 
     config = add("config", "show, validate, push or pull an ascend_config.json", _cmd_config, json_flag=False)
     actions = config.add_subparsers(dest="action", required=True, metavar="{show,validate,push,pull}")
-    show = actions.add_parser("show", help="print a config (defaults, a JSON file, a folder or a Hub repo) and what it resolves to here")
-    show.add_argument("source", nargs="?", help="ascend_config.json, a saved model's config.json or model_index.json, "
-                                                "a saved pipeline/model folder, or a Hub repo id")
-    validate = actions.add_parser("validate", help="check a config (as `show` takes it); exit 1 with the reason if invalid")
-    validate.add_argument("file", metavar="source",
-                          help="ascend_config.json, a saved model's config.json or model_index.json, a saved "
-                               "pipeline/model folder, or a Hub repo id")
+    show = actions.add_parser(
+        "show", help="print a config (defaults, a JSON file, a folder or a Hub repo) and what it resolves to here"
+    )
+    show.add_argument(
+        "source",
+        nargs="?",
+        help="ascend_config.json, a saved model's config.json or model_index.json, "
+        "a saved pipeline/model folder, or a Hub repo id",
+    )
+    validate = actions.add_parser(
+        "validate", help="check a config (as `show` takes it); exit 1 with the reason if invalid"
+    )
+    validate.add_argument(
+        "file",
+        metavar="source",
+        help="ascend_config.json, a saved model's config.json or model_index.json, a saved "
+        "pipeline/model folder, or a Hub repo id",
+    )
     push = actions.add_parser("push", help="upload the config of DIR to a Hub repo")
     push.add_argument("dir")
     push.add_argument("repo_id")
@@ -707,21 +823,33 @@ def _add_bench_parsers(bench) -> None:
     from .benchmarks.registry import REGISTRY
 
     commands = [b for b in REGISTRY.values() if b.function is None]
-    sub = bench.add_subparsers(dest="bench_command", metavar="{%s}" % ",".join(b.name for b in commands))
+    sub = bench.add_subparsers(dest="bench_command", metavar="{" + ",".join(b.name for b in commands) + "}")
     for b in commands:
         b.arguments(sub.add_parser(b.name, help=b.help, description=b.description or b.help))
 
 
 def _add_cache_parser(add) -> None:
-    cache = add("cache", "save, load, push, pull or inspect compile artifacts (warm start, docs/warm-start.md)",
-                _cmd_cache, json_flag=False)
+    cache = add(
+        "cache",
+        "save, load, push, pull or inspect compile artifacts (warm start, docs/warm-start.md)",
+        _cmd_cache,
+        json_flag=False,
+    )
     actions = cache.add_subparsers(dest="action", required=True, metavar="{save,load,push,pull,info}")
-    save = actions.add_parser("save", help="compile a pipeline (tiny, or --model-id) once with executor=inductor and save its artifacts to DIR")
+    save = actions.add_parser(
+        "save",
+        help="compile a pipeline (tiny, or --model-id) once with executor=inductor and save its artifacts to DIR",
+    )
     save.add_argument("dir")
-    load = actions.add_parser("load", help="run a pipeline once with the artifacts of SOURCE (folder or Hub repo) and report the cache hits")
+    load = actions.add_parser(
+        "load", help="run a pipeline once with the artifacts of SOURCE (folder or Hub repo) and report the cache hits"
+    )
     load.add_argument("source")
-    load.add_argument("--trust-remote-artifacts", action="store_true",
-                      help="allow a Hub repo: its artifacts contain compiled code that runs in this process")
+    load.add_argument(
+        "--trust-remote-artifacts",
+        action="store_true",
+        help="allow a Hub repo: its artifacts contain compiled code that runs in this process",
+    )
     for p in (save, load):
         p.add_argument("--model", choices=("flux", "wan"), default="flux", help="embedded tiny pipeline (default flux)")
         p.add_argument("--model-id", help="Hub id or folder with real weights instead of the tiny pipeline")
@@ -736,9 +864,12 @@ def _add_cache_parser(add) -> None:
     pull = actions.add_parser("pull", help="download a Hub repo's artifacts into DIR (needs --trust-remote-artifacts)")
     pull.add_argument("repo_id")
     pull.add_argument("dir")
-    pull.add_argument("--trust-remote-artifacts", action="store_true",
-                      help="required: the artifacts contain compiled code")
-    info = actions.add_parser("info", help="print the manifest of a folder or Hub repo and whether it fits this machine")
+    pull.add_argument(
+        "--trust-remote-artifacts", action="store_true", help="required: the artifacts contain compiled code"
+    )
+    info = actions.add_parser(
+        "info", help="print the manifest of a folder or Hub repo and whether it fits this machine"
+    )
     info.add_argument("source")
     for p in (pull, info):
         p.add_argument("--revision")

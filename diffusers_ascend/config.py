@@ -9,11 +9,12 @@ import hashlib
 import json
 import os
 import types
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from .errors import warn
-from .fusions import FUSIONS, FUSION_TO_OP, default_fusions
+from .fusions import FUSION_TO_OP, FUSIONS, default_fusions
 
 __all__ = [
     "AscendConfig",
@@ -50,14 +51,23 @@ CACHE_KEY_EXCLUDED = ("graph_log_dir",)
 # Caps on what a loaded (not code-built) config may set: field -> (cap, what more would cost).
 MAX_LOADED_RECOMPILE_LIMIT = 64
 MAX_LOADED_CAPTURED_GRAPHS = 32
-LOADED_CAPS = types.MappingProxyType({
-    "recompile_limit": (MAX_LOADED_RECOMPILE_LIMIT, "dynamo keeps the limit process-wide"),
-    "max_captured_graphs": (MAX_LOADED_CAPTURED_GRAPHS, "each one holds device memory"),
-})
+LOADED_CAPS = types.MappingProxyType(
+    {
+        "recompile_limit": (MAX_LOADED_RECOMPILE_LIMIT, "dynamo keeps the limit process-wide"),
+        "max_captured_graphs": (MAX_LOADED_CAPTURED_GRAPHS, "each one holds device memory"),
+    }
+)
 MAX_CONFIG_BYTES = 1 << 20  # an ascend_config.json is about 500 bytes
 _MAX_DEPTH = 8  # an ascend config is an object of scalars and one list (depth 2)
-_JSON_TYPE = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean",
-              type(None): "null"}
+_JSON_TYPE = {
+    dict: "object",
+    list: "array",
+    str: "string",
+    int: "number",
+    float: "number",
+    bool: "boolean",
+    type(None): "null",
+}
 
 
 def _closest(name: str, choices) -> str:
@@ -80,8 +90,10 @@ def _normalize_fusions(value: Any) -> str | tuple[str, ...]:
         keywords = [n for n in names if n in _FUSION_KEYWORDS]
         if keywords or not all(names):
             why = f"{keywords[0]!r} is a keyword, not a fusion name" if keywords else "it has an empty name"
-            raise ValueError(f"fusions={_short(value)} is invalid: {why}; a comma-separated string holds fusion names "
-                             f"only, of {list(FUSIONS)} (or pass 'auto', 'all' or 'none' alone).")
+            raise ValueError(
+                f"fusions={_short(value)} is invalid: {why}; a comma-separated string holds fusion names "
+                f"only, of {list(FUSIONS)} (or pass 'auto', 'all' or 'none' alone)."
+            )
         value = names
     if isinstance(value, str):
         if value in _FUSION_KEYWORDS:
@@ -122,7 +134,9 @@ def _attention_backends() -> tuple[str, ...]:
 
 def _check_attention(value: Any) -> str | None:
     if value is not None and not isinstance(value, str):
-        raise TypeError(f"attention must be 'auto', None, 'npu_fia' or a diffusers attention backend name, got {value!r}")
+        raise TypeError(
+            f"attention must be 'auto', None, 'npu_fia' or a diffusers attention backend name, got {value!r}"
+        )
     if value not in (None, "auto"):
         valid = _attention_backends()
         if value not in valid:
@@ -424,7 +438,7 @@ class AscendConfig:
 
         return auto_attention(_platform(platform), graph_capture=self.graph_capture, ring=ring, dtype=dtype)
 
-    def replace(self, **overrides: Any) -> "AscendConfig":
+    def replace(self, **overrides: Any) -> AscendConfig:
         """A validated copy with ``overrides`` applied; ``self`` is unchanged.
 
         Raises:
@@ -437,7 +451,7 @@ class AscendConfig:
         return dataclasses.replace(self, **overrides)
 
     @classmethod
-    def coerce(cls, obj: Any = None, **overrides: Any) -> "AscendConfig":
+    def coerce(cls, obj: Any = None, **overrides: Any) -> AscendConfig:
         """Turns what users pass as ``config=`` into an `AscendConfig`, then applies ``overrides``.
 
         Args:
@@ -485,7 +499,7 @@ class AscendConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], *, source: str | None = None) -> "AscendConfig":
+    def from_dict(cls, d: Mapping[str, Any], *, source: str | None = None) -> AscendConfig:
         """Builds a validated config from loaded data (e.g. `to_dict` output), never mutating ``d``.
 
         Warns and drops unknown keys and `LOCAL_FIELDS`; a newer ``version`` warns and loads the
@@ -512,7 +526,9 @@ class AscendConfig:
         if not isinstance(d, Mapping):
             if source is None:
                 raise TypeError(f"from_dict expects a dict, got {type(d).__name__}")
-            raise ValueError(f"it holds a JSON {_JSON_TYPE.get(type(d), type(d).__name__)}, expected an object of AscendConfig fields")
+            raise ValueError(
+                f"it holds a JSON {_JSON_TYPE.get(type(d), type(d).__name__)}, expected an object of AscendConfig fields"
+            )
         _check_depth(d)
         version = d.get("version", CONFIG_VERSION)
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
@@ -556,7 +572,7 @@ class AscendConfig:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
     @classmethod
-    def from_json_file(cls, path: str | os.PathLike) -> "AscendConfig":
+    def from_json_file(cls, path: str | os.PathLike) -> AscendConfig:
         """Reads an ``ascend_config.json``.
 
         Raises:
@@ -609,7 +625,7 @@ class AscendConfig:
         local_files_only: bool | None = None,
         token: str | bool | None = None,
         subfolder: str | None = None,
-    ) -> "AscendConfig":
+    ) -> AscendConfig:
         """Loads ``ascend_config.json`` from a local directory, a path to the file, or a Hub repo.
 
         Raises:
@@ -721,7 +737,9 @@ def read_json_object(path: str, what: str = "a JSON object") -> dict[str, Any]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(f"{path} is not UTF-8 text (byte {raw[e.start]:#04x} at offset {e.start}); expected {what}") from None
+        raise ValueError(
+            f"{path} is not UTF-8 text (byte {raw[e.start]:#04x} at offset {e.start}); expected {what}"
+        ) from None
 
     def no_constant(name):
         raise ValueError(f"{name} is not a JSON number")

@@ -76,8 +76,11 @@ def resolve_config_file(
         where = f"{local}/{subfolder + '/' if subfolder else ''}{filename}" + (f"@{revision}" if revision else "")
         offline = " (offline: HF_HUB_OFFLINE or local_files_only)" if _offline(local_files_only) else ""
         head = local.split("/")[0]
-        hint = (f" ({head!r} is a local folder: if you meant a path in it, {local!r} does not exist)"
-                if "/" in local and os.path.isdir(head) else "")
+        hint = (
+            f" ({head!r} is a local folder: if you meant a path in it, {local!r} does not exist)"
+            if "/" in local and os.path.isdir(head)
+            else ""
+        )
         raise AscendConfigNotFoundError(
             f"could not find {filename}: {local!r} is not a local directory or file, and downloading "
             f"{where} from the Hub failed{offline}: {type(e).__name__}: {e}{hint}"
@@ -143,7 +146,7 @@ def upload_files(
     api = HfApi(token=token)
     api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
     if len(files) == 1:
-        (path_in_repo, content), = files.items()
+        ((path_in_repo, content),) = files.items()
         return api.upload_file(
             path_or_fileobj=content,
             path_in_repo=path_in_repo,
@@ -154,5 +157,11 @@ def upload_files(
             create_pr=create_pr,
         )
     ops = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=content) for name, content in files.items()]
-    return api.create_commit(repo_id=repo_id, operations=ops, repo_type="model", revision=revision,
-                             commit_message=commit_message or f"Upload {len(ops)} files", create_pr=create_pr)
+    return api.create_commit(
+        repo_id=repo_id,
+        operations=ops,
+        repo_type="model",
+        revision=revision,
+        commit_message=commit_message or f"Upload {len(ops)} files",
+        create_pr=create_pr,
+    )

@@ -7,11 +7,10 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 import torch
-import torch.nn.functional as F
 from diffusers.models import activations, normalization
 
 __all__ = [
@@ -127,13 +126,26 @@ def _is_tanh(obj) -> bool:
 # The model-independent swaps, tried in this order (family swaps are declared by their adapters).
 SWAPS: tuple[Swap, ...] = (
     Swap("rms_norm", "RMSNorm", lambda: FusedRMSNorm, applies=lambda m: isinstance(m, torch.nn.RMSNorm)),
-    Swap("gelu_tanh", "GELU", lambda: FusedTorchGELU, applies=lambda m: isinstance(m, torch.nn.GELU) and _is_tanh(m),
-         fast_target=lambda: FastTorchGELU),
-    Swap("gelu_tanh", "GELU", lambda: FusedGELU,
-         applies=lambda m: type(m).__module__ == "diffusers.models.activations" and _is_tanh(m),
-         fast_target=lambda: FastGELU),
-    Swap("rms_norm", "RMSNorm", lambda: FusedDiffusersRMSNorm,
-         applies=lambda m: type(m).__module__ == "diffusers.models.normalization"),
+    Swap(
+        "gelu_tanh",
+        "GELU",
+        lambda: FusedTorchGELU,
+        applies=lambda m: isinstance(m, torch.nn.GELU) and _is_tanh(m),
+        fast_target=lambda: FastTorchGELU,
+    ),
+    Swap(
+        "gelu_tanh",
+        "GELU",
+        lambda: FusedGELU,
+        applies=lambda m: type(m).__module__ == "diffusers.models.activations" and _is_tanh(m),
+        fast_target=lambda: FastGELU,
+    ),
+    Swap(
+        "rms_norm",
+        "RMSNorm",
+        lambda: FusedDiffusersRMSNorm,
+        applies=lambda m: type(m).__module__ == "diffusers.models.normalization",
+    ),
 )
 
 
@@ -145,9 +157,12 @@ def _targets(model: torch.nn.Module) -> Iterable[object]:
             yield processor
 
 
-def apply_swaps(model: torch.nn.Module, fusions: Iterable[str],
-                skipped: list[tuple[str, str, str]] | None = None,
-                extra: Iterable[Swap] = ()) -> tuple[list[tuple[object, type]], dict[str, int]]:
+def apply_swaps(
+    model: torch.nn.Module,
+    fusions: Iterable[str],
+    skipped: list[tuple[str, str, str]] | None = None,
+    extra: Iterable[Swap] = (),
+) -> tuple[list[tuple[object, type]], dict[str, int]]:
     """Swaps the fused classes into `model` for every enabled fusion that has a swap: `SWAPS`,
     then `extra`, matched by exact class name.
 

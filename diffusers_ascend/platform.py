@@ -8,8 +8,13 @@ import contextvars
 import functools
 import importlib.util
 import os
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only: torch is imported where it is used (nothing heavy at import)
+    import torch
 
 __all__ = [
     "PLATFORMS",
@@ -114,8 +119,13 @@ def platform_info() -> dict[str, Any]:
     }
 
 
-def auto_attention(platform: str | None = None, *, graph_capture: str | None = None, ring: bool = False,
-                   dtype: torch.dtype | None = None) -> str | None:
+def auto_attention(
+    platform: str | None = None,
+    *,
+    graph_capture: str | None = None,
+    ring: bool = False,
+    dtype: torch.dtype | None = None,
+) -> str | None:
     """The attention backend ``attention="auto"`` picks (None: the model's own is kept).
 
     On NPU ``"npu_fia"`` for ring attention (which needs the log-sum-exp only FIA returns); for a
@@ -180,11 +190,15 @@ def capture_blocked(platform: str | None = None) -> str | None:
     from ascend_kernels.npu import probe
 
     if os.environ.get("TASK_QUEUE_ENABLE", "").strip() == "2":
-        return ("TASK_QUEUE_ENABLE=2, which torch_npu refuses during NPU graph capture; export TASK_QUEUE_ENABLE=1 "
-                "(or 0) before starting the process to capture graphs")
+        return (
+            "TASK_QUEUE_ENABLE=2, which torch_npu refuses during NPU graph capture; export TASK_QUEUE_ENABLE=1 "
+            "(or 0) before starting the process to capture graphs"
+        )
     if probe.jit_compile():
-        return ("torch_npu runs with jit_compile=True, so ops take acl_op kernels, which NPU graphs cannot capture; "
-                "call torch_npu.npu.set_compile_mode(jit_compile=False) before enabling")
+        return (
+            "torch_npu runs with jit_compile=True, so ops take acl_op kernels, which NPU graphs cannot capture; "
+            "call torch_npu.npu.set_compile_mode(jit_compile=False) before enabling"
+        )
     return None
 
 
@@ -282,8 +296,9 @@ def graph_api(platform: str | None = None) -> GraphAPI | None:
         return GraphAPI(
             device_type="npu",
             graph_class=npu.NPUGraph,
-            capture=lambda g, pool, stream: npu.graph(npu_graph=g, pool=pool, stream=stream,
-                                                      capture_error_mode=NPU_CAPTURE_ERROR_MODE),
+            capture=lambda g, pool, stream: npu.graph(
+                npu_graph=g, pool=pool, stream=stream, capture_error_mode=NPU_CAPTURE_ERROR_MODE
+            ),
             pool_handle=npu.graph_pool_handle,
             new_stream=npu.Stream,
             use_stream=npu.stream,
@@ -306,10 +321,12 @@ def device_capability(platform: str | None = None) -> str:
     platform = _check(platform or current_platform())
     parts = [f"cpu:{torch.backends.cpu.get_cpu_capability()}:{_cpu_features()}"]
     if platform == "cuda" and torch.cuda.is_available():
-        parts.append("cuda:sm_%d%d" % torch.cuda.get_device_capability())
+        parts.append("cuda:sm_{}{}".format(*torch.cuda.get_device_capability()))
     elif platform == "npu":
         npu = getattr(torch, "npu", None)
-        parts.append(f"npu:{npu.get_device_name() if npu is not None and hasattr(npu, 'get_device_name') else 'unknown'}")
+        parts.append(
+            f"npu:{npu.get_device_name() if npu is not None and hasattr(npu, 'get_device_name') else 'unknown'}"
+        )
     return ";".join(parts)
 
 

@@ -19,7 +19,8 @@ attribute may be per-block data, so such a processor keeps its own object.
 from __future__ import annotations
 
 import enum
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 

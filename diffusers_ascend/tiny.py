@@ -127,7 +127,9 @@ def tiny_flux_blocks(seed: int = 0, dtype: torch.dtype | None = None, dim_head: 
     return _cast(double.eval(), dtype), _cast(single.eval(), dtype)
 
 
-def tiny_wan_block(seed: int = 0, dtype: torch.dtype | None = None, dim_head: int = 12, heads: int = 2, ffn_dim: int = 32):
+def tiny_wan_block(
+    seed: int = 0, dtype: torch.dtype | None = None, dim_head: int = 12, heads: int = 2, ffn_dim: int = 32
+):
     """One `WanTransformerBlock` with the tiny Wan config's widths, seeded, in eval mode."""
     from diffusers.models.transformers.transformer_wan import WanTransformerBlock
 
@@ -149,8 +151,14 @@ def _flux_rotary(txt_len: int, height: int, width: int, axes_dim=(4, 4, 8)):
 
 
 def flux_block_inputs(
-    batch: int = 1, txt_len: int = 8, height: int = 4, width: int = 4, dim: int = 32,
-    dtype: torch.dtype = torch.float32, seed: int = 0, axes_dim: tuple[int, ...] = (4, 4, 8),
+    batch: int = 1,
+    txt_len: int = 8,
+    height: int = 4,
+    width: int = 4,
+    dim: int = 32,
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
+    axes_dim: tuple[int, ...] = (4, 4, 8),
 ) -> dict[str, Any]:
     """Keyword inputs for `FluxTransformerBlock.forward`: image tokens `height*width`, text tokens `txt_len`.
 
@@ -173,8 +181,15 @@ def flux_single_block_inputs(**kwargs) -> dict[str, Any]:
 
 
 def wan_block_inputs(
-    batch: int = 1, frames: int = 2, height: int = 4, width: int = 4, txt_len: int = 8, dim_head: int = 12,
-    heads: int = 2, dtype: torch.dtype = torch.float32, seed: int = 0,
+    batch: int = 1,
+    frames: int = 2,
+    height: int = 4,
+    width: int = 4,
+    txt_len: int = 8,
+    dim_head: int = 12,
+    heads: int = 2,
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Positional-friendly keyword inputs for `WanTransformerBlock.forward`.
 
@@ -196,8 +211,14 @@ def wan_block_inputs(
     )
 
 
-def flux_model_inputs(height: int = 4, width: int = 4, txt_len: int = 8, config: dict[str, Any] | None = None,
-                      seed: int = 0, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+def flux_model_inputs(
+    height: int = 4,
+    width: int = 4,
+    txt_len: int = 8,
+    config: dict[str, Any] | None = None,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+) -> dict[str, Any]:
     """Keyword inputs of a `FluxTransformer2DModel` with `config` (default `FLUX_TRANSFORMER_CONFIG`)
     for a packed `height x width` latent and `txt_len` text tokens.
 
@@ -214,13 +235,21 @@ def flux_model_inputs(height: int = 4, width: int = 4, txt_len: int = 8, config:
         hidden_states=torch.randn(1, height * width, config["in_channels"], generator=gen).to(dtype),
         encoder_hidden_states=torch.randn(1, txt_len, config["joint_attention_dim"], generator=gen).to(dtype),
         pooled_projections=torch.randn(1, config["pooled_projection_dim"], generator=gen).to(dtype),
-        timestep=torch.tensor([0.5]), img_ids=img_ids.reshape(-1, 3), txt_ids=torch.zeros(txt_len, 3),
+        timestep=torch.tensor([0.5]),
+        img_ids=img_ids.reshape(-1, 3),
+        txt_ids=torch.zeros(txt_len, 3),
         return_dict=False,
     )
 
 
-def wan_model_inputs(frames: int = 2, height: int = 4, width: int = 4, txt_len: int = 8,
-                     config: dict[str, Any] | None = None, seed: int = 0) -> dict[str, Any]:
+def wan_model_inputs(
+    frames: int = 2,
+    height: int = 4,
+    width: int = 4,
+    txt_len: int = 8,
+    config: dict[str, Any] | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
     """Keyword inputs of a `WanTransformer3DModel` (default `WAN_TRANSFORMER_CONFIG`) for a
     `frames x height x width` latent.
 
@@ -242,9 +271,17 @@ def _flux_vae():
     from diffusers import AutoencoderKL
 
     return AutoencoderKL(
-        sample_size=32, in_channels=3, out_channels=3, block_out_channels=(4,), layers_per_block=1,
-        latent_channels=1, norm_num_groups=1, use_quant_conv=False, use_post_quant_conv=False,
-        shift_factor=0.0609, scaling_factor=1.5035,
+        sample_size=32,
+        in_channels=3,
+        out_channels=3,
+        block_out_channels=(4,),
+        layers_per_block=1,
+        latent_channels=1,
+        norm_num_groups=1,
+        use_quant_conv=False,
+        use_post_quant_conv=False,
+        shift_factor=0.0609,
+        scaling_factor=1.5035,
     )
 
 
@@ -271,8 +308,13 @@ def tiny_flux_pipeline(seed: int = 0, dtype: torch.dtype | None = None, **transf
     _seeded(seed + 1)
     vae = _cast(_flux_vae().eval(), dtype)
     return FluxPipeline(
-        scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae, transformer=transformer,
-        text_encoder=None, tokenizer=None, text_encoder_2=None, tokenizer_2=None,
+        scheduler=FlowMatchEulerDiscreteScheduler(),
+        vae=vae,
+        transformer=transformer,
+        text_encoder=None,
+        tokenizer=None,
+        text_encoder_2=None,
+        tokenizer_2=None,
     )
 
 
@@ -284,12 +326,18 @@ def flux_pipeline_inputs(
     return dict(
         prompt_embeds=torch.randn(batch, 8, 32, generator=gen).to(dtype),
         pooled_prompt_embeds=torch.randn(batch, 32, generator=gen).to(dtype),
-        height=height, width=width, num_inference_steps=steps, guidance_scale=3.5,
-        generator=torch.Generator().manual_seed(seed), output_type="pt",
+        height=height,
+        width=width,
+        num_inference_steps=steps,
+        guidance_scale=3.5,
+        generator=torch.Generator().manual_seed(seed),
+        output_type="pt",
     )
 
 
-def tiny_wan_pipeline(seed: int = 0, dtype: torch.dtype | None = None, two_stage: bool = False, **transformer_overrides):
+def tiny_wan_pipeline(
+    seed: int = 0, dtype: torch.dtype | None = None, two_stage: bool = False, **transformer_overrides
+):
     """A `WanPipeline` with a tiny transformer (and `transformer_2` when `two_stage`, as Wan 2.2) and VAE.
 
     No text encoder: pass `prompt_embeds`. `two_stage=True` sets `boundary_ratio=0.5` so both
@@ -311,19 +359,33 @@ def tiny_wan_pipeline(seed: int = 0, dtype: torch.dtype | None = None, two_stage
         dtype,
     )
     return WanPipeline(
-        tokenizer=None, text_encoder=None, vae=vae, scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0),
-        transformer=transformer, transformer_2=transformer_2, boundary_ratio=0.5 if two_stage else None,
+        tokenizer=None,
+        text_encoder=None,
+        vae=vae,
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0),
+        transformer=transformer,
+        transformer_2=transformer_2,
+        boundary_ratio=0.5 if two_stage else None,
     )
 
 
 def wan_pipeline_inputs(
-    height: int = 16, width: int = 16, num_frames: int = 5, steps: int = 2, seed: int = 0,
+    height: int = 16,
+    width: int = 16,
+    num_frames: int = 5,
+    steps: int = 2,
+    seed: int = 0,
     dtype: torch.dtype = torch.float32,
 ) -> dict[str, Any]:
     """Call arguments for `tiny_wan_pipeline()` (guidance off, so no negative embeddings are needed)."""
     gen = _seeded(seed)
     return dict(
         prompt_embeds=torch.randn(1, 8, 32, generator=gen).to(dtype),
-        height=height, width=width, num_frames=num_frames, num_inference_steps=steps, guidance_scale=1.0,
-        generator=torch.Generator().manual_seed(seed), output_type="pt",
+        height=height,
+        width=width,
+        num_frames=num_frames,
+        num_inference_steps=steps,
+        guidance_scale=1.0,
+        generator=torch.Generator().manual_seed(seed),
+        output_type="pt",
     )

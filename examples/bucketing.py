@@ -43,8 +43,11 @@ def bucketed_call(model, buckets: TokenBuckets, inputs: dict) -> torch.Tensor:
     img_ids, _ = buckets.pad(inputs["img_ids"], dim=0)
     txt = inputs["encoder_hidden_states"].shape[1]
     mask = buckets.attention_mask(n, prefix=txt, device=hidden.device)  # text keys + real image keys
-    out = model(**{**inputs, "hidden_states": hidden, "img_ids": img_ids},
-                joint_attention_kwargs={"attention_mask": mask}, return_dict=False)[0]
+    out = model(
+        **{**inputs, "hidden_states": hidden, "img_ids": img_ids},
+        joint_attention_kwargs={"attention_mask": mask},
+        return_dict=False,
+    )[0]
     return buckets.unpad(out, n, dim=1)
 
 
@@ -59,14 +62,17 @@ def main() -> None:
             # dynamic=False: one static graph per bucket (a dynamic graph gains nothing under capture,
             # whose graphs are per shape anyway). Capture needs a capturable attention on NPU
             # (docs/graph-capture.md); attention=None keeps the model's.
-            diffusers_ascend.enable_ascend_compile(model, compile="model", dynamic=False,
-                                                   graph_capture="graph_with_compile", attention=None)
+            diffusers_ascend.enable_ascend_compile(
+                model, compile="model", dynamic=False, graph_capture="graph_with_compile", attention=None
+            )
         for (h, w), ref in zip(requests, refs):
             out = bucketed_call(model, buckets, flux_inputs(h, w, 8, device))
-            print(f"{h}x{w} latent ({h * w} tokens) -> bucket {buckets.bucket_for(h * w)}: "
-                  f"max abs diff vs unpadded {(out - ref).abs().max().item():.2e}")
+            print(
+                f"{h}x{w} latent ({h * w} tokens) -> bucket {buckets.bucket_for(h * w)}: "
+                f"max abs diff vs unpadded {(out - ref).abs().max().item():.2e}"
+            )
     if graph_capture_supported():
-        info, = enabled_models(model)
+        (info,) = enabled_models(model)
         print(f"{len(requests)} resolutions, {info.captured_graphs} captured graphs, stats {dict(info.capture_stats)}")
     else:
         print(f"no device graphs on {current_platform()!r}: numerics checked, nothing captured")

@@ -1,6 +1,6 @@
 """FLUX.1 with diffusers-ascend (needs the weights: accept the license on the Hub first).
 
-    python examples/flux.py --device npu --prompt "a cat in a hat"
+python examples/flux.py --device npu --prompt "a cat in a hat"
 """
 
 import argparse
@@ -27,7 +27,9 @@ def main() -> None:
 
     dtype = torch.float32 if args.device == "cpu" else torch.bfloat16
     pipe = FluxPipeline.from_pretrained(args.model, torch_dtype=dtype).to(args.device)
-    pipe.enable_ascend_compile(fusions=args.fusions if args.fusions in ("auto", "all", "none") else args.fusions.split(","))
+    pipe.enable_ascend_compile(
+        fusions=args.fusions if args.fusions in ("auto", "all", "none") else args.fusions.split(",")
+    )
     image = pipe(args.prompt, num_inference_steps=args.steps, height=args.height, width=args.width).images[0]
     image.save(args.output)
     print(pipe.ascend_report())

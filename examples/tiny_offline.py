@@ -1,9 +1,7 @@
 """Runs in seconds on CPU with no downloads: a tiny seeded Flux pipeline, accelerated, compared with eager.
 
-    python examples/tiny_offline.py
+python examples/tiny_offline.py
 """
-
-import torch
 
 import diffusers_ascend  # noqa: F401  (adds enable_ascend_compile to diffusers pipelines)
 from diffusers_ascend.tiny import flux_pipeline_inputs, tiny_flux_pipeline

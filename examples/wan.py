@@ -1,6 +1,6 @@
 """Wan 2.1 text-to-video with diffusers-ascend (needs the weights).
 
-    python examples/wan.py --device npu --prompt "a cat walking on grass"
+python examples/wan.py --device npu --prompt "a cat walking on grass"
 """
 
 import argparse
@@ -30,9 +30,12 @@ def main() -> None:
     dtype = torch.float32 if args.device == "cpu" else torch.bfloat16
     vae = AutoencoderKLWan.from_pretrained(args.model, subfolder="vae", torch_dtype=torch.float32)
     pipe = WanPipeline.from_pretrained(args.model, vae=vae, torch_dtype=dtype).to(args.device)
-    pipe.enable_ascend_compile(fusions=args.fusions if args.fusions in ("auto", "all", "none") else args.fusions.split(","))
-    frames = pipe(args.prompt, height=args.height, width=args.width, num_frames=args.frames,
-                  num_inference_steps=args.steps).frames[0]
+    pipe.enable_ascend_compile(
+        fusions=args.fusions if args.fusions in ("auto", "all", "none") else args.fusions.split(",")
+    )
+    frames = pipe(
+        args.prompt, height=args.height, width=args.width, num_frames=args.frames, num_inference_steps=args.steps
+    ).frames[0]
     export_to_video(frames, args.output, fps=16)
     print(pipe.ascend_report())
 

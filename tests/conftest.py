@@ -49,19 +49,26 @@ _PINNED_FIXTURES = {"simulated_npu"}
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "platform_dependent: the test takes platform decisions the simulated platform reaches (set by "
-        "tests/conftest.py from its module's source; `-m platform_dependent` selects what `.ci/run` reruns as a CUDA host)")
+        "markers",
+        "platform_dependent: the test takes platform decisions the simulated platform reaches (set by "
+        "tests/conftest.py from its module's source; `-m platform_dependent` selects what `.ci/run` reruns as a CUDA host)",
+    )
     config.addinivalue_line(
-        "markers", "own_process: the test runs the library in child processes (they see the real platform, never "
-        "DIFFUSERS_ASCEND_TEST_PLATFORM's), so the CUDA-host rerun would repeat it unchanged")
+        "markers",
+        "own_process: the test runs the library in child processes (they see the real platform, never "
+        "DIFFUSERS_ASCEND_TEST_PLATFORM's), so the CUDA-host rerun would repeat it unchanged",
+    )
 
 
 def pytest_collection_modifyitems(config, items):
     has_cuda = torch.cuda.is_available()
     has_npu = None  # probed lazily: importing torch_npu is slow where it exists
     for item in items:
-        if (_takes_platform_decisions(item.path) and "own_process" not in item.keywords
-                and not _PINNED_FIXTURES & set(getattr(item, "fixturenames", ()))):
+        if (
+            _takes_platform_decisions(item.path)
+            and "own_process" not in item.keywords
+            and not _PINNED_FIXTURES & set(getattr(item, "fixturenames", ()))
+        ):
             item.add_marker(pytest.mark.platform_dependent)
         if "cuda" in item.keywords and not has_cuda:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))

@@ -16,15 +16,27 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Lowest first. A module belongs to the first floor with a prefix that names it or its package.
 FLOORS = (
     ("ascend_kernels",),
-    ("diffusers_ascend._import_hooks", "diffusers_ascend.compilation._compat", "diffusers_ascend._diffusers_compat",
-     "diffusers_ascend.errors", "diffusers_ascend.platform", "diffusers_ascend.fusions", "diffusers_ascend.hub"),
-    ("diffusers_ascend.config", "diffusers_ascend.compilation", "diffusers_ascend.layers", "diffusers_ascend.processors",
-     "diffusers_ascend.attention", "diffusers_ascend.integration.state"),
+    (
+        "diffusers_ascend._import_hooks",
+        "diffusers_ascend.compilation._compat",
+        "diffusers_ascend._diffusers_compat",
+        "diffusers_ascend.errors",
+        "diffusers_ascend.platform",
+        "diffusers_ascend.fusions",
+        "diffusers_ascend.hub",
+    ),
+    (
+        "diffusers_ascend.config",
+        "diffusers_ascend.compilation",
+        "diffusers_ascend.layers",
+        "diffusers_ascend.processors",
+        "diffusers_ascend.attention",
+        "diffusers_ascend.integration.state",
+    ),
     ("diffusers_ascend.adapters",),
     ("diffusers_ascend.warm_start",),
     ("diffusers_ascend.integration",),
-    ("diffusers_ascend.cli", "diffusers_ascend.benchmarks", "diffusers_ascend.tiny",
-     "diffusers_ascend"),
+    ("diffusers_ascend.cli", "diffusers_ascend.benchmarks", "diffusers_ascend.tiny", "diffusers_ascend"),
 )
 # Imports allowed to run up a floor, each with its reason (the issue allows at most one).
 UPWARD_ALLOWED: dict[tuple[str, str], str] = {}
@@ -124,8 +136,13 @@ def test_imports_run_down_the_floors(graph):
 
 
 def test_kernels_never_import_diffusers_ascend(graph):
-    assert [(a, b) for a, t in graph.items() if a.startswith("ascend_kernels") for b in t
-            if b.startswith("diffusers_ascend")] == []
+    assert [
+        (a, b)
+        for a, t in graph.items()
+        if a.startswith("ascend_kernels")
+        for b in t
+        if b.startswith("diffusers_ascend")
+    ] == []
 
 
 def test_the_check_sees_a_cycle():
@@ -140,8 +157,10 @@ INTERNAL_DIFFUSERS_MODULES = ("diffusers.utils.import_utils",)
 
 def _is_private_diffusers_module(module: str) -> bool:
     parts = module.split(".")
-    return parts[0] == "diffusers" and (any(p.startswith("_") for p in parts) or any(
-        module == m or module.startswith(m + ".") for m in INTERNAL_DIFFUSERS_MODULES))
+    return parts[0] == "diffusers" and (
+        any(p.startswith("_") for p in parts)
+        or any(module == m or module.startswith(m + ".") for m in INTERNAL_DIFFUSERS_MODULES)
+    )
 
 
 def _private_diffusers_uses(source: str, private: frozenset[str]) -> list[str]:
@@ -152,37 +171,58 @@ def _private_diffusers_uses(source: str, private: frozenset[str]) -> list[str]:
         if isinstance(node, ast.Import):
             found += [f"{node.lineno}: import {a.name}" for a in node.names if _is_private_diffusers_module(a.name)]
         elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "diffusers":
-            found += [f"{node.lineno}: from {node.module} import {a.name}" for a in node.names
-                      if a.name.startswith("_") or _is_private_diffusers_module(f"{node.module}.{a.name}")]
+            found += [
+                f"{node.lineno}: from {node.module} import {a.name}"
+                for a in node.names
+                if a.name.startswith("_") or _is_private_diffusers_module(f"{node.module}.{a.name}")
+            ]
         elif isinstance(node, ast.Attribute) and node.attr in private:
             found.append(f"{node.lineno}: .{node.attr}")
         elif isinstance(node, ast.Call):
-            found += [f"{node.lineno}: {a.value!r} passed to a call" for a in node.args
-                      if isinstance(a, ast.Constant) and a.value in private]
+            found += [
+                f"{node.lineno}: {a.value!r} passed to a call"
+                for a in node.args
+                if isinstance(a, ast.Constant) and a.value in private
+            ]
     return found
 
 
 def test_no_module_outside_the_shim_uses_a_private_diffusers_name():
     private = private_attributes()
-    offenders = {name: uses for name, path in _modules().items() if name != SHIM
-                 for uses in [_private_diffusers_uses(path.read_text(), private)] if uses}
+    offenders = {
+        name: uses
+        for name, path in _modules().items()
+        if name != SHIM
+        for uses in [_private_diffusers_uses(path.read_text(), private)]
+        if uses
+    }
     assert offenders == {}, "private diffusers names outside diffusers_ascend/_diffusers_compat.py"
 
 
-@pytest.mark.parametrize("source, found", [
-    ("from diffusers.models.attention_dispatch import dispatch_attention_fn, _check_shape",
-     ["1: from diffusers.models.attention_dispatch import _check_shape"]),
-    ("def f():\n    from diffusers.utils import import_utils", ["2: from diffusers.utils import import_utils"]),
-    ("from diffusers.utils.import_utils import is_torch_npu_available",
-     ["1: from diffusers.utils.import_utils import is_torch_npu_available"]),
-    ("import diffusers.models._modeling_internals", ["1: import diffusers.models._modeling_internals"]),
-    ("blocks = model._repeated_blocks", ["1: ._repeated_blocks"]),
-    ("p._attention_backend = member", ["1: ._attention_backend"]),
-    ("cp = getattr(p, '_parallel_config', None)", ["1: '_parallel_config' passed to a call"]),
-    ("registry = module.__dict__.get('_diffusers_hook')", ["1: '_diffusers_hook' passed to a call"]),
-    # public names, our own private attributes, relative imports: not flagged
-    ("from diffusers import FluxPipeline\nfrom diffusers.models.attention_dispatch import dispatch_attention_fn", []),
-    ("self._state = model._ascend_state\nfrom ._diffusers_compat import repeated_blocks", []),
-])
+@pytest.mark.parametrize(
+    "source, found",
+    [
+        (
+            "from diffusers.models.attention_dispatch import dispatch_attention_fn, _check_shape",
+            ["1: from diffusers.models.attention_dispatch import _check_shape"],
+        ),
+        ("def f():\n    from diffusers.utils import import_utils", ["2: from diffusers.utils import import_utils"]),
+        (
+            "from diffusers.utils.import_utils import is_torch_npu_available",
+            ["1: from diffusers.utils.import_utils import is_torch_npu_available"],
+        ),
+        ("import diffusers.models._modeling_internals", ["1: import diffusers.models._modeling_internals"]),
+        ("blocks = model._repeated_blocks", ["1: ._repeated_blocks"]),
+        ("p._attention_backend = member", ["1: ._attention_backend"]),
+        ("cp = getattr(p, '_parallel_config', None)", ["1: '_parallel_config' passed to a call"]),
+        ("registry = module.__dict__.get('_diffusers_hook')", ["1: '_diffusers_hook' passed to a call"]),
+        # public names, our own private attributes, relative imports: not flagged
+        (
+            "from diffusers import FluxPipeline\nfrom diffusers.models.attention_dispatch import dispatch_attention_fn",
+            [],
+        ),
+        ("self._state = model._ascend_state\nfrom ._diffusers_compat import repeated_blocks", []),
+    ],
+)
 def test_the_private_name_check_sees_a_planted_use(source, found):
     assert _private_diffusers_uses(source, private_attributes()) == found

@@ -17,8 +17,14 @@ import torch
 
 from diffusers_ascend import cli
 from diffusers_ascend.benchmarks import bench_e2e
-from diffusers_ascend.benchmarks.bench_e2e import (MODELS, VARIANTS, build_transformer, model_spec, run_e2e,
-                                                   transformer_config)
+from diffusers_ascend.benchmarks.bench_e2e import (
+    MODELS,
+    VARIANTS,
+    build_transformer,
+    model_spec,
+    run_e2e,
+    transformer_config,
+)
 
 TINY_JOB = dict(depth=1, height=16, width=16, frames=1, steps=2, text_len=8, device="cpu")
 
@@ -59,20 +65,30 @@ def test_shipped_configs_are_the_real_models(model):
 
 def test_the_issue_s_config_values():
     flux, wan, wan14, qwen = (model_spec(m)["transformer"] for m in MODELS)
-    assert (flux["joint_attention_dim"], flux["pooled_projection_dim"], flux["axes_dims_rope"],
-            flux["guidance_embeds"]) == (4096, 768, [16, 56, 56], True)
+    assert (
+        flux["joint_attention_dim"],
+        flux["pooled_projection_dim"],
+        flux["axes_dims_rope"],
+        flux["guidance_embeds"],
+    ) == (4096, 768, [16, 56, 56], True)
     for w, (heads, layers, ffn) in ((wan, (12, 30, 8960)), (wan14, (40, 40, 13824))):
         assert (w["num_attention_heads"], w["num_layers"], w["ffn_dim"]) == (heads, layers, ffn)
         assert (w["text_dim"], w["in_channels"], w["out_channels"], w["patch_size"]) == (4096, 16, 16, [1, 2, 2])
     assert (qwen["num_layers"], qwen["joint_attention_dim"], qwen["in_channels"], qwen["axes_dims_rope"]) == (
-        60, 3584, 64, [16, 56, 56])
+        60,
+        3584,
+        64,
+        [16, 56, 56],
+    )
     assert model_spec("flux")["scheduler_class"] == "FlowMatchEulerDiscreteScheduler"
     assert model_spec("wan")["scheduler_class"] == "UniPCMultistepScheduler"
 
 
 def test_depth_cuts_every_repeated_block_kind():
     assert {k: v for k, v in transformer_config(model_spec("flux"), 2).items() if "layers" in k} == {
-        "num_layers": 2, "num_single_layers": 2}
+        "num_layers": 2,
+        "num_single_layers": 2,
+    }
     assert transformer_config(model_spec("wan"), 99)["num_layers"] == 30  # at most the real count
 
 
@@ -92,7 +108,7 @@ def test_weights_are_built_on_the_device_from_a_local_generator():
     assert all(p.dtype == torch.bfloat16 for n, p in model.named_parameters() if n not in fp32)
     # The model's own initialisation ran: nn.Linear's U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
     w = model.blocks[0].ffn.net[0].proj.weight.float()
-    assert w.abs().max() <= 1536 ** -0.5 and w.std() == pytest.approx(1536 ** -0.5 / 3 ** 0.5, rel=0.02)
+    assert w.abs().max() <= 1536**-0.5 and w.std() == pytest.approx(1536**-0.5 / 3**0.5, rel=0.02)
     assert not model.training and not any(p.requires_grad for p in model.parameters())
 
 
@@ -109,9 +125,32 @@ def test_construction_refuses_global_rng_draws():
 def smoke(tmp_path_factory):
     """One CLI run: eager plus the two variants that cannot exist on a CPU (listed as skipped)."""
     out = tmp_path_factory.mktemp("e2e")
-    argv = ["bench", "e2e", "--model", "wan", "--depth", "1", "--height", "16", "--width", "16", "--frames", "1",
-            "--steps", "2", "--text-len", "8", "--device", "cpu", "--variants", "ascend+graph", "mindiesd",
-            "--out", str(out), "--json"]
+    argv = [
+        "bench",
+        "e2e",
+        "--model",
+        "wan",
+        "--depth",
+        "1",
+        "--height",
+        "16",
+        "--width",
+        "16",
+        "--frames",
+        "1",
+        "--steps",
+        "2",
+        "--text-len",
+        "8",
+        "--device",
+        "cpu",
+        "--variants",
+        "ascend+graph",
+        "mindiesd",
+        "--out",
+        str(out),
+        "--json",
+    ]
     return cli.main(argv), out
 
 
@@ -123,8 +162,10 @@ def test_smoke_run_writes_json_table_and_plot(smoke):
     assert data["model"] == "wan" and data["config"]["num_layers"] == 1 and data["config"]["ffn_dim"] == 8960
     assert data["depth"] == {"num_layers": 1} and data["full_depth"] == {"num_layers": 30}
     assert data["job"]["steps"] == 2 and data["transformer_calls_per_step"] == 2  # Wan's CFG
-    assert data["command"] == ("diffusers-ascend bench e2e --model wan --depth 1 --height 16 --width 16 --frames 1 "
-                               "--steps 2 --text-len 8 --device cpu --variants eager ascend+graph mindiesd")
+    assert data["command"] == (
+        "diffusers-ascend bench e2e --model wan --depth 1 --height 16 --width 16 --frames 1 "
+        "--steps 2 --text-len 8 --device cpu --variants eager ascend+graph mindiesd"
+    )
     assert data["pipeline"] == "WanPipeline" and data["scheduler"]["_class_name"] == "UniPCMultistepScheduler"
     assert {"cpu", "torch", "diffusers", "device"} <= set(data["machine"])
     assert "resident set" in data["peak_mem_kind"] and data["leaves_out"]
@@ -146,24 +187,28 @@ def test_anchors_are_comparable_only_for_the_same_job_at_full_depth():
     full = transformer_config(spec)
     assert all(a["comparable"] for a in bench_e2e._anchors(spec, spec["job"], {k: full[k] for k in spec["depth_keys"]}))
     shallow = transformer_config(spec, 1)
-    assert not any(a["comparable"] for a in bench_e2e._anchors(spec, spec["job"],
-                                                                {k: shallow[k] for k in spec["depth_keys"]}))
+    assert not any(
+        a["comparable"] for a in bench_e2e._anchors(spec, spec["job"], {k: shallow[k] for k in spec["depth_keys"]})
+    )
     depth = {k: full[k] for k in spec["depth_keys"]}
     for other_job in (dict(spec["job"], steps=4), dict(spec["job"], text_len=64)):
         assert not any(a["comparable"] for a in bench_e2e._anchors(spec, other_job, depth))
     assert not any(a["comparable"] for a in bench_e2e._anchors(spec, spec["job"], depth, dtype="fp32"))
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(model="sd3"), "unknown model 'sd3'; valid: 'flux', 'wan', 'wan-14b', 'qwen-image'"),
-    (dict(model="flux", variants=["eager", "fast"]), "unknown variant 'fast'; valid: 'eager', 'ascend'"),
-    (dict(model="flux", device="tpu"), "unknown device 'tpu'; valid: 'cpu', 'cuda', 'npu'"),
-    (dict(model="flux", dtype="fp8"), "unknown dtype 'fp8'; valid: 'bf16', 'fp32'"),
-    (dict(model="flux", frames=5), "--frames applies to video models"),
-    (dict(model="wan", frames=4), "4k\\+1"),
-    (dict(model="flux", height=100), "multiple of 16"),
-    (dict(model="flux", depth=0), "depth must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(model="sd3"), "unknown model 'sd3'; valid: 'flux', 'wan', 'wan-14b', 'qwen-image'"),
+        (dict(model="flux", variants=["eager", "fast"]), "unknown variant 'fast'; valid: 'eager', 'ascend'"),
+        (dict(model="flux", device="tpu"), "unknown device 'tpu'; valid: 'cpu', 'cuda', 'npu'"),
+        (dict(model="flux", dtype="fp8"), "unknown dtype 'fp8'; valid: 'bf16', 'fp32'"),
+        (dict(model="flux", frames=5), "--frames applies to video models"),
+        (dict(model="wan", frames=4), "4k\\+1"),
+        (dict(model="flux", height=100), "multiple of 16"),
+        (dict(model="flux", depth=0), "depth must be a positive integer"),
+    ],
+)
 def test_bad_arguments_raise_before_anything_is_built(kwargs, match, monkeypatch):
     def no_build(*a, **k):
         raise AssertionError("built a model for bad arguments")
@@ -188,8 +233,15 @@ def test_cli_rejects_unknown_model_and_variant_with_the_choices(capsys):
 def test_cli_choices_are_the_module_s():
     e2e = cli.build_parser().parse_args(["bench", "e2e", "--model", "flux"])
     assert e2e.bench_command == "e2e" and e2e.variants is None and e2e.dtype == "bf16"
-    actions = {a.dest: a for a in cli.build_parser()._subparsers._group_actions[0].choices["bench"]
-               ._subparsers._group_actions[0].choices["e2e"]._actions}
+    actions = {
+        a.dest: a
+        for a in cli.build_parser()
+        ._subparsers._group_actions[0]
+        .choices["bench"]
+        ._subparsers._group_actions[0]
+        .choices["e2e"]
+        ._actions
+    }
     assert tuple(actions["model"].choices) == MODELS and tuple(actions["variants"].choices) == VARIANTS
     # `bench` without a subcommand still runs the small benchmarks.
     assert cli.build_parser().parse_args(["bench", "--only", "latency"]).bench_command is None
@@ -213,18 +265,41 @@ def test_command_runs_as_a_module():
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "diffusers_ascend.cli", "bench", "e2e", "--help"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "diffusers_ascend.cli", "bench", "e2e", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "--model {flux,wan,wan-14b,qwen-image}" in out.stdout and "--variants" in out.stdout
 
 
-E2E_TINY = ["bench", "e2e", "--model", "wan", "--depth", "1", "--height", "16", "--width", "16", "--frames", "1",
-            "--steps", "2", "--text-len", "8", "--device", "cpu"]
+E2E_TINY = [
+    "bench",
+    "e2e",
+    "--model",
+    "wan",
+    "--depth",
+    "1",
+    "--height",
+    "16",
+    "--width",
+    "16",
+    "--frames",
+    "1",
+    "--steps",
+    "2",
+    "--text-len",
+    "8",
+    "--device",
+    "cpu",
+]
 
 
 def _out_of_memory(model, device):
     """An eager setup whose denoising call fails as a too-large job does on a device."""
+
     def fail(module, args, kwargs):
         raise torch.cuda.OutOfMemoryError("NPU out of memory. Tried to allocate 38.00 GiB")
 
@@ -281,10 +356,12 @@ def _unwritable(tmp_path):
 def test_a_bad_out_is_refused_before_the_run(tmp_path, monkeypatch, capsys, where):
     # It was found only when the results were written, after the whole run.
     (tmp_path / "f").write_text("")
-    out = {"a file": str(tmp_path / "f"), "under a file": str(tmp_path / "f" / "sub"),
-           "unwritable": _unwritable(tmp_path)}[where]
-    needle = {"a file": "is a file; pass a folder", "under a file": "is a file",
-              "unwritable": "is not writable"}[where]
+    out = {
+        "a file": str(tmp_path / "f"),
+        "under a file": str(tmp_path / "f" / "sub"),
+        "unwritable": _unwritable(tmp_path),
+    }[where]
+    needle = {"a file": "is a file; pass a folder", "under a file": "is a file", "unwritable": "is not writable"}[where]
 
     def no_run(*args, **kwargs):
         raise AssertionError("the run started")
@@ -294,8 +371,11 @@ def test_a_bad_out_is_refused_before_the_run(tmp_path, monkeypatch, capsys, wher
     monkeypatch.setattr(bench_e2e, "build_transformer", no_run)
     monkeypatch.setattr(bench_e2e, "warm_up_compiler", no_run)
     monkeypatch.setattr(diffusers_ascend.benchmarks, "run_benchmarks", no_run)
-    for argv in ([*E2E_TINY, "--out", out], ["bench", "--size", "tiny", "--out", out],
-                 ["bench", "host_path", "--out", out]):
+    for argv in (
+        [*E2E_TINY, "--out", out],
+        ["bench", "--size", "tiny", "--out", out],
+        ["bench", "host_path", "--out", out],
+    ):
         assert cli.main(argv) == 1, argv
         err = capsys.readouterr().err
         assert needle in err and repr(out) in err and "Traceback" not in err, argv

@@ -131,11 +131,17 @@ def test_unknown_names_and_sizes_raise():
     assert SIZES == ("tiny", "small") and "ascend_auto" in LATENCY_VARIANTS
 
 
-@pytest.mark.parametrize("argv, flags", [
-    (["bench"], ("--only", "--size", "--out")), (["bench", "warm_start"], ("--size", "--out", "--repeat")),
-    (["bench", "blocks"], ("--tiny", "--variant", "--out")), (["bench", "kernels"], ("--case", "--out")),
-    (["bench", "graph_capture"], ("--iters", "--configs", "--out")), (["bench", "host_path"], ("--calls", "--out")),
-])
+@pytest.mark.parametrize(
+    "argv, flags",
+    [
+        (["bench"], ("--only", "--size", "--out")),
+        (["bench", "warm_start"], ("--size", "--out", "--repeat")),
+        (["bench", "blocks"], ("--tiny", "--variant", "--out")),
+        (["bench", "kernels"], ("--case", "--out")),
+        (["bench", "graph_capture"], ("--iters", "--configs", "--out")),
+        (["bench", "host_path"], ("--calls", "--out")),
+    ],
+)
 def test_commands_parse_arguments(argv, flags, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main([*argv, "--help"])
@@ -167,8 +173,17 @@ def test_device_commands_are_the_modules():
     from diffusers_ascend.benchmarks import bench_graph_capture, bench_warm_start
 
     args = cli.build_parser().parse_args(["bench", "graph_capture"])
-    assert tuple(args.configs) == tuple(bench_graph_capture.CONFIGS) and tuple(args.sizes) == tuple(bench_graph_capture.SIZES)
-    warm = {a.dest: a for a in cli.build_parser()._subparsers._group_actions[0].choices["bench"]
-            ._subparsers._group_actions[0].choices["warm_start"]._actions}
+    assert tuple(args.configs) == tuple(bench_graph_capture.CONFIGS) and tuple(args.sizes) == tuple(
+        bench_graph_capture.SIZES
+    )
+    warm = {
+        a.dest: a
+        for a in cli.build_parser()
+        ._subparsers._group_actions[0]
+        .choices["bench"]
+        ._subparsers._group_actions[0]
+        .choices["warm_start"]
+        ._actions
+    }
     assert set(warm["size"].choices) == set(bench_warm_start.SIZES)
     assert set(warm["models"].choices) == set(bench_warm_start.SIZES["small"])

@@ -42,8 +42,9 @@ def test_env_with_broken_torch_npu_says_so(tmp_path):
     assert "platform                cpu" in r.stdout
 
 
-@pytest.mark.parametrize("model,blocks", [("flux", ["FluxTransformerBlock", "FluxSingleTransformerBlock"]),
-                                          ("wan", ["WanTransformerBlock"])])
+@pytest.mark.parametrize(
+    "model,blocks", [("flux", ["FluxTransformerBlock", "FluxSingleTransformerBlock"]), ("wan", ["WanTransformerBlock"])]
+)
 def test_demo(capsys, tmp_path, model, blocks):
     r = _json(capsys, ["demo", "--json", "--model", model, "--repeats", "1", "--save-dir", str(tmp_path / "saved")])
     assert r["round_trip_ok"] is True and r["reloaded_config"] == r["config"]
@@ -81,10 +82,12 @@ def test_config_show_reads_a_saved_pipeline(capsys, tmp_path):
 
 @pytest.mark.parametrize(
     "content,code,needle",
-    [(AscendConfig(fusions="all").to_json_string(), 0, "valid"),
-     ('{"fusions": ["rms_norm", "nope"]}', 1, "nope"),
-     ("{not json", 1, "invalid"),
-     ('{"version": 999, "fusions": "all", "from_the_future": 1}', 0, "valid")],
+    [
+        (AscendConfig(fusions="all").to_json_string(), 0, "valid"),
+        ('{"fusions": ["rms_norm", "nope"]}', 1, "nope"),
+        ("{not json", 1, "invalid"),
+        ('{"version": 999, "fusions": "all", "from_the_future": 1}', 0, "valid"),
+    ],
 )
 def test_config_validate(capsys, tmp_path, content, code, needle):
     path = tmp_path / CONFIG_NAME
@@ -112,8 +115,9 @@ def test_config_push_and_pull(capsys, tmp_path, monkeypatch):
     assert AscendConfig.from_dict(json.loads(upload.call_args.kwargs["path_or_fileobj"].decode())) == cfg
     assert "pushed to me/cfg" in capsys.readouterr().out
     # pull: from a fake Hub cache, offline.
-    from tests.test_hub import fake_hub_cache
     import huggingface_hub.constants
+
+    from tests.test_hub import fake_hub_cache
 
     fake_hub_cache(tmp_path / "hub", "me/cfg", cfg)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
@@ -142,15 +146,17 @@ def test_usage_errors_exit_2(argv, capsys):
 
 @pytest.mark.parametrize(
     "argv,needle",
-    [(["--height", "-5"], "'-5' must be a positive integer"),
-     (["--height", "0"], "'0' must be a positive integer"),
-     (["--height", "20"], "'20' must be a multiple of 16"),
-     (["--steps", "-1"], "'-1' must be a positive integer"),
-     (["--repeats", "0"], "'0' must be a positive integer"),
-     (["--repeats", "1.5"], "'1.5' is not an integer"),
-     (["--fusions", "bogus"], "fusions='bogus' is invalid; valid: 'auto', 'all', 'none'"),
-     (["--fusions", "rms_norm,ropee"], "unknown fusion(s) ['ropee']"),
-     (["--fusions", "gelu_tanh,fast_gelu"], "pick one")],
+    [
+        (["--height", "-5"], "'-5' must be a positive integer"),
+        (["--height", "0"], "'0' must be a positive integer"),
+        (["--height", "20"], "'20' must be a multiple of 16"),
+        (["--steps", "-1"], "'-1' must be a positive integer"),
+        (["--repeats", "0"], "'0' must be a positive integer"),
+        (["--repeats", "1.5"], "'1.5' is not an integer"),
+        (["--fusions", "bogus"], "fusions='bogus' is invalid; valid: 'auto', 'all', 'none'"),
+        (["--fusions", "rms_norm,ropee"], "unknown fusion(s) ['ropee']"),
+        (["--fusions", "gelu_tanh,fast_gelu"], "pick one"),
+    ],
 )
 def test_demo_bad_arguments_fail_before_any_work(argv, needle, capsys, monkeypatch):
     from diffusers_ascend import cli
@@ -167,19 +173,27 @@ def test_run_demo_checks_its_arguments_first(monkeypatch, tmp_path):
 
     monkeypatch.setattr(cli, "_run_demo", lambda *a, **k: pytest.fail("the demo started"))
     (tmp_path / "file").write_text("")
-    for kwargs, needle in ((dict(repeats=0), "repeats must be a positive integer"),
-                           (dict(steps=-1), "steps must be a positive integer"),
-                           (dict(fusions=["bogus"]), "bogus"), (dict(model="sd3"), "'flux', 'wan'"),
-                           (dict(save_dir=tmp_path / "file"), "is a file; pass a folder"),
-                           (dict(save_dir=""), "empty path")):
+    for kwargs, needle in (
+        (dict(repeats=0), "repeats must be a positive integer"),
+        (dict(steps=-1), "steps must be a positive integer"),
+        (dict(fusions=["bogus"]), "bogus"),
+        (dict(model="sd3"), "'flux', 'wan'"),
+        (dict(save_dir=tmp_path / "file"), "is a file; pass a folder"),
+        (dict(save_dir=""), "empty path"),
+    ):
         with pytest.raises(ValueError, match=needle):
             cli.run_demo(**kwargs)
 
 
 def test_demo_prints_only_its_own_output(tmp_path):
     # A subprocess: library loggers write to the stderr they found at import, which capsys cannot see.
-    r = subprocess.run([sys.executable, "-m", "diffusers_ascend.cli", "demo", "--repeats", "1"],
-                       capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-m", "diffusers_ascend.cli", "demo", "--repeats", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "config round-tripped OK" in r.stdout
     # The library noise the demo used to show: save_pretrained's four "None ... cannot be saved",
@@ -211,11 +225,14 @@ def test_config_show_and_validate_bad_files_exit_1_without_traceback(capsys, tmp
 @pytest.mark.parametrize("saved", [["rms_norm"], "all", {"compile": "everything"}])
 def test_config_show_saved_folder_with_a_bad_ascend_config(capsys, tmp_path, saved):
     (tmp_path / "transformer").mkdir()
-    (tmp_path / "transformer" / "config.json").write_text(json.dumps({"_class_name": "FluxTransformer2DModel",
-                                                                      "_ascend_config": saved}))
+    (tmp_path / "transformer" / "config.json").write_text(
+        json.dumps({"_class_name": "FluxTransformer2DModel", "_ascend_config": saved})
+    )
     assert main(["config", "show", str(tmp_path)]) == 1
     err = capsys.readouterr().err
-    assert "invalid ascend config in `_ascend_config` in" in err and str(tmp_path / "transformer" / "config.json") in err
+    assert (
+        "invalid ascend config in `_ascend_config` in" in err and str(tmp_path / "transformer" / "config.json") in err
+    )
     (tmp_path / "transformer" / "config.json").write_text("[]")
     assert main(["config", "show", str(tmp_path)]) == 1
     assert "holds a JSON array, expected an ascend_config.json" in capsys.readouterr().err
@@ -267,12 +284,18 @@ def test_config_validate_checks_the_saved_settings_of_a_diffusers_config(capsys,
     assert r["valid"] is True and r["config"]["fusions"] == ["rope"] and r["warnings"] == []
 
 
-@pytest.mark.parametrize("content,needle", [
-    ({"foo": 1}, "holds neither an ascend config nor saved ascend settings (its keys: foo)"),
-    ({}, "holds neither an ascend config nor saved ascend settings"),
-    ({"_class_name": "FluxTransformer2DModel", "num_layers": 1}, "a diffusers config without saved ascend settings"),
-    ({"_class_name": "FluxPipeline", "_ascend_config": None}, "holds no saved ascend settings"),
-])
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        ({"foo": 1}, "holds neither an ascend config nor saved ascend settings (its keys: foo)"),
+        ({}, "holds neither an ascend config nor saved ascend settings"),
+        (
+            {"_class_name": "FluxTransformer2DModel", "num_layers": 1},
+            "a diffusers config without saved ascend settings",
+        ),
+        ({"_class_name": "FluxPipeline", "_ascend_config": None}, "holds no saved ascend settings"),
+    ],
+)
 def test_config_validate_and_show_refuse_a_file_without_an_ascend_config(capsys, tmp_path, content, needle):
     path = tmp_path / "c.json"
     path.write_text(json.dumps(content))
@@ -348,9 +371,12 @@ def test_cache_info_says_why_a_cache_does_not_fit(capsys, tmp_path):
     _write_cache(tmp_path, {**keys, "torch": "2.6.0", "platform": "npu"})
     assert main(["cache", "info", str(tmp_path)]) == 0
     text = capsys.readouterr().out
-    assert "fits this machine: no" in text and "torch version: saved '2.6.0'" in text and "platform: saved 'npu'" in text
-    (tmp_path / warm_start.MANIFEST_NAME).write_text(json.dumps({"format": 1, "diffusers_ascend": "0.1.0",
-                                                               "mechanism": "inductor-mega-cache", "files": {}}))
+    assert (
+        "fits this machine: no" in text and "torch version: saved '2.6.0'" in text and "platform: saved 'npu'" in text
+    )
+    (tmp_path / warm_start.MANIFEST_NAME).write_text(
+        json.dumps({"format": 1, "diffusers_ascend": "0.1.0", "mechanism": "inductor-mega-cache", "files": {}})
+    )
     assert main(["cache", "info", str(tmp_path)]) == 0
     text = capsys.readouterr().out
     assert "manifest format 1" in text and "fits this machine: no" in text

@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import sys
-import warnings
 
 import pytest
 
@@ -58,13 +57,26 @@ def test_invalid_values_name_value_and_choices(kwargs, exc, pattern):
 
 # Each field's rule lives once, in config.py: code that takes one field alone (GraphCaptureManager)
 # asks `check_field`, which says what the config says.
-ONE_FIELD = [(k, e) for k, e in [
-    (dict(fusions=5), TypeError), (dict(fusions=["rms_nrom"]), ValueError), (dict(attention=3), TypeError),
-    (dict(compile="blocs"), ValueError), (dict(mode="fast"), ValueError), (dict(dynamic=1), ValueError),
-    (dict(fullgraph="yes"), TypeError), (dict(recompile_limit=-1), ValueError), (dict(graph_capture="npugraph"), ValueError),
-    (dict(safe_output=1), TypeError), (dict(freezing=None), TypeError), (dict(max_captured_graphs=2.0), TypeError),
-    (dict(graph_log_dir=3), TypeError), (dict(on_error="ignore"), ValueError), (dict(executor="inductr"), ValueError),
-]]
+ONE_FIELD = [
+    (k, e)
+    for k, e in [
+        (dict(fusions=5), TypeError),
+        (dict(fusions=["rms_nrom"]), ValueError),
+        (dict(attention=3), TypeError),
+        (dict(compile="blocs"), ValueError),
+        (dict(mode="fast"), ValueError),
+        (dict(dynamic=1), ValueError),
+        (dict(fullgraph="yes"), TypeError),
+        (dict(recompile_limit=-1), ValueError),
+        (dict(graph_capture="npugraph"), ValueError),
+        (dict(safe_output=1), TypeError),
+        (dict(freezing=None), TypeError),
+        (dict(max_captured_graphs=2.0), TypeError),
+        (dict(graph_log_dir=3), TypeError),
+        (dict(on_error="ignore"), ValueError),
+        (dict(executor="inductr"), ValueError),
+    ]
+]
 
 
 def test_check_field_is_the_config_rule_of_every_field():
@@ -103,7 +115,9 @@ def test_checks_beyond_the_fields_are_config_methods():
 
 
 def test_valid_values_and_normalization():
-    cfg = AscendConfig(fusions=["mul_add", "rope", "rms_norm", "rope"], graph_log_dir=__import__("pathlib").Path("/tmp/g"))
+    cfg = AscendConfig(
+        fusions=["mul_add", "rope", "rms_norm", "rope"], graph_log_dir=__import__("pathlib").Path("/tmp/g")
+    )
     assert cfg.fusions == ("rms_norm", "rope", "mul_add")  # canonical order, duplicates dropped
     assert cfg.graph_log_dir == "/tmp/g" and isinstance(cfg.graph_log_dir, str)
     assert AscendConfig(fusions="rope").fusions == ("rope",)
@@ -143,9 +157,7 @@ def test_resolved_fusions_per_platform():
     from ascend_kernels.registry import available_providers
 
     expected_cuda = tuple(
-        f
-        for f in NON_NUMERIC
-        if any(p != "native" for p in available_providers(FUSION_TO_OP[f], "cuda"))
+        f for f in NON_NUMERIC if any(p != "native" for p in available_providers(FUSION_TO_OP[f], "cuda"))
     )
     assert auto.resolved_fusions("cuda") == expected_cuda
     for plat in ("npu", "cuda", "cpu"):
@@ -171,10 +183,21 @@ def test_resolved_executor():
 
 # ----------------------------------------------------------------------------- JSON
 def test_dict_and_json_round_trip():
-    cfg = AscendConfig(fusions=["rope", "adaln"], attention=None, compile="model", executor="inductor",
-                       mode="max-autotune", dynamic=False, fullgraph=True, recompile_limit=16,
-                       graph_capture="graph_only", safe_output=False, max_captured_graphs=3,
-                       graph_log_dir="/tmp/x", on_error="raise")
+    cfg = AscendConfig(
+        fusions=["rope", "adaln"],
+        attention=None,
+        compile="model",
+        executor="inductor",
+        mode="max-autotune",
+        dynamic=False,
+        fullgraph=True,
+        recompile_limit=16,
+        graph_capture="graph_only",
+        safe_output=False,
+        max_captured_graphs=3,
+        graph_log_dir="/tmp/x",
+        on_error="raise",
+    )
     d = cfg.to_dict()
     assert d["version"] == CONFIG_VERSION == 1 and "diffusers_ascend_version" in d
     assert d["fusions"] == ["rope", "adaln"]
@@ -312,8 +335,17 @@ def test_auto_picks_up_a_triton_kernel_where_it_runs(monkeypatch):
     assert auto.resolved_fusions("npu") == ("rms_norm", "rope", "adaln", "mul_add", "swiglu")
     # On CUDA only kernels measured faster than Inductor's code for their composite: none recorded.
     assert auto.resolved_fusions("cuda") == ()
-    faster = measurements.Measurement("adaln_modulate", "cuda", "NVIDIA H100 80GB HBM3", "flux_img", "bf16",
-                                      kernel_ms=0.04, compiled_ms=0.069, versions="-", date="-")
+    faster = measurements.Measurement(
+        "adaln_modulate",
+        "cuda",
+        "NVIDIA H100 80GB HBM3",
+        "flux_img",
+        "bf16",
+        kernel_ms=0.04,
+        compiled_ms=0.069,
+        versions="-",
+        date="-",
+    )
     monkeypatch.setattr(measurements, "MEASUREMENTS", (faster,))
     assert auto.resolved_fusions("cuda") == ("adaln",)
     assert auto.resolved_fusions("cpu") == ()
@@ -330,13 +362,16 @@ def test_comma_separated_fusions_are_the_list_of_their_names(tmp_path):
     assert cfg.replace(fusions="adaln,mul_add").fusions == ("adaln", "mul_add")
 
 
-@pytest.mark.parametrize("value, pattern", [
-    ("rms_norm,ropee", r"unknown fusion\(s\) \['ropee'\].*Did you mean 'rope'"),
-    ("all,rope", r"'all' is a keyword, not a fusion name"),
-    ("rope,", r"empty name"),
-    (",", r"empty name"),
-    ("gelu_tanh,fast_gelu", r"pick one"),
-])
+@pytest.mark.parametrize(
+    "value, pattern",
+    [
+        ("rms_norm,ropee", r"unknown fusion\(s\) \['ropee'\].*Did you mean 'rope'"),
+        ("all,rope", r"'all' is a keyword, not a fusion name"),
+        ("rope,", r"empty name"),
+        (",", r"empty name"),
+        ("gelu_tanh,fast_gelu", r"pick one"),
+    ],
+)
 def test_comma_separated_fusions_are_validated_name_by_name(value, pattern):
     with pytest.raises(ValueError, match=pattern):
         AscendConfig(fusions=value)

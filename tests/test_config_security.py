@@ -67,11 +67,27 @@ def dynamo_limit():
         (b"[1, 2]", "holds a JSON array, expected"),
         (b"null", "holds a JSON null, expected"),
         (b'{"fusions": ["rms_norm", "nope"]}', "unknown fusion(s) ['nope']"),
-        (b'{"recompile_limit": true}', "recompile_limit must be an int"),  # a TypeError in code, a ValueError from a file
+        (
+            b'{"recompile_limit": true}',
+            "recompile_limit must be an int",
+        ),  # a TypeError in code, a ValueError from a file
         (b'{"compile": "' + b"x" * 100_000 + b'"}', "... (truncated)"),
     ],
-    ids=["syntax", "depth-parser", "depth", "encoding", "huge-int", "nan", "infinity", "string", "array", "null",
-         "bad-fusion", "wrong-type", "huge-string"],
+    ids=[
+        "syntax",
+        "depth-parser",
+        "depth",
+        "encoding",
+        "huge-int",
+        "nan",
+        "infinity",
+        "string",
+        "array",
+        "null",
+        "bad-fusion",
+        "wrong-type",
+        "huge-string",
+    ],
 )
 def test_every_decode_problem_is_one_value_error_naming_the_file(tmp_path, content, needle):
     path = tmp_path / CONFIG_NAME
@@ -94,7 +110,9 @@ def test_files_over_the_size_cap_are_refused_unread(tmp_path):
 
 def test_non_mapping_from_dict_with_a_source_is_a_value_error():
     for bad in (["rms_norm"], "rms_norm", 3):
-        with pytest.raises(ValueError, match=r"invalid ascend config in the model: it holds a JSON (array|string|number)"):
+        with pytest.raises(
+            ValueError, match=r"invalid ascend config in the model: it holds a JSON (array|string|number)"
+        ):
             AscendConfig.from_dict(bad, source="the model")
     with pytest.raises(TypeError, match="from_dict expects a dict"):  # code keeps its TypeError
         AscendConfig.from_dict(["rms_norm"])
@@ -130,7 +148,9 @@ def test_graph_log_dir_from_data_is_dropped_with_one_warning():
 
 
 def test_loaded_recompile_limit_is_capped():
-    with pytest.warns(UserWarning, match=rf"recompile_limit=<int of 100 bits> from a.json is above the {MAX_LOADED_RECOMPILE_LIMIT}"):
+    with pytest.warns(
+        UserWarning, match=rf"recompile_limit=<int of 100 bits> from a.json is above the {MAX_LOADED_RECOMPILE_LIMIT}"
+    ):
         cfg = AscendConfig.from_dict({"recompile_limit": 2**99}, source="a.json")
     assert cfg.recompile_limit == MAX_LOADED_RECOMPILE_LIMIT == 64
     assert AscendConfig.from_dict({"recompile_limit": 64}).recompile_limit == 64
@@ -141,8 +161,11 @@ def test_loaded_max_captured_graphs_is_capped(tmp_path):
     # A tampered config must not make graph capture keep device graphs without bound.
     path = tmp_path / "ascend_config.json"
     path.write_text(json.dumps({"version": 1, "graph_capture": "graph_only", "max_captured_graphs": 10**9}))
-    with pytest.warns(UserWarning, match=rf"max_captured_graphs=1000000000 from .*ascend_config.json is above the "
-                                         rf"{MAX_LOADED_CAPTURED_GRAPHS} a loaded config may set \(each one holds device memory\)"):
+    with pytest.warns(
+        UserWarning,
+        match=rf"max_captured_graphs=1000000000 from .*ascend_config.json is above the "
+        rf"{MAX_LOADED_CAPTURED_GRAPHS} a loaded config may set \(each one holds device memory\)",
+    ):
         cfg = AscendConfig.from_json_file(path)
     assert cfg.max_captured_graphs == MAX_LOADED_CAPTURED_GRAPHS == 32
     assert AscendConfig.from_dict({"max_captured_graphs": 32}).max_captured_graphs == 32

@@ -26,7 +26,9 @@ RANGE = r"Supported: diffusers 0\.36 to 0\.42\.x\."
 
 
 def test_error_is_public():
-    assert diffusers_ascend.DiffusersCompatError is DiffusersCompatError and issubclass(DiffusersCompatError, RuntimeError)
+    assert diffusers_ascend.DiffusersCompatError is DiffusersCompatError and issubclass(
+        DiffusersCompatError, RuntimeError
+    )
 
 
 def test_floor_is_stated_once_pyproject_agrees():
@@ -48,17 +50,32 @@ def test_import_stays_light():
 
 
 def _untouched(model) -> dict:
-    return {"state": "_ascend_state" in model.__dict__, "config": "_ascend_config" in model.config,
-            "processors": sorted({type(m.processor).__name__ for m in model.modules() if hasattr(m, "processor")}),
-            "backends": {dc.attention_backend(m.processor) for m in model.modules() if hasattr(m, "processor")}}
+    return {
+        "state": "_ascend_state" in model.__dict__,
+        "config": "_ascend_config" in model.config,
+        "processors": sorted({type(m.processor).__name__ for m in model.modules() if hasattr(m, "processor")}),
+        "backends": {dc.attention_backend(m.processor) for m in model.modules() if hasattr(m, "processor")},
+    }
 
 
 @pytest.mark.parametrize(
     "owner, name, shown",
     [
-        (transformer_flux, "_get_qkv_projections", r"diffusers\.models\.transformers\.transformer_flux\._get_qkv_projections"),
-        (attention_dispatch, "_AttentionBackendRegistry", r"diffusers\.models\.attention_dispatch\._AttentionBackendRegistry"),
-        (modeling_utils.ModelMixin, "_repeated_blocks", r"diffusers\.models\.modeling_utils\.ModelMixin\._repeated_blocks"),
+        (
+            transformer_flux,
+            "_get_qkv_projections",
+            r"diffusers\.models\.transformers\.transformer_flux\._get_qkv_projections",
+        ),
+        (
+            attention_dispatch,
+            "_AttentionBackendRegistry",
+            r"diffusers\.models\.attention_dispatch\._AttentionBackendRegistry",
+        ),
+        (
+            modeling_utils.ModelMixin,
+            "_repeated_blocks",
+            r"diffusers\.models\.modeling_utils\.ModelMixin\._repeated_blocks",
+        ),
     ],
     ids=["function", "class", "class-attribute"],
 )
@@ -66,9 +83,13 @@ def test_a_diffusers_without_a_private_name_is_refused_at_enable(monkeypatch, ow
     model = tiny_flux_transformer()
     before = _untouched(model)
     monkeypatch.delattr(owner, name)
-    with pytest.raises(DiffusersCompatError, match=(
-        rf"^diffusers-ascend: cannot run on diffusers {re.escape(diffusers.__version__)}: `{shown}` \(.*"
-        r"is missing or moved .*" + RANGE)):
+    with pytest.raises(
+        DiffusersCompatError,
+        match=(
+            rf"^diffusers-ascend: cannot run on diffusers {re.escape(diffusers.__version__)}: `{shown}` \(.*"
+            r"is missing or moved .*" + RANGE
+        ),
+    ):
         diffusers_ascend.enable_ascend_compile(model, fusions=["rms_norm"], compile="none")
     assert _untouched(model) == before  # refused before the model was changed
 
@@ -93,14 +114,24 @@ def test_the_check_names_every_missing_name_at_once(monkeypatch):
     assert "transformer_flux._get_qkv_projections" in str(e.value) and "attention_dispatch._check_shape" in str(e.value)
 
 
-@pytest.mark.parametrize("owner, name, stand_in, shown", [
-    (attention_dispatch._AttentionBackendRegistry, "register",
-     classmethod(lambda cls, backend, constraints=None: None),
-     r"the `supports_context_parallel` argument of `_AttentionBackendRegistry\.register`"),
-    (attention_dispatch, "_templated_context_parallel_attention",
-     lambda query, key, value, forward_op, backward_op, parallel_config=None: None,
-     r"the `_parallel_config` argument of `_templated_context_parallel_attention`"),
-], ids=["register", "context-parallel"])
+@pytest.mark.parametrize(
+    "owner, name, stand_in, shown",
+    [
+        (
+            attention_dispatch._AttentionBackendRegistry,
+            "register",
+            classmethod(lambda cls, backend, constraints=None: None),
+            r"the `supports_context_parallel` argument of `_AttentionBackendRegistry\.register`",
+        ),
+        (
+            attention_dispatch,
+            "_templated_context_parallel_attention",
+            lambda query, key, value, forward_op, backward_op, parallel_config=None: None,
+            r"the `_parallel_config` argument of `_templated_context_parallel_attention`",
+        ),
+    ],
+    ids=["register", "context-parallel"],
+)
 def test_a_changed_signature_is_refused(monkeypatch, owner, name, stand_in, shown):
     monkeypatch.setattr(owner, name, stand_in)
     with pytest.raises(DiffusersCompatError, match=shown + r".*" + RANGE):
@@ -110,8 +141,11 @@ def test_a_changed_signature_is_refused(monkeypatch, owner, name, stand_in, show
 def test_too_old_diffusers_is_refused_with_the_range(monkeypatch):
     monkeypatch.setattr(diffusers, "__version__", "0.35.2")
     model = tiny_flux_transformer()
-    with pytest.raises(DiffusersCompatError, match=r"diffusers 0\.35\.2 is older than the supported range "
-                                                   r"\(diffusers 0\.36 to 0\.42\.x\): upgrade diffusers\."):
+    with pytest.raises(
+        DiffusersCompatError,
+        match=r"diffusers 0\.35\.2 is older than the supported range "
+        r"\(diffusers 0\.36 to 0\.42\.x\): upgrade diffusers\.",
+    ):
         diffusers_ascend.enable_ascend_compile(model, compile="none")
     assert "_ascend_state" not in model.__dict__
 

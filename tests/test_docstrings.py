@@ -33,4 +33,6 @@ def test_docstring_examples(name):
             raise
         pytest.skip(f"{name} needs the optional package {e.name!r}")
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, verbose=False)
-    assert result.failed == 0, f"{result.failed} of {result.attempted} examples failed in {name} (run: python -m doctest -v)"
+    assert result.failed == 0, (
+        f"{result.failed} of {result.attempted} examples failed in {name} (run: python -m doctest -v)"
+    )

@@ -14,9 +14,9 @@ import torch
 
 import diffusers_ascend
 from diffusers_ascend import layers
-from diffusers_ascend.integration import api
 from diffusers_ascend.adapters import registry
 from diffusers_ascend.compilation import _compat
+from diffusers_ascend.integration import api
 from diffusers_ascend.tiny import flux_pipeline_inputs, tiny_flux_pipeline
 
 FAST = dict(fusions="all", executor="eager")
@@ -89,11 +89,16 @@ def test_failure_inside_the_layer_swaps(pipe, monkeypatch, low_limit):
     # The single block's processor fails after the double block's RMSNorm, GELU and processor
     # swaps were made.
     flux_swaps = registry.adapter_swaps()
-    monkeypatch.setattr(registry, "adapter_swaps", lambda: tuple(
-        layers.Swap(s.fusion, s.source, s.target, applies=second_processor_fails)
-        if s.source == "FluxAttnProcessor" else s
-        for s in flux_swaps
-    ))
+    monkeypatch.setattr(
+        registry,
+        "adapter_swaps",
+        lambda: tuple(
+            layers.Swap(s.fusion, s.source, s.target, applies=second_processor_fails)
+            if s.source == "FluxAttnProcessor"
+            else s
+            for s in flux_swaps
+        ),
+    )
     with pytest.raises(TypeError, match="layout differs"):
         pipe.enable_ascend_compile(**FAST)
     assert len(seen) == 2
@@ -186,9 +191,11 @@ def test_failed_reenable_keeps_the_previous_setup(pipe, monkeypatch, low_limit):
         raise ImportError("no rope today")
 
     swaps = registry.adapter_swaps()  # the rope swaps are the adapters' (Flux's processor)
-    monkeypatch.setattr(registry, "adapter_swaps", lambda: tuple(
-        layers.Swap(s.fusion, s.source, broken) if s.fusion == "rope" else s for s in swaps
-    ))
+    monkeypatch.setattr(
+        registry,
+        "adapter_swaps",
+        lambda: tuple(layers.Swap(s.fusion, s.source, broken) if s.fusion == "rope" else s for s in swaps),
+    )
     with pytest.raises(ImportError, match="no rope today"):
         pipe.enable_ascend_compile(fusions=["rms_norm", "rope"], executor="eager", recompile_limit=32)
     assert pipe.transformer._ascend_state.config == first and pipe.ascend_report().swaps == {"rms_norm": 6}

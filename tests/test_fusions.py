@@ -45,8 +45,16 @@ def test_every_row_has_its_pass_and_every_pass_file_a_row():
 
 def test_every_consumer_reads_the_table_order():
     assert config.FUSIONS is fusions.FUSIONS and config.FUSION_TO_OP is fusions.FUSION_TO_OP
-    assert config.FUSIONS == ("rms_norm", "rope", "gelu_tanh", "fast_gelu", "adaln", "mul_add", "swiglu",
-                              "add_rms_norm")  # public
+    assert config.FUSIONS == (
+        "rms_norm",
+        "rope",
+        "gelu_tanh",
+        "fast_gelu",
+        "adaln",
+        "mul_add",
+        "swiglu",
+        "add_rms_norm",
+    )  # public
     assert passes.PASS_ORDER is fusions.PASS_ORDER and tuple(passes.FUSION_PASSES) == fusions.PASS_ORDER
     # every fusion runs exactly once: a row missing from PASS_ORDER (or listed twice) fails here
     assert sorted(fusions.PASS_ORDER) == sorted(fusions.FUSIONS), (fusions.PASS_ORDER, fusions.FUSIONS)
@@ -56,7 +64,11 @@ def test_every_consumer_reads_the_table_order():
     assert order.index("fast_gelu") < order.index("gelu_tanh")
     assert order.index("add_rms_norm") < order.index("rms_norm")  # it matches the norm before it is one op
     kept = fusions.default_fusions()
-    assert config.AscendConfig(fusions=list(reversed(kept))).fusions == kept == tuple(f for f in fusions.FUSIONS if f in kept)
+    assert (
+        config.AscendConfig(fusions=list(reversed(kept))).fusions
+        == kept
+        == tuple(f for f in fusions.FUSIONS if f in kept)
+    )
     assert config.AscendConfig(fusions="all").resolved_fusions("cpu") == fusions.default_fusions()
     assert "fast_gelu" not in fusions.default_fusions()
     assert "add_rms_norm" not in fusions.default_fusions()  # opt-in: it takes mul_add's add
@@ -70,9 +82,14 @@ def test_triton_kernels_come_from_their_files():
     assert {module for module, _, _ in triton_kernels.KERNELS.values()} == kernel_files
     for op, (module, launcher, supports) in triton_kernels.KERNELS.items():
         tree = ast.parse((folder / f"{module}.py").read_text())
-        exported = next(ast.literal_eval(n.value) for n in tree.body
-                        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "__all__")
+        exported = next(
+            ast.literal_eval(n.value)
+            for n in tree.body
+            if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "__all__"
+        )
         assert {launcher, f"plan_{launcher}"} <= set(exported), (op, module, exported)
         assert supports is getattr(triton_kernels.limits, f"{op}_supports")
     assert set(triton_kernels.KERNELS) <= set(ascend_kernels.OPS)
-    assert fusions.triton_fusions() == tuple(f for f in fusions.FUSIONS if fusions.FUSION_TO_OP[f] in triton_kernels.KERNELS)
+    assert fusions.triton_fusions() == tuple(
+        f for f in fusions.FUSIONS if fusions.FUSION_TO_OP[f] in triton_kernels.KERNELS
+    )

@@ -43,7 +43,7 @@ def test_from_pretrained_reads_hub_cache_offline_subprocess(tmp_path):
     cfg = AscendConfig(fusions=["rope", "adaln"], compile="model")
     fake_hub_cache(tmp_path / "hub", "org/name", cfg)
     code = textwrap.dedent(
-        f"""
+        """
         from diffusers_ascend.config import AscendConfig
         from diffusers_ascend.hub import AscendConfigNotFoundError
         print(AscendConfig.from_pretrained("org/name").to_json_string().replace("\\n", " "))
@@ -53,7 +53,12 @@ def test_from_pretrained_reads_hub_cache_offline_subprocess(tmp_path):
             print("ERR", e)
         """
     )
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HOME": str(tmp_path / "home")}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_CACHE": str(tmp_path / "hub"),
+        "HF_HOME": str(tmp_path / "home"),
+    }
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     first, err = out.stdout.strip().split("\n", 1)
@@ -77,9 +82,11 @@ def test_from_pretrained_cache_dir_revision_subfolder(tmp_path, offline, monkeyp
 
 
 def test_unresolvable_ids_give_one_clear_error(tmp_path, offline):
-    for bad, needle in (("org/none", "is not a local directory or file"),
-                        ("not a valid//repo id", "nor a valid Hub repo id"),
-                        (str(tmp_path / "no-such-dir"), "nor a valid Hub repo id")):
+    for bad, needle in (
+        ("org/none", "is not a local directory or file"),
+        ("not a valid//repo id", "nor a valid Hub repo id"),
+        (str(tmp_path / "no-such-dir"), "nor a valid Hub repo id"),
+    ):
         with pytest.raises(AscendConfigNotFoundError, match=needle) as info:
             AscendConfig.from_pretrained(bad, cache_dir=tmp_path)
         assert isinstance(info.value, OSError) and repr(bad)[1:-1] in str(info.value)
@@ -97,7 +104,10 @@ def test_local_files_only_without_offline_env(tmp_path):
 
 def test_push_to_hub_calls(tmp_path):
     cfg = AscendConfig(fusions=["rms_norm"], on_error="raise")
-    with mock.patch("huggingface_hub.HfApi.create_repo") as create, mock.patch("huggingface_hub.HfApi.upload_file") as upload:
+    with (
+        mock.patch("huggingface_hub.HfApi.create_repo") as create,
+        mock.patch("huggingface_hub.HfApi.upload_file") as upload,
+    ):
         upload.return_value = "commit-info"
         assert cfg.push_to_hub("me/cfg", private=True, revision="dev", create_pr=True) == "commit-info"
     create.assert_called_once_with("me/cfg", repo_type="model", private=True, exist_ok=True)
@@ -109,7 +119,10 @@ def test_push_to_hub_calls(tmp_path):
 
 def test_save_pretrained_push_to_hub(tmp_path):
     cfg = AscendConfig()
-    with mock.patch("huggingface_hub.HfApi.create_repo") as create, mock.patch("huggingface_hub.HfApi.upload_file") as upload:
+    with (
+        mock.patch("huggingface_hub.HfApi.create_repo") as create,
+        mock.patch("huggingface_hub.HfApi.upload_file") as upload,
+    ):
         path = cfg.save_pretrained(tmp_path, push_to_hub=True, repo_id="me/cfg", commit_message="hi")
         with pytest.raises(ValueError, match="repo_id"):
             cfg.save_pretrained(tmp_path / "untouched", push_to_hub=True)
@@ -119,8 +132,20 @@ def test_save_pretrained_push_to_hub(tmp_path):
         assert fh.read() == upload.call_args.kwargs["path_or_fileobj"]
 
 
-@pytest.mark.parametrize("path", ["./my-model", "../models/flux", "/data/models/flux", "models/flux/transformer",
-                                  "models\\flux", ".hidden", "org/..", "~/flux", "org/name.git"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "./my-model",
+        "../models/flux",
+        "/data/models/flux",
+        "models/flux/transformer",
+        "models\\flux",
+        ".hidden",
+        "org/..",
+        "~/flux",
+        "org/name.git",
+    ],
+)
 def test_a_path_that_cannot_be_a_repo_id_fails_at_once(tmp_path, monkeypatch, path):
     # A mistyped path cost 25 s of Hub retries before its error: now no download is even tried.
     import time
@@ -140,7 +165,9 @@ def test_a_path_that_cannot_be_a_repo_id_fails_at_once(tmp_path, monkeypatch, pa
             load(path)
         assert time.perf_counter() - start < 1.0
         message = str(info.value)
-        assert repr(path) in message and "neither an existing local directory or file nor a valid Hub repo id" in message
+        assert (
+            repr(path) in message and "neither an existing local directory or file nor a valid Hub repo id" in message
+        )
 
 
 def test_a_valid_repo_id_still_reaches_the_hub(tmp_path, monkeypatch):
@@ -160,8 +187,11 @@ def test_a_valid_repo_id_still_reaches_the_hub(tmp_path, monkeypatch):
     assert calls == ["org/name", "name", "Org-1/my_model.v2"]
     # A repo id whose first part is a folder here is most likely a mistyped path: the error says so.
     (tmp_path / "models").mkdir()
-    with pytest.raises(AscendConfigNotFoundError, match=r"'models' is a local folder: if you meant a path in it, "
-                                                        r"'models/flux' does not exist"):
+    with pytest.raises(
+        AscendConfigNotFoundError,
+        match=r"'models' is a local folder: if you meant a path in it, "
+        r"'models/flux' does not exist",
+    ):
         AscendConfig.from_pretrained("models/flux")
     with pytest.raises(AscendConfigNotFoundError) as info:
         AscendConfig.from_pretrained("org/name")

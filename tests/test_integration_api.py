@@ -9,8 +9,14 @@ import pytest
 import diffusers_ascend
 from diffusers_ascend import integration
 
-ENTRY_POINTS = ("enable_ascend_compile", "disable_ascend_compile", "ascend_report", "save_ascend_cache",
-                "package_counters", "enabled_models")
+ENTRY_POINTS = (
+    "enable_ascend_compile",
+    "disable_ascend_compile",
+    "ascend_report",
+    "save_ascend_cache",
+    "package_counters",
+    "enabled_models",
+)
 
 
 @pytest.mark.parametrize("name", ENTRY_POINTS)

@@ -55,8 +55,11 @@ def test_enabled_compiled_model_round_trips(how):
         torch.save(model, buf)
         buf.seek(0)
         loaded = torch.load(buf, weights_only=False)
-    assert _fused(loaded) == _fused(model) == {
-        "FusedRMSNorm": 6, "FusedGELU": 2, "FusedTorchGELU": 1, "FusedRopeFluxAttnProcessor": 2}
+    assert (
+        _fused(loaded)
+        == _fused(model)
+        == {"FusedRMSNorm": 6, "FusedGELU": 2, "FusedTorchGELU": 1, "FusedRopeFluxAttnProcessor": 2}
+    )
     state = loaded._ascend_state
     assert state.config == model._ascend_state.config and state.backend is None and state.compiled == []
     assert all(m._compiled_call_impl is None for m in loaded.modules())  # as torch drops in-place compiles
@@ -101,4 +104,4 @@ def test_fused_classes_are_module_attributes():
         assert cls.__qualname__ == name and cls.__module__ == module.__name__
     assert issubclass(layers.FastGELU, layers.FusedGELU)
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
-        layers.Nope
+        layers.Nope  # noqa: B018  (the attribute access is the test)

@@ -58,7 +58,9 @@ def test_graph_capture_and_graph_class():
 def test_broken_torch_npu_is_reported_not_raised(tmp_path, monkeypatch):
     """A torch_npu that raises on import (broken CANN) must leave detection at cuda/cpu and say why."""
     (tmp_path / "torch_npu").mkdir()
-    (tmp_path / "torch_npu" / "__init__.py").write_text("raise OSError('libascendcl.so: cannot open shared object file')\n")
+    (tmp_path / "torch_npu" / "__init__.py").write_text(
+        "raise OSError('libascendcl.so: cannot open shared object file')\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     P._detect.cache_clear()
     try:

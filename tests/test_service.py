@@ -19,9 +19,8 @@ import torch
 
 import diffusers_ascend
 from ascend_kernels.testing import assert_close
-from diffusers_ascend.tiny import flux_model_inputs
 from diffusers_ascend.compilation import _compat
-from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, tiny_flux_transformer
+from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, flux_model_inputs, tiny_flux_transformer
 
 LAYERS = dict(num_layers=1, num_single_layers=1)
 FAST = dict(fusions="all", executor="eager")
@@ -161,13 +160,21 @@ def test_threads_calling_one_package_do_not_deadlock(tmp_path):
     """Two threads on one package: the second waited for the package's runner inside C++ holding
     the GIL, while the first, holding the runner, needed the GIL to call our custom op (measured:
     the process hung for good). Run in a subprocess: a hang there cannot stop this one."""
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
-           "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    out = subprocess.run([sys.executable, "-c", _PACKAGE_THREADS, str(tmp_path / "block.pt2")],
-                         capture_output=True, text=True, env=env, timeout=400)
+    env = {
+        **os.environ,
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+        "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", _PACKAGE_THREADS, str(tmp_path / "block.pt2")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=400,
+    )
     assert out.returncode == 0, "deadlock or failure:\n" + out.stderr[-4000:]
-    line = next(l for l in out.stdout.splitlines() if l.startswith("RESULT "))
-    result = json.loads(line[len("RESULT "):])
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("RESULT "))
+    result = json.loads(line[len("RESULT ") :])
     assert result["matches"] == {"rms_norm": 1}  # the package calls our op
     assert min(result["calls"]) > 0 and result["wrong"] == [0, 0] and result["hits"] == sum(result["calls"])
 
@@ -224,8 +231,8 @@ def test_enable_and_calls_never_draw_from_the_global_rng():
     env = {**os.environ, "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
     out = subprocess.run([sys.executable, "-c", _RNG], capture_output=True, text=True, env=env, timeout=400)
     assert out.returncode == 0, out.stderr[-4000:]
-    line = next(l for l in out.stdout.splitlines() if l.startswith("RESULT "))
-    assert json.loads(line[len("RESULT "):]) == {"enable": True, "same_image": True, "deferred_registration": True}
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("RESULT "))
+    assert json.loads(line[len("RESULT ") :]) == {"enable": True, "same_image": True, "deferred_registration": True}
 
 
 # -- a service: warm start, 4 threads, killed, restarted -------------------------------------------
@@ -291,16 +298,20 @@ _SERVICE = textwrap.dedent(
 def _service(tmp_path, *args, timeout=400, kill_after_result=False):
     import faulthandler  # noqa: F401  (the child's watchdog below is C: it outlives a hung GIL)
 
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
-           "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    script = "import faulthandler; faulthandler.dump_traceback_later(%d, exit=True)\n" % timeout + _SERVICE
-    proc = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+    env = {
+        **os.environ,
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+        "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
+    script = f"import faulthandler; faulthandler.dump_traceback_later({timeout}, exit=True)\n" + _SERVICE
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
     result = None
     try:
         for line in proc.stdout:
             if line.startswith("RESULT "):
-                result = json.loads(line[len("RESULT "):])
+                result = json.loads(line[len("RESULT ") :])
                 break
         if kill_after_result and result is not None:
             proc.kill()  # SIGKILL: no cleanup, as an OOM killer or a node loss

@@ -84,13 +84,21 @@ _SCRIPT = textwrap.dedent(
 
 
 def _run(tmp_path, mode, name):
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / f"inductor-{name}"),
-           "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    out = subprocess.run([sys.executable, "-c", _SCRIPT, mode, str(tmp_path / "art"), str(tmp_path / f"{name}.pt")],
-                         capture_output=True, text=True, env=env, timeout=300)
+    env = {
+        **os.environ,
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / f"inductor-{name}"),
+        "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, mode, str(tmp_path / "art"), str(tmp_path / f"{name}.pt")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
-    line = next(l for l in out.stdout.splitlines() if l.startswith("RESULT "))
-    return {**json.loads(line[len("RESULT "):]), "stderr": out.stderr}, torch.load(tmp_path / f"{name}.pt")
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("RESULT "))
+    return {**json.loads(line[len("RESULT ") :]), "stderr": out.stderr}, torch.load(tmp_path / f"{name}.pt")
 
 
 # Measured: the save-time check of every block package (`warm_start.packages._check_package`) fails on
@@ -100,7 +108,9 @@ PACKAGES_PASS_THEIR_CHECK = _compat.torch_version() >= (2, 13)
 
 
 @pytest.mark.own_process
-@pytest.mark.skipif(torch.compiler.__dict__.get("save_cache_artifacts") is None, reason="torch 2.6: no portable compile cache")
+@pytest.mark.skipif(
+    torch.compiler.__dict__.get("save_cache_artifacts") is None, reason="torch 2.6: no portable compile cache"
+)
 def test_saved_artifacts_make_a_fresh_process_skip_compilation(tmp_path, capsys):
     cold, cold_out = _run(tmp_path, "save", "cold")
     assert cold["autograd_cache_miss"] >= 2 and cold["autograd_cache_hit"] == 0  # one per block class at least
@@ -114,8 +124,15 @@ def test_saved_artifacts_make_a_fresh_process_skip_compilation(tmp_path, capsys)
         packaged = sorted((b["class"], json.dumps(b["matches"], sort_keys=True)) for b in manifest["blocks"])
         assert packaged == compiled and len(packaged) >= 2
     else:
-        assert manifest["blocks"] == [] and "was not packaged ahead of time (RuntimeError: the package fails" in cold["stderr"]
-    assert set(manifest["files"]) == {warm_start.ARTIFACTS_NAME, warm_start.KERNELS_NAME, *(b["file"] for b in manifest["blocks"])}
+        assert (
+            manifest["blocks"] == []
+            and "was not packaged ahead of time (RuntimeError: the package fails" in cold["stderr"]
+        )
+    assert set(manifest["files"]) == {
+        warm_start.ARTIFACTS_NAME,
+        warm_start.KERNELS_NAME,
+        *(b["file"] for b in manifest["blocks"]),
+    }
     from diffusers_ascend.platform import override_platform
 
     with override_platform("cpu"):  # the platform the subprocesses saved on (they take no test override)
@@ -144,7 +161,9 @@ def test_saved_artifacts_make_a_fresh_process_skip_compilation(tmp_path, capsys)
     # call came from the archive, installed when the first graph needed the caches).
     hooked, hooked_out = _run(tmp_path, "load-hooked", "hooked")
     torch.testing.assert_close(hooked_out, cold_out, rtol=0, atol=0)
-    assert hooked["packages"]["calls"] == 0 and hooked["packages"]["passed_on"] == (2 if PACKAGES_PASS_THEIR_CHECK else 0)
+    assert hooked["packages"]["calls"] == 0 and hooked["packages"]["passed_on"] == (
+        2 if PACKAGES_PASS_THEIR_CHECK else 0
+    )
     assert hooked["autograd_cache_hit"] == cold["autograd_cache_miss"] and hooked["autograd_cache_miss"] == 0
     assert hooked["fxgraph_cache_miss"] == 0
     with tarfile.open(tmp_path / "art" / warm_start.KERNELS_NAME) as tar:
@@ -159,10 +178,18 @@ def _block_entry(file="ascend_aoti_0.pt2", **overrides):
 
     sig = CallSignature.of((torch.zeros(2, 3),), {}, training=False)
     leaves, spec = _compat.tree_flatten(torch.zeros(2, 3))
-    return {"model": "", "class": "FluxTransformerBlock", "file": file, "signature": sig.to_json(),
-            "state": {"names": ["weight"], "keys": [["tensor", "torch.float32", "cpu", [3], [1]]]},
-            "outputs": _compat.treespec_dumps(spec), "matches": {"rms_norm": 1}, "ops_before": 5, "ops_after": 2,
-            **overrides}
+    return {
+        "model": "",
+        "class": "FluxTransformerBlock",
+        "file": file,
+        "signature": sig.to_json(),
+        "state": {"names": ["weight"], "keys": [["tensor", "torch.float32", "cpu", [3], [1]]]},
+        "outputs": _compat.treespec_dumps(spec),
+        "matches": {"rms_norm": 1},
+        "ops_before": 5,
+        "ops_after": 2,
+        **overrides,
+    }
 
 
 def _write_cache(directory, keys, payload=b"mega-cache bytes", kernels=None, packages=None, **manifest_overrides):
@@ -170,14 +197,22 @@ def _write_cache(directory, keys, payload=b"mega-cache bytes", kernels=None, pac
     `packages` ({file name: bytes}) as block packages, one `_block_entry` each."""
     os.makedirs(directory, exist_ok=True)
     packages = packages or {}
-    blobs = {warm_start.ARTIFACTS_NAME: payload, **({warm_start.KERNELS_NAME: kernels} if kernels is not None else {}), **packages}
+    blobs = {
+        warm_start.ARTIFACTS_NAME: payload,
+        **({warm_start.KERNELS_NAME: kernels} if kernels is not None else {}),
+        **packages,
+    }
     for name, data in blobs.items():
         with open(os.path.join(directory, name), "wb") as f:
             f.write(data)
-    manifest = {"format": warm_start.FORMAT, "mechanism": warm_start.MECHANISM, **keys,
-                "files": {n: {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d)} for n, d in blobs.items()},
-                "blocks": [_block_entry(name) for name in packages],
-                **manifest_overrides}
+    manifest = {
+        "format": warm_start.FORMAT,
+        "mechanism": warm_start.MECHANISM,
+        **keys,
+        "files": {n: {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d)} for n, d in blobs.items()},
+        "blocks": [_block_entry(name) for name in packages],
+        **manifest_overrides,
+    }
     with open(os.path.join(directory, warm_start.MANIFEST_NAME), "w") as f:
         json.dump(manifest, f)
     return manifest
@@ -207,13 +242,22 @@ def test_stale_artifacts_warn_and_compile_normally(tmp_path, loads):
     _write_cache(tmp_path / "other-config", warm_start.expected_keys(cfg.replace(fusions=["rms_norm"])))
     _write_cache(tmp_path / "other-cpu", {**keys, "device": "cpu:AVX2:0123456789abcdef"})
     # What an older diffusers-ascend wrote (format 1: no packages, no device key).
-    _write_cache(tmp_path / "format-1", {k: v for k, v in keys.items() if k != "device"}, format=1,
-                 mechanism="inductor-mega-cache", blocks=None)
+    _write_cache(
+        tmp_path / "format-1",
+        {k: v for k, v in keys.items() if k != "device"},
+        format=1,
+        mechanism="inductor-mega-cache",
+        blocks=None,
+    )
     old = json.loads((tmp_path / "format-1" / warm_start.MANIFEST_NAME).read_text())
     del old["blocks"]
     (tmp_path / "format-1" / warm_start.MANIFEST_NAME).write_text(json.dumps(old))
-    for name, needle in [("old-torch", "torch version: saved '2.0.0'"), ("other-config", "AscendConfig.cache_key()"),
-                         ("other-cpu", "device capability"), ("format-1", "manifest format: saved 1")]:
+    for name, needle in [
+        ("old-torch", "torch version: saved '2.0.0'"),
+        ("other-config", "AscendConfig.cache_key()"),
+        ("other-cpu", "device capability"),
+        ("format-1", "manifest format: saved 1"),
+    ]:
         model = tiny_flux_transformer(**LAYERS)
         with pytest.warns(UserWarning, match="made for another setup") as rec:
             diffusers_ascend.enable_ascend_compile(model, cfg, cache=str(tmp_path / name))
@@ -234,30 +278,101 @@ def test_matching_artifacts_reach_torch_caches(tmp_path, loads):
     assert loads == [b"mega-cache bytes"]
 
 
-@pytest.mark.parametrize("tamper, needle", [
-    (lambda d, m: (d / warm_start.MANIFEST_NAME).write_text("{not json"), "not valid JSON|JSON"),
-    (lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(json.dumps({**m, "extra": 1})), "unknown keys \\['extra'\\]"),
-    (lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(json.dumps({**m, "torch": 2})), "'torch' must be a string"),
-    (lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(json.dumps(
-        {**m, "files": {**m["files"], warm_start.ARTIFACTS_NAME: {"sha256": "x", "size": 1}}})), "64 hex digits"),
-    (lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(json.dumps(
-        {**m, "files": {warm_start.ARTIFACTS_NAME: m["files"][warm_start.ARTIFACTS_NAME]}})), "each block's package exactly once"),
-    (lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(json.dumps({**m, "format": 99})), "format 99"),
-    (lambda d, m: (d / warm_start.ARTIFACTS_NAME).write_bytes(b"mega-cache bytez"), "does not match the sha256"),
-    (lambda d, m: (d / "ascend_aoti_0.pt2").write_bytes(b"package bytez"), "does not match the sha256"),
-    (lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(json.dumps(
-        {**m, "blocks": [{**m["blocks"][0], "file": "../evil.pt2"}]})), "not named ascend_aoti_<n>.pt2"),
-    (lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(json.dumps(
-        {**m, "blocks": [{**m["blocks"][0], "extra": 1}]})), "must have exactly the keys"),
-    (lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(json.dumps({**m, "blocks": [{**m["blocks"][0], "signature": {
-        **m["blocks"][0]["signature"], "leaves": [["tensor", "os.system", "cpu", [2, 3], [3, 1]]]}}]})), "not a torch dtype"),
-    (lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(json.dumps({**m, "blocks": [{**m["blocks"][0], "signature": {
-        **m["blocks"][0]["signature"], "tree": "{not a spec"}}]})), "not a pytree spec"),
-    (lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(json.dumps({**m, "blocks": [{**m["blocks"][0], "signature": {
-        **m["blocks"][0]["signature"], "leaves": [["value", {"__reduce__": 1}]]}}]})), "leaf must be"),
-    (lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(json.dumps(
-        {**m, "blocks": [{**m["blocks"][0], "matches": {"rms_norm": -1}}]})), "'matches' must map"),
-])
+@pytest.mark.parametrize(
+    "tamper, needle",
+    [
+        (lambda d, m: (d / warm_start.MANIFEST_NAME).write_text("{not json"), "not valid JSON|JSON"),
+        (
+            lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(json.dumps({**m, "extra": 1})),
+            "unknown keys \\['extra'\\]",
+        ),
+        (
+            lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(json.dumps({**m, "torch": 2})),
+            "'torch' must be a string",
+        ),
+        (
+            lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(
+                json.dumps({**m, "files": {**m["files"], warm_start.ARTIFACTS_NAME: {"sha256": "x", "size": 1}}})
+            ),
+            "64 hex digits",
+        ),
+        (
+            lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(
+                json.dumps({**m, "files": {warm_start.ARTIFACTS_NAME: m["files"][warm_start.ARTIFACTS_NAME]}})
+            ),
+            "each block's package exactly once",
+        ),
+        (lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(json.dumps({**m, "format": 99})), "format 99"),
+        (lambda d, m: (d / warm_start.ARTIFACTS_NAME).write_bytes(b"mega-cache bytez"), "does not match the sha256"),
+        (lambda d, m: (d / "ascend_aoti_0.pt2").write_bytes(b"package bytez"), "does not match the sha256"),
+        (
+            lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(
+                json.dumps({**m, "blocks": [{**m["blocks"][0], "file": "../evil.pt2"}]})
+            ),
+            "not named ascend_aoti_<n>.pt2",
+        ),
+        (
+            lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(
+                json.dumps({**m, "blocks": [{**m["blocks"][0], "extra": 1}]})
+            ),
+            "must have exactly the keys",
+        ),
+        (
+            lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(
+                json.dumps(
+                    {
+                        **m,
+                        "blocks": [
+                            {
+                                **m["blocks"][0],
+                                "signature": {
+                                    **m["blocks"][0]["signature"],
+                                    "leaves": [["tensor", "os.system", "cpu", [2, 3], [3, 1]]],
+                                },
+                            }
+                        ],
+                    }
+                )
+            ),
+            "not a torch dtype",
+        ),
+        (
+            lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(
+                json.dumps(
+                    {
+                        **m,
+                        "blocks": [
+                            {**m["blocks"][0], "signature": {**m["blocks"][0]["signature"], "tree": "{not a spec"}}
+                        ],
+                    }
+                )
+            ),
+            "not a pytree spec",
+        ),
+        (
+            lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(
+                json.dumps(
+                    {
+                        **m,
+                        "blocks": [
+                            {
+                                **m["blocks"][0],
+                                "signature": {**m["blocks"][0]["signature"], "leaves": [["value", {"__reduce__": 1}]]},
+                            }
+                        ],
+                    }
+                )
+            ),
+            "leaf must be",
+        ),
+        (
+            lambda d, m: (d / warm_start.MANIFEST_NAME).write_text(
+                json.dumps({**m, "blocks": [{**m["blocks"][0], "matches": {"rms_norm": -1}}]})
+            ),
+            "'matches' must map",
+        ),
+    ],
+)
 def test_tampered_cache_is_a_clear_error_and_nothing_is_loaded(tmp_path, loads, tamper, needle):
     cfg = AscendConfig(fusions=["rms_norm"], executor="inductor", compile="blocks")
     manifest = _write_cache(tmp_path, warm_start.expected_keys(cfg), packages={"ascend_aoti_0.pt2": b"package bytes"})
@@ -315,14 +430,18 @@ def test_cli_info_and_push(tmp_path, capsys):
     assert main(["cache", "info", str(tmp_path), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["matches_here"] is False and info["mismatches"][0].startswith("torch version: saved '2.0.0'")
-    with mock.patch("huggingface_hub.HfApi.create_repo") as create, \
-            mock.patch("huggingface_hub.HfApi.create_commit") as commit:
+    with (
+        mock.patch("huggingface_hub.HfApi.create_repo") as create,
+        mock.patch("huggingface_hub.HfApi.create_commit") as commit,
+    ):
         commit.return_value = "commit-info"
         assert main(["cache", "push", str(tmp_path), "me/warm"]) == 0
     create.assert_called_once_with("me/warm", repo_type="model", private=False, exist_ok=True)
     kw = commit.call_args.kwargs  # the manifest and its artifact in one commit
     assert kw["repo_id"] == "me/warm" and kw["commit_message"] == "Upload diffusers-ascend compile artifacts"
-    assert sorted(op.path_in_repo for op in kw["operations"]) == sorted([warm_start.MANIFEST_NAME, warm_start.ARTIFACTS_NAME])
+    assert sorted(op.path_in_repo for op in kw["operations"]) == sorted(
+        [warm_start.MANIFEST_NAME, warm_start.ARTIFACTS_NAME]
+    )
 
 
 def test_torch_without_portable_cache_warns_and_compiles(tmp_path, monkeypatch):
@@ -382,8 +501,8 @@ def _package_of(block, *args, **kwargs):
     names, state = _state(block)
 
     def runner(*flat):
-        call_args, call_kwargs = sig.rebuild(flat[len(names):])
-        out = torch.func.functional_call(block, dict(zip(names, flat[:len(names)])), call_args, call_kwargs)
+        call_args, call_kwargs = sig.rebuild(flat[len(names) :])
+        out = torch.func.functional_call(block, dict(zip(names, flat[: len(names)])), call_args, call_kwargs)
         return list(_compat.tree_flatten(out)[0])
 
     out_spec = _compat.tree_flatten(block(*args, **kwargs))[1]
@@ -422,8 +541,9 @@ def test_a_package_takes_only_calls_with_its_exact_signature():
 def test_call_signatures_are_data_and_refuse_what_they_cannot_describe():
     from diffusers_ascend.warm_start.packages import CallSignature
 
-    sig = CallSignature.of((torch.zeros(2, 3),), {"rotary": (torch.ones(3), torch.ones(3)), "mask": None, "n": 4},
-                           training=False)
+    sig = CallSignature.of(
+        (torch.zeros(2, 3),), {"rotary": (torch.ones(3), torch.ones(3)), "mask": None, "n": 4}, training=False
+    )
     assert CallSignature.from_json(json.loads(json.dumps(sig.to_json()))) == sig
     args, kwargs = sig.rebuild([torch.ones(2, 3), torch.zeros(3), torch.zeros(3)])
     assert kwargs["mask"] is None and kwargs["n"] == 4 and len(kwargs["rotary"]) == 2
@@ -445,8 +565,11 @@ def test_a_package_that_fails_at_run_time_is_retired_with_a_warning():
 
     package.runner = fails
     with torch.no_grad():
-        with pytest.warns(UserWarning, match=r"package of _Block failed \(RuntimeError: run_func_ API call failed\); "
-                                             r"it is no longer used"):
+        with pytest.warns(
+            UserWarning,
+            match=r"package of _Block failed \(RuntimeError: run_func_ API call failed\); "
+            r"it is no longer used",
+        ):
             assert package(block, (x,), {}) is MISS
         assert package(block, (x,), {}) is MISS and package.broken
     assert (package.hits, package.misses) == (0, 2)
@@ -462,8 +585,15 @@ def test_packages_go_to_the_pipeline_component_they_were_saved_from():
     diffusers_ascend.enable_ascend_compile(pipe, fusions=["rms_norm"], executor="inductor", compile="blocks")
     block = pipe.transformer_2.blocks[0]
     package = _package_of(torch.nn.Linear(2, 2), torch.zeros(1, 2))
-    entry = warm_start.LoadedPackage(model="transformer_2", block_class=type(block).__name__, file="ascend_aoti_0.pt2",
-                                     matches={"rms_norm": 3}, ops_before=9, ops_after=5, block=package)
+    entry = warm_start.LoadedPackage(
+        model="transformer_2",
+        block_class=type(block).__name__,
+        file="ascend_aoti_0.pt2",
+        matches={"rms_norm": 3},
+        ops_before=9,
+        ops_after=5,
+        block=package,
+    )
     caches = warm_start.TorchCaches(b"", None, [], "test")
     warm_start.install_packages(enabled(pipe), [entry], caches)
     assert pipe.transformer._ascend_state.aot_blocks == {}
@@ -472,6 +602,6 @@ def test_packages_go_to_the_pipeline_component_they_were_saved_from():
     report = diffusers_ascend.ascend_report(pipe.transformer_2)
     assert report.graphs[-1].executor == "aoti" and report.matches["rms_norm"] == 3
     # Saving again from this process would package the signature again, from a block of the class.
-    (signature, ref), = pipe.transformer_2._ascend_state.signatures[type(block).__name__]
+    ((signature, ref),) = pipe.transformer_2._ascend_state.signatures[type(block).__name__]
     assert signature is package.signature and type(ref()) is type(block)
     assert package_counters(pipe) == {"packages": 1, "calls": 0, "passed_on": 0}

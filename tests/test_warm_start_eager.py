@@ -130,8 +130,9 @@ def test_a_warm_eager_start_captures_graphs_where_configured(tmp_path, monkeypat
         model = _model()
         with monkeypatch.context() as m:
             _forbid_compiling(m)
-            diffusers_ascend.enable_ascend_compile(model, CFG.replace(graph_capture="graph_with_compile"),
-                                                   cache=str(tmp_path))
+            diffusers_ascend.enable_ascend_compile(
+                model, CFG.replace(graph_capture="graph_with_compile"), cache=str(tmp_path)
+            )
             with torch.no_grad():
                 first = model(**_inputs())[0].clone()
                 second = model(**_inputs())[0]  # replays the captured graphs
@@ -147,8 +148,10 @@ def test_a_warm_eager_start_captures_graphs_where_configured(tmp_path, monkeypat
 
 def test_an_eager_cache_for_another_setup_warns_and_compiles(saved, tmp_path):
     directory, _, _ = saved
-    for name, change, needle in [("old-torch", {"torch": "2.0.0"}, "torch version: saved '2.0.0'"),
-                                 ("other-fusions", {"pass_hash": "0" * 64}, "fusion pass source hash")]:
+    for name, change, needle in [
+        ("old-torch", {"torch": "2.0.0"}, "torch version: saved '2.0.0'"),
+        ("other-fusions", {"pass_hash": "0" * 64}, "fusion pass source hash"),
+    ]:
         copy = tmp_path / name
         shutil.copytree(directory, copy)
         manifest = json.loads((copy / warm_start.MANIFEST_NAME).read_text())
@@ -185,18 +188,37 @@ def _first_node(payload):
     return payload["program"]["graph_module"]["graph"]["nodes"][0]
 
 
-@pytest.mark.parametrize("edit, resign, needle", [
-    (lambda p: _first_node(p).update(target="torch.ops.aten.cos.default"), False, "does not match the sha256"),
-    (lambda p: _first_node(p).update(target="torch.serialization.os.system"), True, "calls 'torch.serialization.os.system'"),
-    (lambda p: _first_node(p).update(target="builtins.eval"), True, "calls 'builtins.eval'"),
-    (lambda p: p["program"].update(guards_code=["import os"]), True, "guard code"),
-    (lambda p: _first_node(p)["inputs"][0]["arg"].update(as_expr={"expr_str": "__import__('os')"}), True, "'as_expr'"),
-    (lambda p: p["program"]["graph_module"]["signature"]["input_specs"].__setitem__(
-        0, {"parameter": {"arg": {"name": "arg0_1"}, "parameter_name": "w"}}), True, "other than user_inputs"),
-    (lambda p: _first_node(p).update(metadata={"source_fn_stack": "x,torch.serialization.os.system"}), True,
-     "node metadata"),
-    (lambda p: p.update(binding="0" * 64), True, "built for another call signature"),
-])
+@pytest.mark.parametrize(
+    "edit, resign, needle",
+    [
+        (lambda p: _first_node(p).update(target="torch.ops.aten.cos.default"), False, "does not match the sha256"),
+        (
+            lambda p: _first_node(p).update(target="torch.serialization.os.system"),
+            True,
+            "calls 'torch.serialization.os.system'",
+        ),
+        (lambda p: _first_node(p).update(target="builtins.eval"), True, "calls 'builtins.eval'"),
+        (lambda p: p["program"].update(guards_code=["import os"]), True, "guard code"),
+        (
+            lambda p: _first_node(p)["inputs"][0]["arg"].update(as_expr={"expr_str": "__import__('os')"}),
+            True,
+            "'as_expr'",
+        ),
+        (
+            lambda p: p["program"]["graph_module"]["signature"]["input_specs"].__setitem__(
+                0, {"parameter": {"arg": {"name": "arg0_1"}, "parameter_name": "w"}}
+            ),
+            True,
+            "other than user_inputs",
+        ),
+        (
+            lambda p: _first_node(p).update(metadata={"source_fn_stack": "x,torch.serialization.os.system"}),
+            True,
+            "node metadata",
+        ),
+        (lambda p: p.update(binding="0" * 64), True, "built for another call signature"),
+    ],
+)
 def test_a_tampered_eager_package_is_refused_and_nothing_is_loaded(saved, tmp_path, monkeypatch, edit, resign, needle):
     directory, _, _ = saved
     _tamper(directory, tmp_path / "copy", edit, resign)
@@ -217,12 +239,15 @@ def test_swapped_eager_package_entries_are_refused(saved, tmp_path):
         warm_start.load_ascend_cache(str(copy), CFG)
 
 
-@pytest.mark.parametrize("change, needle", [
-    (lambda m: m.update(executor="inductor"), "mechanism 'eager-export-blocks' with executor 'inductor'"),
-    (lambda m: m["files"].update({warm_start.ARTIFACTS_NAME: {"sha256": "0" * 64, "size": 1}}), "nothing else"),
-    (lambda m: m["blocks"][0].update(file="ascend_aoti_0.pt2"), "is not named"),
-    (lambda m: m.update(mechanism="eager-pickles"), "mechanism 'eager-pickles'"),
-])
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        (lambda m: m.update(executor="inductor"), "mechanism 'eager-export-blocks' with executor 'inductor'"),
+        (lambda m: m["files"].update({warm_start.ARTIFACTS_NAME: {"sha256": "0" * 64, "size": 1}}), "nothing else"),
+        (lambda m: m["blocks"][0].update(file="ascend_aoti_0.pt2"), "is not named"),
+        (lambda m: m.update(mechanism="eager-pickles"), "mechanism 'eager-pickles'"),
+    ],
+)
 def test_a_malformed_eager_manifest_is_a_value_error(saved, tmp_path, change, needle):
     directory, _, manifest = saved
     copy = tmp_path / "copy"
@@ -285,8 +310,9 @@ def test_packages_are_read_as_torchs_own_deserializer_reads_them(saved):
     for entry in manifest["blocks"]:
         program = json.loads((directory / entry["file"]).read_bytes())["program"]
         if hasattr(serde, "_dict_to_dataclass"):
-            assert _compat._schema_objects(serde, serde.ExportedProgram, program) == \
-                serde._dict_to_dataclass(serde.ExportedProgram, program)
+            assert _compat._schema_objects(serde, serde.ExportedProgram, program) == serde._dict_to_dataclass(
+                serde.ExportedProgram, program
+            )
         data = json.dumps(program).encode()
         ours = _compat.export_from_json(data)
         theirs = serde.deserialize(serde.SerializedArtifact(data, b"", b"", b""))

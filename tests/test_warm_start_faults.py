@@ -133,8 +133,13 @@ def test_a_save_killed_half_way_leaves_the_previous_cache_and_no_litter(tmp_path
     _write_cache(target, warm_start.expected_keys(CFG), payload=b"previous cache")
     _hub(offline_hub, "org/new", b"new cache")
     env = {**os.environ, "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.Popen([sys.executable, "-c", _KILLED_PULL, str(offline_hub), str(target)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_PULL, str(offline_hub), str(target)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         line = proc.stdout.readline()
         assert line.strip() == "WROTE", proc.stderr.read()[-3000:]
@@ -201,8 +206,13 @@ class _Interleave:
 
         def hooked(path, *args, **kwargs):
             name = os.path.basename(os.fspath(path)) if isinstance(path, (str, os.PathLike)) else None
-            if (threading.get_ident() == self.reader and isinstance(path, (str, os.PathLike))
-                    and os.path.dirname(os.fspath(path)) == self.target and self.steps and self.steps[0][0] == name):
+            if (
+                threading.get_ident() == self.reader
+                and isinstance(path, (str, os.PathLike))
+                and os.path.dirname(os.fspath(path)) == self.target
+                and self.steps
+                and self.steps[0][0] == name
+            ):
                 self.seen.append(name)
                 self.steps.pop(0)[1]()
             return real(path, *args, **kwargs)
@@ -226,8 +236,11 @@ def test_a_load_between_saves_of_two_caches_and_back_reads_one_whole_cache(tmp_p
     got = []
     monkeypatch.setattr(_compat, "cache_artifacts_api", lambda: (None, got.append))
     monkeypatch.setattr(_compat, "inductor_cache_dir", lambda: str(tmp_path / "inductor"))
-    hook = _Interleave(monkeypatch, target, [(warm_start.ARTIFACTS_NAME, _pull("org/b", target)),
-                                             (warm_start.MANIFEST_NAME, _pull("org/a", target))])
+    hook = _Interleave(
+        monkeypatch,
+        target,
+        [(warm_start.ARTIFACTS_NAME, _pull("org/b", target)), (warm_start.MANIFEST_NAME, _pull("org/a", target))],
+    )
     assert warm_start.load_ascend_cache(str(target), CFG) is not None
     assert hook.steps == [] and hook.seen == [warm_start.ARTIFACTS_NAME, warm_start.MANIFEST_NAME]  # both saves ran
     assert got == [b"cache org/a" * 100]
@@ -262,10 +275,13 @@ def test_a_load_that_every_save_interrupts_reads_under_the_savers_lock(tmp_path,
                 os.close(fd)
             locked.append(False)
             _pull(repo, target)()
+
         return step
 
-    steps = [(warm_start.ARTIFACTS_NAME, save_unless_locked("org/b" if i % 2 == 0 else "org/a"))
-             for i in range(store._LOCK_FREE_READS + 1)]
+    steps = [
+        (warm_start.ARTIFACTS_NAME, save_unless_locked("org/b" if i % 2 == 0 else "org/a"))
+        for i in range(store._LOCK_FREE_READS + 1)
+    ]
     hook = _Interleave(monkeypatch, target, steps)
     assert warm_start.load_ascend_cache(str(target), CFG) is not None
     assert hook.steps == [] and locked == [False] * store._LOCK_FREE_READS + [True]
@@ -279,7 +295,9 @@ def test_a_save_carries_other_files_over_and_refuses_subdirectories(tmp_path, of
     (target / "config.json").write_text("{}")
     (target / "weights.safetensors").symlink_to(tmp_path / "elsewhere")
     warm_start.pull_ascend_cache("org/warm", target, trust_remote_artifacts=True)
-    assert _listing(target) == sorted([warm_start.ARTIFACTS_NAME, warm_start.MANIFEST_NAME, "config.json", "weights.safetensors"])
+    assert _listing(target) == sorted(
+        [warm_start.ARTIFACTS_NAME, warm_start.MANIFEST_NAME, "config.json", "weights.safetensors"]
+    )
     assert os.readlink(target / "weights.safetensors") == str(tmp_path / "elsewhere")
     (target / "transformer").mkdir()
     with pytest.raises(ValueError, match="holds 'transformer', which is not a file"):
@@ -309,8 +327,9 @@ def test_saving_into_a_file_fails_before_any_compile(tmp_path, monkeypatch, comp
 
 
 # -- item 9: the umask decides the modes ------------------------------------------------------------------
-@pytest.mark.parametrize("umask, file_mode, dir_mode", [(0o022, 0o644, 0o755), (0o077, 0o600, 0o700),
-                                                       (0o002, 0o664, 0o775)])
+@pytest.mark.parametrize(
+    "umask, file_mode, dir_mode", [(0o022, 0o644, 0o755), (0o077, 0o600, 0o700), (0o002, 0o664, 0o775)]
+)
 def test_saved_files_honour_the_umask(tmp_path, offline_hub, umask, file_mode, dir_mode):
     _hub(offline_hub, "org/warm", b"mega-cache bytes")
     previous = os.umask(umask)
@@ -331,14 +350,17 @@ def test_installed_kernels_honour_the_umask(tmp_path):
     finally:
         os.umask(previous)
     assert stat.S_IMODE(os.stat(tmp_path / "ab" / "kernel.so").st_mode) == 0o755
-    assert (tmp_path / "ab" / "kernel.so").read_bytes() == b"\x7fELF library" and _listing(tmp_path / "ab") == ["kernel.so"]
+    assert (tmp_path / "ab" / "kernel.so").read_bytes() == b"\x7fELF library" and _listing(tmp_path / "ab") == [
+        "kernel.so"
+    ]
 
 
 # -- item 5: a package runs only the entry it was built for -------------------------------------------------
 def test_swapped_package_entries_are_refused(tmp_path, monkeypatch):
-    from diffusers_ascend.warm_start.packages import CallSignature, build_package
-    from diffusers_ascend.compilation.passes.manager import FusionPassManager
     from torch._inductor import config as inductor_config
+
+    from diffusers_ascend.compilation.passes.manager import FusionPassManager
+    from diffusers_ascend.warm_start.packages import CallSignature, build_package
 
     if _compat.aoti_api() is None:
         pytest.skip(f"torch {torch.__version__} has no AOTInductor")
@@ -352,7 +374,9 @@ def test_swapped_package_entries_are_refused(tmp_path, monkeypatch):
         info = build_package(block, sig, FusionPassManager([]), path)
         with open(path, "rb") as f:
             blobs[f"ascend_aoti_{i}.pt2"] = f.read()
-        entries.append({"model": "", "class": "_Block", "file": f"ascend_aoti_{i}.pt2", "signature": sig.to_json(), **info})
+        entries.append(
+            {"model": "", "class": "_Block", "file": f"ascend_aoti_{i}.pt2", "signature": sig.to_json(), **info}
+        )
     # torch's config is as it was (AOTInductor writes its device keys into the configured dict).
     assert dict(inductor_config.aot_inductor.metadata) == metadata_before
 
@@ -361,8 +385,13 @@ def test_swapped_package_entries_are_refused(tmp_path, monkeypatch):
         files = {warm_start.ARTIFACTS_NAME: b"mega-cache bytes", **blobs}
         for name, data in files.items():
             (directory / name).write_bytes(data)
-        manifest = {"format": warm_start.FORMAT, "mechanism": warm_start.MECHANISM, **warm_start.expected_keys(CFG), "blocks": blocks,
-                    "files": {n: {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d)} for n, d in files.items()}}
+        manifest = {
+            "format": warm_start.FORMAT,
+            "mechanism": warm_start.MECHANISM,
+            **warm_start.expected_keys(CFG),
+            "blocks": blocks,
+            "files": {n: {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d)} for n, d in files.items()},
+        }
         (directory / warm_start.MANIFEST_NAME).write_text(json.dumps(manifest))
 
     write(tmp_path / "good", entries)
@@ -379,9 +408,10 @@ def test_swapped_package_entries_are_refused(tmp_path, monkeypatch):
 
 
 def test_build_package_restores_torch_config_on_failure(monkeypatch):
-    from diffusers_ascend.warm_start.packages import CallSignature, build_package
-    from diffusers_ascend.compilation.passes.manager import FusionPassManager
     from torch._inductor import config as inductor_config
+
+    from diffusers_ascend.compilation.passes.manager import FusionPassManager
+    from diffusers_ascend.warm_start.packages import CallSignature, build_package
 
     before = dict(inductor_config.aot_inductor.metadata)
 
@@ -422,11 +452,14 @@ def test_a_sparse_kernel_member_is_refused(tmp_path, loads):
     assert loads == [] and not hasattr(model, "_ascend_state")
 
 
-@pytest.mark.parametrize("data, needle", [
-    (b"\0" * 10 + b"not a tar" * 100, "not a readable tar archive"),
-    (_tar({"ab/k.so": b"1", "ab/k.so ": b"2"}), "only regular .so files"),
-    (_tar({"ab/k.so": b"1"}), None),  # a valid one, for contrast
-])
+@pytest.mark.parametrize(
+    "data, needle",
+    [
+        (b"\0" * 10 + b"not a tar" * 100, "not a readable tar archive"),
+        (_tar({"ab/k.so": b"1", "ab/k.so ": b"2"}), "only regular .so files"),
+        (_tar({"ab/k.so": b"1"}), None),  # a valid one, for contrast
+    ],
+)
 def test_kernel_archives_are_checked_as_data(data, needle):
     if needle is None:
         assert [m.name for m in check_kernels(data)] == ["ab/k.so"]
@@ -470,8 +503,8 @@ def _files(m, **entry):
 
 
 HOSTILE = {
-    "size 2**62": lambda m: _files(m, size=2 ** 62),
-    "size 10**20": lambda m: _files(m, size=10 ** 20),
+    "size 2**62": lambda m: _files(m, size=2**62),
+    "size 10**20": lambda m: _files(m, size=10**20),
     "size -1": lambda m: _files(m, size=-1),
     "size true": lambda m: _files(m, size=True),
     "size 1.5": lambda m: _files(m, size=1.5),
@@ -499,15 +532,16 @@ def test_a_malformed_manifest_is_a_value_error_and_a_cli_message(tmp_path, loads
     assert loads == []
 
 
-@pytest.mark.parametrize("size", [2 ** 62, 10 ** 20])
+@pytest.mark.parametrize("size", [2**62, 10**20])
 def test_cache_load_and_info_of_an_absurd_size_exit_with_a_message(tmp_path, capsys, size):
     # `cache load` printed a MemoryError (2**62) or OverflowError (10**20) traceback.
     manifest = _write_cache(tmp_path, warm_start.expected_keys(CFG))
     (tmp_path / warm_start.MANIFEST_NAME).write_text(json.dumps(_files(manifest, size=size)))
     assert main(["cache", "load", str(tmp_path)]) == 1
     assert "must be {'sha256'" in capsys.readouterr().err
-    r = subprocess.run([sys.executable, "-m", "diffusers_ascend.cli", "cache", "info", str(tmp_path)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "diffusers_ascend.cli", "cache", "info", str(tmp_path)], capture_output=True, text=True
+    )
     assert r.returncode == 1 and "Traceback" not in r.stderr and "must be {'sha256'" in r.stderr, r.stderr[-2000:]
 
 
@@ -522,12 +556,14 @@ def test_a_size_within_bounds_is_checked_against_the_file_before_reading(tmp_pat
 
 def test_cache_info_of_a_format_1_manifest_reports_it(tmp_path, capsys):
     # An older diffusers-ascend's manifest (no device, no blocks, maybe no executor): a mismatch.
-    (tmp_path / warm_start.MANIFEST_NAME).write_text(json.dumps({"format": 1, "diffusers_ascend": "0.1.0",
-                                                            "mechanism": "inductor-mega-cache", "files": {}}))
+    (tmp_path / warm_start.MANIFEST_NAME).write_text(
+        json.dumps({"format": 1, "diffusers_ascend": "0.1.0", "mechanism": "inductor-mega-cache", "files": {}})
+    )
     assert main(["cache", "info", str(tmp_path), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["matches_here"] is False and info["mismatches"] == [
-        "manifest format: saved 1 by diffusers-ascend '0.1.0', here 2"]
+        "manifest format: saved 1 by diffusers-ascend '0.1.0', here 2"
+    ]
 
 
 # -- item 10 ----------------------------------------------------------------------------------------------
@@ -537,7 +573,7 @@ def test_only_this_process_libraries_are_packed(tmp_path, monkeypatch, compiled)
     root = tmp_path / "inductor"
     (root / "ab").mkdir(parents=True)
     # Another process's kernel, written into the shared cache during this process's life.
-    (root / "ab" / "cforeign.main.cpp").write_text("extern \"C\" void kernel() {}")
+    (root / "ab" / "cforeign.main.cpp").write_text('extern "C" void kernel() {}')
     (root / "ab" / "cforeign.main.so").write_bytes(b"\x7fELF another process's kernel")
     # A vector-ISA probe: the same build on every process of this machine.
     (root / "cd").mkdir()
@@ -558,8 +594,10 @@ def test_only_this_process_libraries_are_packed(tmp_path, monkeypatch, compiled)
 def test_push_refuses_a_directory_that_no_longer_matches_its_manifest(tmp_path, capsys):
     _write_cache(tmp_path, warm_start.expected_keys(CFG))
     (tmp_path / warm_start.ARTIFACTS_NAME).write_bytes(b"mega-cache bytez")  # same size, other bytes
-    with mock.patch("huggingface_hub.HfApi.create_repo") as create, \
-            mock.patch("huggingface_hub.HfApi.create_commit") as commit:
+    with (
+        mock.patch("huggingface_hub.HfApi.create_repo") as create,
+        mock.patch("huggingface_hub.HfApi.create_commit") as commit,
+    ):
         assert main(["cache", "push", str(tmp_path), "me/warm"]) == 1
     assert "does not match the sha256/size" in capsys.readouterr().err
     create.assert_not_called()

@@ -27,8 +27,12 @@ BARE_WARN_ALLOWED: set[str] = set()  # modules allowed a bare warnings.warn: non
 def _ours(record) -> list[warnings.WarningMessage]:
     """The warnings of `record` raised by our code or attributed to its caller: not torch's or
     diffusers' own (site-packages), nor deprecations."""
-    return [w for w in record if "site-packages" not in w.filename
-            and not issubclass(w.category, (DeprecationWarning, PendingDeprecationWarning, FutureWarning))]
+    return [
+        w
+        for w in record
+        if "site-packages" not in w.filename
+        and not issubclass(w.category, (DeprecationWarning, PendingDeprecationWarning, FutureWarning))
+    ]
 
 
 def _newer_config():
@@ -68,20 +72,24 @@ def _foreign_compile():
     diffusers_ascend.ascend_report(model)
 
 
-@pytest.mark.parametrize("case, needle", [
-    (lambda mp: _newer_config(), "is newer than this diffusers-ascend supports"),
-    (lambda mp: _failed_rewrite(), "rewriting graph g000"),
-    (lambda mp: _uncaptured_graph(), "graph g000 runs without graph capture"),
-    (_untested_torch, "torch 9.9 is newer than verified"),
-    pytest.param(lambda mp: _foreign_compile(), "compiled by another torch.compile"),
-], ids=["config", "backend", "graph_capture", "compat", "foreign_compile"])
+@pytest.mark.parametrize(
+    "case, needle",
+    [
+        (lambda mp: _newer_config(), "is newer than this diffusers-ascend supports"),
+        (lambda mp: _failed_rewrite(), "rewriting graph g000"),
+        (lambda mp: _uncaptured_graph(), "graph g000 runs without graph capture"),
+        (_untested_torch, "torch 9.9 is newer than verified"),
+        pytest.param(lambda mp: _foreign_compile(), "compiled by another torch.compile"),
+    ],
+    ids=["config", "backend", "graph_capture", "compat", "foreign_compile"],
+)
 def test_every_warning_is_an_ascend_warning_with_the_prefix(monkeypatch, case, needle):
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         case(monkeypatch)
     ours = _ours(record)
     assert any(needle in str(w.message) for w in ours), [str(w.message) for w in record]
-    assert [(w.category, str(w.message)[:len(PREFIX)]) for w in ours] == [(AscendWarning, PREFIX)] * len(ours)
+    assert [(w.category, str(w.message)[: len(PREFIX)]) for w in ours] == [(AscendWarning, PREFIX)] * len(ours)
 
 
 def test_users_filter_ours_apart():
@@ -89,7 +97,7 @@ def test_users_filter_ours_apart():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         warnings.filterwarnings("error", category=AscendWarning)
-        warnings.warn("someone else's", UserWarning)
+        warnings.warn("someone else's", UserWarning, stacklevel=1)
         with pytest.raises(AscendWarning, match=f"^{PREFIX}"):
             _newer_config()
     assert issubclass(AscendWarning, UserWarning) and diffusers_ascend.AscendWarning is AscendWarning
@@ -97,15 +105,24 @@ def test_users_filter_ours_apart():
 
 def _bare_warn_calls(path: pathlib.Path) -> list[int]:
     tree = ast.parse(path.read_text())
-    names = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-             and node.module == "warnings" for alias in node.names if alias.name in ("warn", "warn_explicit")}
+    names = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "warnings"
+        for alias in node.names
+        if alias.name in ("warn", "warn_explicit")
+    }
     lines = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
         f = node.func
-        if (isinstance(f, ast.Attribute) and f.attr in ("warn", "warn_explicit") and isinstance(f.value, ast.Name)
-                and f.value.id == "warnings") or (isinstance(f, ast.Name) and f.id in names):
+        if (
+            isinstance(f, ast.Attribute)
+            and f.attr in ("warn", "warn_explicit")
+            and isinstance(f.value, ast.Name)
+            and f.value.id == "warnings"
+        ) or (isinstance(f, ast.Name) and f.id in names):
             lines.append(node.lineno)
     return lines
 

@@ -79,8 +79,20 @@ TORCH_NPU_API = (
     "Event",
 )
 
-_SO_SCHEMA = re.compile(rb"(?<![\x21-\x7e])([a-z_][A-Za-z0-9_.]*\((?:[^\x00()]|\([^\x00()]*\))*\)\s*->\s*[^\x00]+?)\x00")
-_SECTIONS = ("接口原型", "功能描述", "参数说明", "输出说明", "约束说明", "支持的型号", "支持的PyTorch版本", "示例", "调用示例")
+_SO_SCHEMA = re.compile(
+    rb"(?<![\x21-\x7e])([a-z_][A-Za-z0-9_.]*\((?:[^\x00()]|\([^\x00()]*\))*\)\s*->\s*[^\x00]+?)\x00"
+)
+_SECTIONS = (
+    "接口原型",
+    "功能描述",
+    "参数说明",
+    "输出说明",
+    "约束说明",
+    "支持的型号",
+    "支持的PyTorch版本",
+    "示例",
+    "调用示例",
+)
 _PARAM = re.compile(r"^\s*[“\"]?([A-Za-z_][A-Za-z0-9_]*)[”\"]?\s*(?:\([^)]*\)\s*)?[：:\-]\s*(.+)$")
 # Product names in the docs -> SoC family (the families are defined by the SocVersion ranges below).
 _PRODUCTS = (
@@ -98,8 +110,23 @@ def download(dist: str, version: str, platform: str, dest: Path) -> Path:
     if found:
         return Path(found[0])
     dest.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", f"{dist}=={version}", "--python-version", PYTHON,
-           "--platform", platform, "--only-binary", ":all:", "-d", str(dest), "-q"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        f"{dist}=={version}",
+        "--python-version",
+        PYTHON,
+        "--platform",
+        platform,
+        "--only-binary",
+        ":all:",
+        "-d",
+        str(dest),
+        "-q",
+    ]
     subprocess.run(cmd, check=True)
     found = sorted(glob.glob(str(dest / f"{dist}-{version}-*.whl")))
     if not found:
@@ -189,8 +216,12 @@ def op_docs(source: str, ops) -> dict[str, dict]:
     """The ``_add_torch_npu_docstr("op", doc)`` calls of ``_op_plugin_docs.py`` (parsed, not imported)."""
     docs = {}
     for node in ast.walk(ast.parse(source)):
-        if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "_add_torch_npu_docstr"
-                and len(node.args) == 2 and all(isinstance(a, ast.Constant) for a in node.args)):
+        if (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "id", None) == "_add_torch_npu_docstr"
+            and len(node.args) == 2
+            and all(isinstance(a, ast.Constant) for a in node.args)
+        ):
             name, doc = node.args[0].value, node.args[1].value
             if name in ops:
                 docs[name] = doc_contract(doc)
@@ -204,8 +235,13 @@ def meta_sources(source: str, ops) -> dict[str, str]:
         if not isinstance(node, ast.FunctionDef):
             continue
         for dec in node.decorator_list:
-            if (isinstance(dec, ast.Call) and getattr(dec.func, "id", None) == "impl" and len(dec.args) == 2
-                    and isinstance(dec.args[1], ast.Constant) and dec.args[1].value in ops):
+            if (
+                isinstance(dec, ast.Call)
+                and getattr(dec.func, "id", None) == "impl"
+                and len(dec.args) == 2
+                and isinstance(dec.args[1], ast.Constant)
+                and dec.args[1].value in ops
+            ):
                 node.decorator_list = []
                 out[dec.args[1].value] = ast.unparse(node)
     return out
@@ -213,8 +249,8 @@ def meta_sources(source: str, ops) -> dict[str, str]:
 
 def soc_versions(header: str) -> dict[str, int]:
     """``c10_npu::SocVersion`` (NpuVariables.h): name -> value, with C++'s implicit increments."""
-    body = header[header.index("enum class SocVersion"):]
-    body = body[body.index("{") + 1:body.index("}")]
+    body = header[header.index("enum class SocVersion") :]
+    body = body[body.index("{") + 1 : body.index("}")]
     out, value = {}, -1
     for item in filter(None, (i.strip() for i in body.split(","))):
         name, _, explicit = (p.strip() for p in item.partition("="))
@@ -282,7 +318,9 @@ def python_api(files: dict[str, str], package: str, names) -> dict[str, dict]:
                         hit = find(target, alias.name if alias.name != "*" else name, depth + 1)
                         if hit:
                             return hit
-            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(package.split(".")[0] + "."):
+            elif (
+                isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(package.split(".")[0] + ".")
+            ):
                 for alias in node.names:
                     if (alias.asname or alias.name) == name:
                         hit = find(node.module, alias.name, depth + 1)
@@ -302,7 +340,9 @@ def read_torch_npu(wheel: Path) -> dict:
     missing = [op for op in TORCH_NPU_OPS if op not in schemas]
     if missing:
         raise SystemExit(f"{wheel.name}: no schema string for {missing} in libtorch_npu.so")
-    libs = sorted({m.decode() for m in re.findall(rb"(?<![\x21-\x7e])(lib(?:cust_opapi|opapi|aclnn_[a-z_]+)\.so)\x00", so)})
+    libs = sorted(
+        {m.decode() for m in re.findall(rb"(?<![\x21-\x7e])(lib(?:cust_opapi|opapi|aclnn_[a-z_]+)\.so)\x00", so)}
+    )
     return {
         "wheel": wheel.name,
         "sha256": _sha256(wheel),
@@ -322,12 +362,17 @@ def read_torch_npu(wheel: Path) -> dict:
 
 def read_mindiesd(wheel: Path) -> dict:
     with zipfile.ZipFile(wheel) as z:
-        plugins = sorted(n for n in z.namelist() if re.fullmatch(r"mindiesd/plugin/(?:torch\d+/)?libPTAExtensionOPS\.so", n))
+        plugins = sorted(
+            n for n in z.namelist() if re.fullmatch(r"mindiesd/plugin/(?:torch\d+/)?libPTAExtensionOPS\.so", n)
+        )
         per_plugin = {n.split("/")[2] if n.count("/") == 3 else "default": so_schemas(z.read(n)) for n in plugins}
         variants_src = z.read("mindiesd/_torch_variants.py").decode()
         register_src = z.read("mindiesd/layers/register_ops.py").decode()
-    variants = next(ast.literal_eval(n.value) for n in ast.parse(variants_src).body
-                    if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "SUPPORTED_TORCH_PLUGIN_VARIANTS")
+    variants = next(
+        ast.literal_eval(n.value)
+        for n in ast.parse(variants_src).body
+        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "SUPPORTED_TORCH_PLUGIN_VARIANTS"
+    )
     schemas: dict[str, str] = {}
     differing: dict[str, dict] = {}
     for plugin, found in per_plugin.items():
@@ -374,7 +419,9 @@ def main(argv=None) -> int:
         if text != committed:
             import difflib
 
-            diff = difflib.unified_diff(committed.splitlines(), text.splitlines(), str(args.out), "wheels", lineterm="", n=1)
+            diff = difflib.unified_diff(
+                committed.splitlines(), text.splitlines(), str(args.out), "wheels", lineterm="", n=1
+            )
             print("\n".join(list(diff)[:200]))
             print(f"{args.out} differs from what the wheels say ({took:.0f}s): run python tools/npu_wheels.py")
             return 1

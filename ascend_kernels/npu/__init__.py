@@ -17,8 +17,14 @@ from types import ModuleType
 from ..registry import Provider, register_provider
 from . import kernels, probe
 
-__all__ = ["DEVICE_TYPES", "mindiesd_available", "mindiesd_torch_unsupported", "mindiesd_unavailable_reason", "runs_on",
-           "torch_npu_available"]
+__all__ = [
+    "DEVICE_TYPES",
+    "mindiesd_available",
+    "mindiesd_torch_unsupported",
+    "mindiesd_unavailable_reason",
+    "runs_on",
+    "torch_npu_available",
+]
 
 # Device types the torch_npu kernels run on (contract tests widen it to "cpu" with a stand-in torch_npu).
 DEVICE_TYPES: tuple[str, ...] = ("npu",)
@@ -29,7 +35,7 @@ def runs_on(device_type: str) -> bool:
     return device_type in DEVICE_TYPES
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _import_error(name: str) -> str | None:
     """None when `name` imports; else why not: ``"not installed"`` or what its import raised."""
     if importlib.util.find_spec(name) is None:
@@ -90,15 +96,17 @@ def mindiesd_unavailable_reason() -> str | None:
         if error is not None:
             import torch
 
-            return (f"mindiesd {_dist_version('mindiesd') or '(version unknown)'} is installed but raised at import "
-                    f"({error}): its op plugin is built for some torch releases only and this is torch "
-                    f"{torch.__version__}; install the MindIE SD build for this torch")
+            return (
+                f"mindiesd {_dist_version('mindiesd') or '(version unknown)'} is installed but raised at import "
+                f"({error}): its op plugin is built for some torch releases only and this is torch "
+                f"{torch.__version__}; install the MindIE SD build for this torch"
+            )
     if not _mindiesd_adaln_registered():
         return "mindiesd registered no torch.ops.mindiesd.adaln(x, scale, shift, weight, bias, epsilon)"
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def mindiesd_torch_unsupported() -> str | None:
     """Why the installed MindIE SD cannot load on this torch, or None (not installed, or it can).
 
@@ -124,17 +132,22 @@ def mindiesd_torch_unsupported() -> str | None:
     path = os.path.join(os.path.dirname(origin), "_torch_variants.py")
     try:
         tree = ast.parse(open(path, encoding="utf-8").read())
-        variants = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
-                        and getattr(n.targets[0], "id", "") == "SUPPORTED_TORCH_PLUGIN_VARIANTS")
+        variants = next(
+            ast.literal_eval(n.value)
+            for n in tree.body
+            if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "SUPPORTED_TORCH_PLUGIN_VARIANTS"
+        )
     except (OSError, SyntaxError, ValueError, StopIteration):
         return None  # an older MindIE SD without variants: its import decides
     torch_mm = ".".join(torch.__version__.split("+")[0].split(".")[:2])
     if torch_mm in variants:
         return None
     listed = ", ".join(sorted(variants, key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit())))
-    return (f"mindiesd {_dist_version('mindiesd') or '(version unknown)'} has op plugins for torch {listed} "
-            f"only and this is torch {torch.__version__} (its import raises RuntimeError('Unsupported torch version')); "
-            "install a torch it supports or a MindIE SD release built for this torch")
+    return (
+        f"mindiesd {_dist_version('mindiesd') or '(version unknown)'} has op plugins for torch {listed} "
+        f"only and this is torch {torch.__version__} (its import raises RuntimeError('Unsupported torch version')); "
+        "install a torch it supports or a MindIE SD release built for this torch"
+    )
 
 
 def mindiesd_available() -> bool:
@@ -157,7 +170,11 @@ def _desc_rms_norm() -> str:
     import torch
 
     fp32 = kernels._op_api("aclnnRmsNorm") and probe.rms_norm_fp32_gamma(torch.bfloat16)
-    mixed = "fp32 gamma taken with bf16/fp16 x (probed on this device)" if fp32 else "gamma in x's dtype (torch_npu's doc; other weights: kernel in fp32)"
+    mixed = (
+        "fp32 gamma taken with bf16/fp16 x (probed on this device)"
+        if fp32
+        else "gamma in x's dtype (torch_npu's doc; other weights: kernel in fp32)"
+    )
     return f"torch_npu.npu_rms_norm ({_stack()}; {mixed})"
 
 
@@ -177,8 +194,10 @@ def _desc_rope() -> str:
         return "torch_npu has no npu_rotary_mul"
     schema = "rotary_mode keyword" if "rotary_mode" in args else "no rotary_mode keyword (op-plugin < 7.0.0)"
     if kernels.rope_path() is None:
-        return (f"SoC {probe.soc_name()} ({probe.soc_family()}) is not among the SoCs npu_rotary_mul's doc lists "
-                f"({_stack()}): native")
+        return (
+            f"SoC {probe.soc_name()} ({probe.soc_family()}) is not among the SoCs npu_rotary_mul's doc lists "
+            f"({_stack()}): native"
+        )
     modes = kernels.rope_modes()
     tail = "" if "interleaved" in modes else "; interleaved (Flux/Wan) falls back to native"
     return f"torch_npu.npu_rotary_mul, {'/'.join(modes) or 'no'} mode(s) via {kernels.rope_path()} ({schema}; {_stack()}){tail}"
@@ -201,7 +220,11 @@ def _desc_fast_gelu() -> str:
 def _desc_mul_add() -> str:
     if not torch_npu_available():
         return "torch_npu not installed"
-    mixed = "bf16/fp16 with fp32 promoted in the call" if kernels._op_api("aclnnAddcmul") else "one dtype only (acl_op addcmul)"
+    mixed = (
+        "bf16/fp16 with fp32 promoted in the call"
+        if kernels._op_api("aclnnAddcmul")
+        else "one dtype only (acl_op addcmul)"
+    )
     return f"torch.addcmul, one aclnnAddcmul call ({mixed})"
 
 
@@ -224,8 +247,10 @@ def _desc_swiglu() -> str:
         return "CANN has no aclnnSwiGlu: native"
     if not probe.is_a2():
         return f"SoC {probe.soc_name()} is not Atlas A2, the only SoC npu_swiglu's doc lists: native"
-    return ("torch_npu.npu_swiglu (aclnnSwiGlu; packed [gate, up] halves in one call, a separate gate "
-            "and up concatenated first in bf16/fp16)")
+    return (
+        "torch_npu.npu_swiglu (aclnnSwiGlu; packed [gate, up] halves in one call, a separate gate "
+        "and up concatenated first in bf16/fp16)"
+    )
 
 
 def _stack() -> str:
@@ -233,7 +258,9 @@ def _stack() -> str:
 
 
 def _provider(op, impl, supports, describe, available=torch_npu_available, **kw) -> Provider:
-    return Provider(op, "npu", impl, runs_on=runs_on, available=available, supports_args=supports, describe=describe, **kw)
+    return Provider(
+        op, "npu", impl, runs_on=runs_on, available=available, supports_args=supports, describe=describe, **kw
+    )
 
 
 def _aclnn(api: str):
@@ -242,25 +269,59 @@ def _aclnn(api: str):
 
 
 for _p in (
-    _provider("rms_norm", kernels.rms_norm, kernels.rms_norm_supports, _desc_rms_norm, capturable=_aclnn("aclnnRmsNorm")),
-    _provider("add_rms_norm", kernels.add_rms_norm, kernels.add_rms_norm_supports, _desc_add_rms_norm,
-              available=lambda: torch_npu_available() and probe.has_op("npu_add_rms_norm"),
-              capturable=_aclnn("aclnnAddRmsNorm")),
+    _provider(
+        "rms_norm", kernels.rms_norm, kernels.rms_norm_supports, _desc_rms_norm, capturable=_aclnn("aclnnRmsNorm")
+    ),
+    _provider(
+        "add_rms_norm",
+        kernels.add_rms_norm,
+        kernels.add_rms_norm_supports,
+        _desc_add_rms_norm,
+        available=lambda: torch_npu_available() and probe.has_op("npu_add_rms_norm"),
+        capturable=_aclnn("aclnnAddRmsNorm"),
+    ),
     # Flux and Wan use the interleaved layout: without it the fusion gains nothing, so "auto" skips it.
-    _provider("rope", kernels.rope, kernels.rope_supports, _desc_rope,
-              faster_than_unfused=lambda: "interleaved" in kernels.rope_modes(),
-              capturable=lambda *args: kernels.rope_path() == "aclnn"),
-    _provider("gelu_tanh", kernels.gelu_tanh, kernels.gelu_tanh_supports, _desc_gelu_tanh, faster_than_unfused=False,
-              capturable=lambda *args: not probe.jit_compile()),
-    _provider("fast_gelu", kernels.fast_gelu, kernels.gelu_supports, _desc_fast_gelu,
-              capturable=lambda *args: not probe.jit_compile()),
+    _provider(
+        "rope",
+        kernels.rope,
+        kernels.rope_supports,
+        _desc_rope,
+        faster_than_unfused=lambda: "interleaved" in kernels.rope_modes(),
+        capturable=lambda *args: kernels.rope_path() == "aclnn",
+    ),
+    _provider(
+        "gelu_tanh",
+        kernels.gelu_tanh,
+        kernels.gelu_tanh_supports,
+        _desc_gelu_tanh,
+        faster_than_unfused=False,
+        capturable=lambda *args: not probe.jit_compile(),
+    ),
+    _provider(
+        "fast_gelu",
+        kernels.fast_gelu,
+        kernels.gelu_supports,
+        _desc_fast_gelu,
+        capturable=lambda *args: not probe.jit_compile(),
+    ),
     _provider("mul_add", kernels.mul_add, kernels.mul_add_supports, _desc_mul_add, capturable=_aclnn("aclnnAddcmul")),
     # The packed SwiGLU is one kernel for silu and mul, and reads x once.
-    _provider("swiglu", kernels.swiglu, kernels.swiglu_supports, _desc_swiglu, faster_than_unfused=kernels.swiglu_kernel,
-              capturable=_aclnn("aclnnSwiGlu")),
     _provider(
-        "adaln_modulate", kernels.adaln, kernels.adaln_supports, _desc_adaln, available=mindiesd_available,
-        extras=("mindiesd",), faster_than_unfused=probe.is_a2_a3,  # aclnnAdaLayerNorm: A2/A3 only
+        "swiglu",
+        kernels.swiglu,
+        kernels.swiglu_supports,
+        _desc_swiglu,
+        faster_than_unfused=kernels.swiglu_kernel,
+        capturable=_aclnn("aclnnSwiGlu"),
+    ),
+    _provider(
+        "adaln_modulate",
+        kernels.adaln,
+        kernels.adaln_supports,
+        _desc_adaln,
+        available=mindiesd_available,
+        extras=("mindiesd",),
+        faster_than_unfused=probe.is_a2_a3,  # aclnnAdaLayerNorm: A2/A3 only
     ),
 ):
     register_provider(_p)

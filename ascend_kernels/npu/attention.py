@@ -10,7 +10,6 @@ passed: the kernel reads them from the shapes, so a captured graph never needs a
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 
@@ -41,14 +40,21 @@ MAX_HEADS_X_DIM = 65535  # N*D must stay below it in BSND
 # An additive mask becomes a per-head pse_shift of B*N*S*S_kv elements; above this, native is better.
 MAX_PSE_BYTES = 256 * 1024 * 1024
 _DTYPES = (torch.float16, torch.bfloat16)
-LIMITS = ("Atlas A2/A3", "float16/bfloat16", "query length > 1", "D a multiple of 16, <= 512",
-          "N <= 256, N*D < 65535, B <= 65536, S <= 20M", "GQA ratio <= 64",
-          "bool mask with one head, or additive (pse_shift)", "no dropout, no is_causal, no gradients")
+LIMITS = (
+    "Atlas A2/A3",
+    "float16/bfloat16",
+    "query length > 1",
+    "D a multiple of 16, <= 512",
+    "N <= 256, N*D < 65535, B <= 65536, S <= 20M",
+    "GQA ratio <= 64",
+    "bool mask with one head, or additive (pse_shift)",
+    "no dropout, no is_causal, no gradients",
+)
 # What each schema calls the arguments this call sets (v1 name -> v2 name).
 _V2_NAMES = {"num_heads": "num_query_heads", "scale": "softmax_scale", "softmax_lse_flag": "return_softmax_lse"}
 
 
-def fia_op() -> Optional[str]:
+def fia_op() -> str | None:
     """The FIA op of the installed torch_npu (``_v2`` where it exists), or None without one.
 
     >>> fia_op()  # doctest: +SKIP
@@ -78,9 +84,18 @@ def _has_fusion_attention() -> bool:
 def _find_op() -> str:
     for name in FIA_OPS:
         args = probe.op_arguments(name)
-        needed = [_V2_NAMES.get(a, a) if name.endswith("_v2") else a
-                  for a in ("atten_mask", "pse_shift", "num_heads", "num_key_value_heads", "scale",
-                            "input_layout", "softmax_lse_flag")]
+        needed = [
+            _V2_NAMES.get(a, a) if name.endswith("_v2") else a
+            for a in (
+                "atten_mask",
+                "pse_shift",
+                "num_heads",
+                "num_key_value_heads",
+                "scale",
+                "input_layout",
+                "softmax_lse_flag",
+            )
+        ]
         if args is not None and all(a in args for a in needed):
             return name
     return ""
@@ -98,12 +113,16 @@ def describe() -> str:
         return "torch_npu not installed"
     name = fia_op()
     if name is None:
-        return "torch_npu has no npu_fused_infer_attention_score: npu_fia calls fall back (npu_fusion_attention or SDPA)"
-    return (f"torch_npu.{name} (SoC {probe.soc_name()}); calls outside {'; '.join(LIMITS)} fall back to "
-            "npu_fusion_attention where it computes SDPA's result exactly, else to torch SDPA")
+        return (
+            "torch_npu has no npu_fused_infer_attention_score: npu_fia calls fall back (npu_fusion_attention or SDPA)"
+        )
+    return (
+        f"torch_npu.{name} (SoC {probe.soc_name()}); calls outside {'; '.join(LIMITS)} fall back to "
+        "npu_fusion_attention where it computes SDPA's result exactly, else to torch SDPA"
+    )
 
 
-def _mask_batch(mask: torch.Tensor, batch: int, heads: int, sq: int, skv: int) -> Optional[str]:
+def _mask_batch(mask: torch.Tensor, batch: int, heads: int, sq: int, skv: int) -> str | None:
     """Why ``mask`` (SDPA broadcasting against ``[B, N, S, S_kv]``) has no FIA form, or None."""
     shape = _mask_batch_shape(mask, batch, heads, sq, skv)
     if shape is None:
@@ -113,9 +132,16 @@ def _mask_batch(mask: torch.Tensor, batch: int, heads: int, sq: int, skv: int) -
     return None
 
 
-def fia_unsupported(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                    attn_mask: Optional[torch.Tensor] = None, dropout_p: float = 0.0, is_causal: bool = False,
-                    enable_gqa: bool = False, layout: str = "BSND") -> Optional[str]:
+def fia_unsupported(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    enable_gqa: bool = False,
+    layout: str = "BSND",
+) -> str | None:
     """Why FIA cannot run this attention call within its documented limits, or None when it can.
 
     Reads the install (op schema, SoC) through `probe`, never tensor values (it runs inside traces).
@@ -156,8 +182,10 @@ def fia_unsupported(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     if sq <= 1:
         return "query length 1 (FIA's incremental kernel; limits differ)"
     if b > MAX_BATCH or n > MAX_HEADS or d > MAX_HEAD_DIM or d % 16 or max(sq, skv) > MAX_SEQ:
-        return (f"shape B={b}, N={n}, D={d}, S={sq}, S_kv={skv} outside FIA's limits "
-                f"(B <= {MAX_BATCH}, N <= {MAX_HEADS}, D <= {MAX_HEAD_DIM} and a multiple of 16, S <= 20M)")
+        return (
+            f"shape B={b}, N={n}, D={d}, S={sq}, S_kv={skv} outside FIA's limits "
+            f"(B <= {MAX_BATCH}, N <= {MAX_HEADS}, D <= {MAX_HEAD_DIM} and a multiple of 16, S <= 20M)"
+        )
     if n * d >= MAX_HEADS_X_DIM:
         return f"N*D = {n}*{d} = {n * d} (FIA's BSND layout needs N*D < {MAX_HEADS_X_DIM})"
     if nkv != n:
@@ -179,7 +207,7 @@ def fia_unsupported(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     return None
 
 
-def _fia_mask(mask: torch.Tensor, query: torch.Tensor, skv: int) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+def _fia_mask(mask: torch.Tensor, query: torch.Tensor, skv: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """(atten_mask, pse_shift) for an SDPA-convention mask: a bool mask (True = attend) becomes
     FIA's ``(B|1, 1, S, S_kv)`` bool mask with True = masked out; an additive mask becomes
     ``pse_shift`` ``(B|1, N, S, S_kv)`` in query's dtype. Both contiguous, as FIA requires."""
@@ -191,8 +219,14 @@ def _fia_mask(mask: torch.Tensor, query: torch.Tensor, skv: int) -> tuple[Option
     return None, full.to(query.dtype).expand(lead, n, sq, skv).contiguous()
 
 
-def fia(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
-        scale: Optional[float] = None, return_lse: bool = False):
+def fia(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    scale: float | None = None,
+    return_lse: bool = False,
+):
     """Attention through FIA for diffusers' ``BSND`` tensors, SDPA semantics.
 
     Call only where `fia_unsupported` returned None.
@@ -271,7 +305,7 @@ def _fusion_attention_exact(query, key, value, attn_mask, dropout_p, is_causal, 
     return True
 
 
-def _mask_batch_shape(mask: torch.Tensor, batch: int, heads: int, sq: int, skv: int) -> Optional[tuple]:
+def _mask_batch_shape(mask: torch.Tensor, batch: int, heads: int, sq: int, skv: int) -> tuple | None:
     """``mask``'s 4-D shape after SDPA's broadcasting against ``[B, N, S, S_kv]``, or None if it does not broadcast."""
     if mask.dim() > 4:
         return None
@@ -290,18 +324,34 @@ def _fusion_attention(query, key, value, attn_mask, is_causal, scale):
         masked = torch.ones(sq, skv, dtype=torch.bool, device=query.device).triu(1)
     elif attn_mask is not None:
         lead, heads = _mask_batch_shape(attn_mask, b, n, sq, skv)[:2]
-        masked = (~attn_mask.reshape((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape))).expand(
-            lead, heads, sq, skv).contiguous()
+        masked = (
+            (~attn_mask.reshape((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape)))
+            .expand(lead, heads, sq, skv)
+            .contiguous()
+        )
     # pre/next_tockens left at their defaults (INT_MAX): with sparse_mode=0 and a mask, smaller
     # values cut a band out of the scores, which SDPA does not.
     return torch.ops.npu.npu_fusion_attention(
-        query.contiguous(), key.contiguous(), value.contiguous(), n, "BSND", atten_mask=masked,
-        scale=1.0 / math.sqrt(d) if scale is None else float(scale))[0]
+        query.contiguous(),
+        key.contiguous(),
+        value.contiguous(),
+        n,
+        "BSND",
+        atten_mask=masked,
+        scale=1.0 / math.sqrt(d) if scale is None else float(scale),
+    )[0]
 
 
-def fallback(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
-             dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None,
-             enable_gqa: bool = False) -> tuple[torch.Tensor, str]:
+def fallback(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> tuple[torch.Tensor, str]:
     """Attention for a call FIA cannot take, computing what SDPA computes on the same arguments.
 
     ``npu_fusion_attention`` where it computes exactly that (float16/bfloat16, no mask, a bool mask
@@ -323,6 +373,13 @@ def fallback(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_m
     if _fusion_attention_exact(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
         return _fusion_attention(query, key, value, attn_mask, is_causal, scale), "npu_fusion_attention"
     out = torch.nn.functional.scaled_dot_product_attention(
-        query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), attn_mask=attn_mask,
-        dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+        query.transpose(1, 2),
+        key.transpose(1, 2),
+        value.transpose(1, 2),
+        attn_mask=attn_mask,
+        dropout_p=dropout_p,
+        is_causal=is_causal,
+        scale=scale,
+        enable_gqa=enable_gqa,
+    )
     return out.transpose(1, 2), "sdpa"

@@ -9,7 +9,6 @@ a kernel needs one dtype, the provider runs it in the widest input dtype and cas
 from __future__ import annotations
 
 import functools
-from typing import Optional
 
 import torch
 
@@ -58,7 +57,7 @@ def _bits(dtype: torch.dtype) -> int:
     return torch.finfo(dtype).bits
 
 
-def _widest(*dtypes: Optional[torch.dtype]) -> torch.dtype:
+def _widest(*dtypes: torch.dtype | None) -> torch.dtype:
     """torch's promotion over fp16/bf16/fp32 without a dispatcher call (on every fused call)."""
     present = {d for d in dtypes if d is not None}
     if len(present) == 1:
@@ -71,7 +70,7 @@ def _op_api(api: str) -> bool:
     return not probe.jit_compile() and probe.aclnn_available(api)
 
 
-def _not_wider(out_dtype: Optional[torch.dtype], dtype: torch.dtype) -> bool:
+def _not_wider(out_dtype: torch.dtype | None, dtype: torch.dtype) -> bool:
     # The kernels return x's dtype: a wider out_dtype would lose the fp32 precision the op promises.
     return out_dtype is None or (out_dtype.is_floating_point and _bits(out_dtype) <= _bits(dtype))
 
@@ -88,11 +87,15 @@ def _rms_exact_gamma(x: torch.Tensor, weight: torch.Tensor) -> bool:
     that are not the op's), so the caller runs the kernel in fp32 instead."""
     if weight.dtype == x.dtype or x.dtype == _F32:
         return True
-    return (weight.dtype == _F32 and x.dtype in (_F16, _BF16) and _op_api("aclnnRmsNorm")
-            and probe.rms_norm_fp32_gamma(x.dtype))
+    return (
+        weight.dtype == _F32
+        and x.dtype in (_F16, _BF16)
+        and _op_api("aclnnRmsNorm")
+        and probe.rms_norm_fp32_gamma(x.dtype)
+    )
 
 
-def rms_norm_supports(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float, out_dtype=None) -> bool:
+def rms_norm_supports(x: torch.Tensor, weight: torch.Tensor | None, eps: float, out_dtype=None) -> bool:
     return (
         _dtype_ok(x.dtype)
         and 2 <= x.dim() <= 8
@@ -101,7 +104,7 @@ def rms_norm_supports(x: torch.Tensor, weight: Optional[torch.Tensor], eps: floa
     )
 
 
-def rms_norm(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float, out_dtype=None) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float, out_dtype=None) -> torch.Tensor:
     out = out_dtype or x.dtype
     if weight is None:
         gamma = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
@@ -128,8 +131,13 @@ def add_rms_norm_supports(x1, x2, weight, eps, out_dtype=None) -> bool:
         and x2.dtype == x1.dtype
         and tuple(x2.shape) == tuple(x1.shape)
         and 2 <= x1.dim() <= 8
-        and (weight is None or (tuple(weight.shape) == (x1.shape[-1],)
-                                and (weight.dtype == x1.dtype or (x1.dtype == _F32 and weight.dtype in _DTYPES))))
+        and (
+            weight is None
+            or (
+                tuple(weight.shape) == (x1.shape[-1],)
+                and (weight.dtype == x1.dtype or (x1.dtype == _F32 and weight.dtype in _DTYPES))
+            )
+        )
         and _not_wider(out_dtype, x1.dtype)
     )
 
@@ -151,7 +159,7 @@ _ROTARY_MODE = {"interleaved": "interleave", "half": "half"}
 ROPE_SOCS = {"aclnn": ("A2", "A3"), "acl_op": ("910", "A2", "310P")}
 
 
-def rope_path() -> Optional[str]:
+def rope_path() -> str | None:
     """Which torch_npu implementation ``npu_rotary_mul`` runs here (``"aclnn"`` or ``"acl_op"``), or
     None where the SoC is not among those its doc lists for that path."""
     if probe.soc_version() >= probe.SOC_910B1 and _op_api("aclnnRotaryPositionEmbedding"):
@@ -171,7 +179,7 @@ def rope_modes() -> tuple[str, ...]:
     return ("half",)
 
 
-def _rope_layout(x: torch.Tensor, cos4: tuple, layout: str) -> Optional[tuple[int, int]]:
+def _rope_layout(x: torch.Tensor, cos4: tuple, layout: str) -> tuple[int, int] | None:
     """(B, N) of x if cos (padded to 4-D) has a cos/sin layout npu_rotary_mul accepts, else None."""
     d0, d1, d2, d3 = x.shape
     if cos4[3] != d3:
@@ -204,7 +212,13 @@ def rope_supports(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout:
         broadcast = 1
         for xs, cs in zip(x.shape, cos4):
             broadcast *= xs if cs == 1 else 1
-        return d == 128 and b <= 1000 and n <= 1000 and broadcast <= 1024 and _widest(x.dtype, cos.dtype, sin.dtype) != _BF16
+        return (
+            d == 128
+            and b <= 1000
+            and n <= 1000
+            and broadcast <= 1024
+            and _widest(x.dtype, cos.dtype, sin.dtype) != _BF16
+        )
     # aclnn path: D even and < 896; half: B, N < 1000; interleave: B * N < 1000.
     if d % 2 != 0 or d >= 896:
         return False
@@ -253,7 +267,7 @@ def fast_gelu(x: torch.Tensor) -> torch.Tensor:
 # mul_add
 
 
-def _broadcast_shape(*tensors: torch.Tensor) -> Optional[torch.Size]:
+def _broadcast_shape(*tensors: torch.Tensor) -> torch.Size | None:
     try:
         return torch.broadcast_shapes(*(t.shape for t in tensors))
     except RuntimeError:
@@ -342,7 +356,7 @@ def swiglu_kernel() -> bool:
     return probe.is_a2() and probe.has_op("npu_swiglu") and probe.aclnn_available("aclnnSwiGlu")
 
 
-def swiglu_supports(x: torch.Tensor, up: Optional[torch.Tensor] = None, dim: int = -1) -> bool:
+def swiglu_supports(x: torch.Tensor, up: torch.Tensor | None = None, dim: int = -1) -> bool:
     if not swiglu_kernel():
         return False
     if not (1 <= x.dim() <= 8 and x.numel() > 0 and _dtype_ok(x.dtype)):
@@ -354,7 +368,7 @@ def swiglu_supports(x: torch.Tensor, up: Optional[torch.Tensor] = None, dim: int
     return dim == -1 and up.shape == x.shape and up.dtype == x.dtype and x.dtype != _F32
 
 
-def swiglu(x: torch.Tensor, up: Optional[torch.Tensor] = None, dim: int = -1) -> torch.Tensor:
+def swiglu(x: torch.Tensor, up: torch.Tensor | None = None, dim: int = -1) -> torch.Tensor:
     """``ascend_kernels.swiglu`` (same signature) through one ``npu_swiglu`` call."""
     if up is not None:
         x, dim = torch.cat((x, up), dim=-1), -1  # [gate, up]: the layout the kernel reads

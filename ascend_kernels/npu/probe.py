@@ -14,7 +14,6 @@ import functools
 import glob
 import importlib
 import os
-from typing import Optional
 
 __all__ = [
     "SOC_910B1",
@@ -49,8 +48,8 @@ def _torch_npu():
     return importlib.import_module("torch_npu")
 
 
-@functools.lru_cache(maxsize=None)
-def op_arguments(op: str) -> Optional[tuple[str, ...]]:
+@functools.cache
+def op_arguments(op: str) -> tuple[str, ...] | None:
     """Argument names of ``torch_npu.<op>``'s default overload, or None if torch_npu has no such op.
 
     >>> op_arguments("npu_rotary_mul")  # doctest: +SKIP
@@ -75,7 +74,7 @@ def has_op(op: str) -> bool:
     return op_arguments(op) is not None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def soc_version() -> int:
     """``c10_npu::SocVersion`` of the current device (-1 when torch_npu cannot tell)."""
     try:
@@ -84,7 +83,7 @@ def soc_version() -> int:
         return -1
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def soc_name() -> str:
     """The SoC name (e.g. ``"Ascend910B2"``), or ``"unknown"``."""
     try:
@@ -93,7 +92,7 @@ def soc_name() -> str:
         return "unknown"
 
 
-def soc_family(soc: Optional[int] = None) -> str:
+def soc_family(soc: int | None = None) -> str:
     """The product family the torch_npu docs name for a SocVersion: ``"A2"`` (Ascend910B1..),
     ``"A3"`` (Ascend910_93..), ``"A5"``, ``"910"``, ``"310P"``, ``"310B"`` or ``"unknown"``.
 
@@ -104,12 +103,12 @@ def soc_family(soc: Optional[int] = None) -> str:
     return next((fam for lo, hi, fam in _FAMILIES if lo <= soc < hi), "unknown")
 
 
-def is_a2_a3(soc: Optional[int] = None) -> bool:
+def is_a2_a3(soc: int | None = None) -> bool:
     """Atlas A2 (910B) or A3 (910_93) training/inference parts: the targets of the aclnn docs."""
     return soc_family(soc) in ("A2", "A3")
 
 
-def is_a2(soc: Optional[int] = None) -> bool:
+def is_a2(soc: int | None = None) -> bool:
     """Atlas A2 (Ascend910B1..): the only family some docs list (``npu_swiglu``)."""
     return soc_family(soc) == "A2"
 
@@ -124,8 +123,14 @@ def jit_compile() -> bool:
 
 # What torch_npu's aclnn lookup (op-plugin GetOpApiFuncAddr) opens after the custom libraries, in
 # its order; the names are the strings of libtorch_npu.so (tests/kernels/npu_contracts.json).
-_FEATURE_LIBRARIES = ("libaclnn_ops_infer.so", "libaclnn_ops_train.so", "libaclnn_math.so",
-                      "libaclnn_sparse.so", "libaclnn_fft.so", "libaclnn_rand.so")
+_FEATURE_LIBRARIES = (
+    "libaclnn_ops_infer.so",
+    "libaclnn_ops_train.so",
+    "libaclnn_math.so",
+    "libaclnn_sparse.so",
+    "libaclnn_fft.so",
+    "libaclnn_rand.so",
+)
 
 
 def _vendor_dirs() -> list[str]:
@@ -139,8 +144,11 @@ def _vendor_dirs() -> list[str]:
                 line = next((ln for ln in f if ln.startswith("load_priority=")), "")
         except OSError:
             line = ""
-        dirs += [os.path.join(opp, "vendors", v.strip(), "op_api", "lib")
-                 for v in line[len("load_priority="):].split(",") if v.strip()]
+        dirs += [
+            os.path.join(opp, "vendors", v.strip(), "op_api", "lib")
+            for v in line[len("load_priority=") :].split(",")
+            if v.strip()
+        ]
     return dirs
 
 
@@ -154,7 +162,7 @@ def _op_api_libraries() -> list[str]:
     return names + list(_FEATURE_LIBRARIES)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _open(name: str):
     try:
         return ctypes.CDLL(name)
@@ -162,7 +170,7 @@ def _open(name: str):
         return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def aclnn_available(api: str) -> bool:
     """Whether ``aclnn<Op>`` and ``aclnn<Op>GetWorkspaceSize`` are in the CANN op-api libraries
     (torch_npu's ``DO_COMPATIBILITY`` takes the ``acl_op`` path when either is missing)."""

@@ -7,7 +7,8 @@ by construction and aot_autograd traces the backward as one opaque, fake-able ca
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 

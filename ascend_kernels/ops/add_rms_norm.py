@@ -9,8 +9,6 @@ replaces two graph values with one call.
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
-
 import torch
 
 from ..registry import Provider, dispatch, register_provider
@@ -21,9 +19,12 @@ __all__ = ["add_rms_norm", "add_rms_norm_native"]
 
 
 def add_rms_norm_native(
-    x1: torch.Tensor, x2: torch.Tensor, weight: Optional[torch.Tensor], eps: float,
-    out_dtype: Optional[torch.dtype] = None,
-) -> Tuple[torch.Tensor, torch.Tensor]:
+    x1: torch.Tensor,
+    x2: torch.Tensor,
+    weight: torch.Tensor | None,
+    eps: float,
+    out_dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Reference implementation (defines the semantics; the fake impl and the CPU path)."""
     s = x1 + x2
     return rms_norm_native(s, weight, eps, out_dtype), s
@@ -31,9 +32,12 @@ def add_rms_norm_native(
 
 @torch.library.custom_op("ascend_kernels::add_rms_norm", mutates_args=())
 def add_rms_norm(
-    x1: torch.Tensor, x2: torch.Tensor, weight: Optional[torch.Tensor], eps: float,
-    out_dtype: Optional[torch.dtype] = None,
-) -> Tuple[torch.Tensor, torch.Tensor]:
+    x1: torch.Tensor,
+    x2: torch.Tensor,
+    weight: torch.Tensor | None,
+    eps: float,
+    out_dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Residual add then RMSNorm over the last dimension (computed in fp32), returning both.
 
     Args:
@@ -63,9 +67,14 @@ def _(x1, x2, weight, eps, out_dtype=None):
 
 @torch.library.custom_op("ascend_kernels::add_rms_norm_backward", mutates_args=())
 def add_rms_norm_backward(
-    grad_y: torch.Tensor, grad_s: torch.Tensor, x1: torch.Tensor, x2: torch.Tensor, weight: Optional[torch.Tensor],
-    eps: float, out_dtype: Optional[torch.dtype],
-) -> List[torch.Tensor]:
+    grad_y: torch.Tensor,
+    grad_s: torch.Tensor,
+    x1: torch.Tensor,
+    x2: torch.Tensor,
+    weight: torch.Tensor | None,
+    eps: float,
+    out_dtype: torch.dtype | None,
+) -> list[torch.Tensor]:
     """Gradients ``[dx1, dx2, dweight?]`` of `add_rms_norm` (dweight only when weight is given)."""
     return vjp_grads(add_rms_norm_native, (x1, x2, weight, eps, out_dtype), (grad_y, grad_s))
 

@@ -13,7 +13,8 @@ import importlib
 import importlib.util
 import inspect
 import os
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
@@ -21,8 +22,16 @@ from .. import registry
 from ..registry import Provider, register_provider
 from . import limits, measurements
 
-__all__ = ["DEVICE_TYPES", "KERNELS", "TritonKernel", "kernel", "planner", "traceable_op", "triton_ascend_available",
-           "triton_available"]
+__all__ = [
+    "DEVICE_TYPES",
+    "KERNELS",
+    "TritonKernel",
+    "kernel",
+    "planner",
+    "traceable_op",
+    "triton_ascend_available",
+    "triton_available",
+]
 
 # Device types the kernels take tensors of; only the interpreter tests widen it (to "cpu").
 DEVICE_TYPES: tuple[str, ...] = ("cuda", "npu")
@@ -55,7 +64,7 @@ KERNELS: dict[str, TritonKernel] = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def triton_available() -> bool:
     """Whether ``triton`` (or triton-ascend, which installs as ``triton``) is installed (not imported).
 
@@ -65,7 +74,7 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def triton_ascend_available() -> bool:
     """Whether triton-ascend (the Triton compiler for Ascend NPUs) is installed (not imported).
 
@@ -104,13 +113,15 @@ def _opt_in(op: str) -> Callable[[str], str | None]:
     def opt_in(device_type: str) -> str | None:
         if device_type != "cuda" or measurements.beats_compiler(op, "cuda"):
             return None
-        return (f"installed, used only when chosen (use_providers({op}='triton')): not measured faster than "
-                "Inductor's code for this composite (ascend_kernels/triton/measurements.py)")
+        return (
+            f"installed, used only when chosen (use_providers({op}='triton')): not measured faster than "
+            "Inductor's code for this composite (ascend_kernels/triton/measurements.py)"
+        )
 
     return opt_in
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def kernel(op: str) -> Callable[..., torch.Tensor]:
     """The Triton launcher of ``op``, with the op's signature (imports triton and the kernel module).
 
@@ -129,7 +140,7 @@ def kernel(op: str) -> Callable[..., torch.Tensor]:
     return getattr(module, name)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def planner(op: str) -> Callable[..., tuple]:
     """The launch planner of ``op``'s kernel: returns the output (allocated, not written) and the
     ``_common.Launch`` that fills it, from tensor metadata only (meta tensors work).
@@ -153,7 +164,7 @@ def _kernel_module(op: str):
     return importlib.import_module(f"{__name__}.{entry.module}"), entry.launcher
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def traceable_op(op: str) -> torch._ops.OpOverload:
     """``torch.ops.ascend_kernels_triton.<op>``: ``op``'s kernel as a ``torch.library.triton_op``.
 
@@ -185,7 +196,7 @@ def traceable_op(op: str) -> torch._ops.OpOverload:
     return getattr(torch.ops.ascend_kernels_triton, op).default
 
 
-def _compiler_op(op: str) -> Callable[[str], "torch._ops.OpOverload | None"]:
+def _compiler_op(op: str) -> Callable[[str], torch._ops.OpOverload | None]:
     def compiler_op(device_type: str):
         # CUDA only (torch_npu's Inductor with triton-ascend is unchecked); interpreter kernels
         # (TRITON_INTERPRET=1) are no compiler's input.
@@ -202,8 +213,16 @@ def _provider(op: str) -> Provider:
 
     impl.__name__ = impl.__qualname__ = f"triton_{op}"
     # Module globals looked up at call time (tests monkeypatch them), never bound here.
-    return Provider(op, "triton", impl, runs_on=_runs_on(op), available=lambda: triton_available(),
-                    supports_args=KERNELS[op].supports_args, compiler_op=_compiler_op(op), opt_in=_opt_in(op))
+    return Provider(
+        op,
+        "triton",
+        impl,
+        runs_on=_runs_on(op),
+        available=lambda: triton_available(),
+        supports_args=KERNELS[op].supports_args,
+        compiler_op=_compiler_op(op),
+        opt_in=_opt_in(op),
+    )
 
 
 for _op in KERNELS:

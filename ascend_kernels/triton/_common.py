@@ -12,16 +12,35 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
 __all__ = [
-    "AFFINE_TILE_DEVICES", "Launch", "ROW_TILE_LIMIT", "TILE_ELEMENTS", "ascend_tiling", "batch_split", "block",
-    "cdiv", "grid", "lead3", "num_warps", "operand_strides", "options", "row_chunk", "row_coords", "row_offsets",
-    "row_start", "row_strides", "rows_per_tile", "strides_as", "token_tile",
+    "AFFINE_TILE_DEVICES",
+    "Launch",
+    "ROW_TILE_LIMIT",
+    "TILE_ELEMENTS",
+    "ascend_tiling",
+    "batch_split",
+    "block",
+    "cdiv",
+    "grid",
+    "lead3",
+    "num_warps",
+    "operand_strides",
+    "options",
+    "row_chunk",
+    "row_coords",
+    "row_offsets",
+    "row_start",
+    "row_strides",
+    "rows_per_tile",
+    "strides_as",
+    "token_tile",
 ]
 
 # Device types whose kernels use affine tiles (`token_tile`, `batch_split`) where an operand's row is a
@@ -174,8 +193,10 @@ def token_tile(per_tile: int, n_tokens: int, n_heads: int) -> tuple[int, int]:
 
 @functools.lru_cache(maxsize=256)  # on the eager executor's per-call path; a model has few shapes
 def _token_tile(per_tile: int, n_tokens: int, n_heads: int) -> tuple[int, int]:
-    block_h = min((b for b in (1 << i for i in range(per_tile.bit_length())) if b <= block(n_heads)),
-                  key=lambda b: (cdiv(n_heads, b) * b, -b))
+    block_h = min(
+        (b for b in (1 << i for i in range(per_tile.bit_length())) if b <= block(n_heads)),
+        key=lambda b: (cdiv(n_heads, b) * b, -b),
+    )
     return min(max(1, per_tile // block_h), block(n_tokens)), block_h
 
 
@@ -203,7 +224,7 @@ def num_warps(tile_elements: int) -> int:
     return 4 if tile_elements <= 2048 else 8 if tile_elements <= 4096 else 16
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _npu_vector_cores(index: int) -> int:
     # num_vectorcore is 2 x num_aicore in triton-ascend's driver.
     try:
@@ -214,7 +235,7 @@ def _npu_vector_cores(index: int) -> int:
         return 48
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cuda_sms(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
@@ -224,7 +245,9 @@ def grid(n_blocks: int, device: torch.device) -> tuple[int]:
     if device.type == "npu":  # pragma: no cover  (no NPU here)
         cap = _npu_vector_cores(device.index if device.index is not None else torch.npu.current_device())
     elif device.type == "cuda" and CUDA_PROGRAMS_PER_SM:
-        cap = CUDA_PROGRAMS_PER_SM * _cuda_sms(device.index if device.index is not None else torch.cuda.current_device())
+        cap = CUDA_PROGRAMS_PER_SM * _cuda_sms(
+            device.index if device.index is not None else torch.cuda.current_device()
+        )
     else:
         cap = _MAX_GRID
     return (max(1, min(n_blocks, cap)),)

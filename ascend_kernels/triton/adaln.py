@@ -34,8 +34,6 @@ widths are one row per tile either way; what changes there is the address, not t
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import triton
 import triton.language as tl
@@ -76,15 +74,37 @@ def _layer_norm(x, mask, d, eps, w, b, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.co
 
 @triton.jit
 def _adaln_kernel(
-    x_ptr, scale_ptr, shift_ptr, w_ptr, b_ptr, out_ptr,
-    n_rows, n1, n2, d,
-    xs0, xs1, xs2, xsd,
-    cs0, cs1, cs2, csd,
-    hs0, hs1, hs2, hsd,
+    x_ptr,
+    scale_ptr,
+    shift_ptr,
+    w_ptr,
+    b_ptr,
+    out_ptr,
+    n_rows,
+    n1,
+    n2,
+    d,
+    xs0,
+    xs1,
+    xs2,
+    xsd,
+    cs0,
+    cs1,
+    cs2,
+    csd,
+    hs0,
+    hs1,
+    hs2,
+    hsd,
     eps,
-    HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, MOD_SHARED: tl.constexpr,
-    X_FLAT: tl.constexpr, C_FLAT: tl.constexpr, H_FLAT: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    MOD_SHARED: tl.constexpr,
+    X_FLAT: tl.constexpr,
+    C_FLAT: tl.constexpr,
+    H_FLAT: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_D)
@@ -114,11 +134,27 @@ def _adaln_kernel(
 
 @triton.jit
 def _adaln_batches_kernel(
-    x_ptr, scale_ptr, shift_ptr, w_ptr, b_ptr, out_ptr,
-    n_batches, batch_rows, d,
-    xs_batch, xs_row, xsd, cs_batch, csd, hs_batch, hsd,
+    x_ptr,
+    scale_ptr,
+    shift_ptr,
+    w_ptr,
+    b_ptr,
+    out_ptr,
+    n_batches,
+    batch_rows,
+    d,
+    xs_batch,
+    xs_row,
+    xsd,
+    cs_batch,
+    csd,
+    hs_batch,
+    hsd,
     eps,
-    HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     # Rows of batch b are b * batch_rows + j, j < batch_rows; x's row j of batch b starts at
     # b * xs_batch + j * xs_row, the output's row r at r * d; batch b's scale row at b * cs_batch, its
@@ -144,13 +180,32 @@ def _adaln_batches_kernel(
 
 @triton.jit
 def _adaln_chunks_kernel(
-    x_ptr, scale_ptr, shift_ptr, w_ptr, b_ptr, out_ptr,
-    n_rows, n1, n2, d,
-    xs0, xs1, xs2, xsd,
-    cs0, cs1, cs2, csd,
-    hs0, hs1, hs2, hsd,
+    x_ptr,
+    scale_ptr,
+    shift_ptr,
+    w_ptr,
+    b_ptr,
+    out_ptr,
+    n_rows,
+    n1,
+    n2,
+    d,
+    xs0,
+    xs1,
+    xs2,
+    xsd,
+    cs0,
+    cs1,
+    cs2,
+    csd,
+    hs0,
+    hs1,
+    hs2,
+    hsd,
     eps,
-    HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_C: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_C: tl.constexpr,
 ):
     # One row per step, in BLOCK_C-column chunks: the mean, then the variance of the centred row,
     # then the output, each a pass over the row's chunks (x is read three times, the later passes
@@ -193,9 +248,9 @@ def adaln_modulate(
     scale: torch.Tensor,
     shift: torch.Tensor,
     eps: float,
-    weight: Optional[torch.Tensor] = None,
-    bias: Optional[torch.Tensor] = None,
-    out_dtype: Optional[torch.dtype] = None,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """``ascend_kernels::adaln_modulate`` (same signature and semantics) as one Triton kernel."""
     out, launch = plan_adaln_modulate(x, scale, shift, eps, weight, bias, out_dtype)
@@ -208,9 +263,9 @@ def plan_adaln_modulate(
     scale: torch.Tensor,
     shift: torch.Tensor,
     eps: float,
-    weight: Optional[torch.Tensor] = None,
-    bias: Optional[torch.Tensor] = None,
-    out_dtype: Optional[torch.dtype] = None,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, _common.Launch]:
     """The output (allocated, not written) and the launch that fills it."""
     out = torch.empty(x.shape, dtype=out_dtype or x.dtype, device=x.device)
@@ -232,9 +287,12 @@ def plan_adaln_modulate(
     chunk = _common.row_chunk(d, x.device.type)
     if chunk is not None:  # a row too wide for one tile on this device (`_common.ROW_TILE_LIMIT`)
         return out, _common.Launch(
-            _adaln_chunks_kernel, _common.grid(n_rows, x.device),
+            _adaln_chunks_kernel,
+            _common.grid(n_rows, x.device),
             (*tensors, n_rows, n1, n2, d, *xs, x.stride(-1), *cs, csd, *hs, hsd, float(eps)),
-            dict(constexprs, BLOCK_C=chunk), _common.num_warps(chunk), _common.options(x.device),
+            dict(constexprs, BLOCK_C=chunk),
+            _common.num_warps(chunk),
+            _common.options(x.device),
         )
     if x.device.type in _common.AFFINE_TILE_DEVICES and not (x_flat and c_flat and h_flat):
         batches = _batches(sizes, xs, cs, hs)
@@ -243,17 +301,33 @@ def plan_adaln_modulate(
             return out, _common.Launch(
                 _adaln_batches_kernel,
                 _common.grid(n_batches * _common.cdiv(batch_rows, block_r), x.device),
-                (*tensors, n_batches, batch_rows, d, x_batch, x_row, x.stride(-1), cs_batch, csd, hs_batch, hsd,
-                 float(eps)),
+                (
+                    *tensors,
+                    n_batches,
+                    batch_rows,
+                    d,
+                    x_batch,
+                    x_row,
+                    x.stride(-1),
+                    cs_batch,
+                    csd,
+                    hs_batch,
+                    hsd,
+                    float(eps),
+                ),
                 dict(constexprs, BLOCK_R=block_r, BLOCK_D=block_d),
-                _common.num_warps(block_r * block_d), _common.options(x.device),
+                _common.num_warps(block_r * block_d),
+                _common.options(x.device),
             )
     return out, _common.Launch(
-        _adaln_kernel, _common.grid(_common.cdiv(n_rows, block_r), x.device),
+        _adaln_kernel,
+        _common.grid(_common.cdiv(n_rows, block_r), x.device),
         (*tensors, n_rows, n1, n2, d, *xs, x.stride(-1), *cs, csd, *hs, hsd, float(eps)),
-        dict(constexprs, MOD_SHARED=shared, X_FLAT=x_flat, C_FLAT=c_flat, H_FLAT=h_flat, BLOCK_R=block_r,
-             BLOCK_D=block_d),
-        _common.num_warps(block_r * block_d), _common.options(x.device),
+        dict(
+            constexprs, MOD_SHARED=shared, X_FLAT=x_flat, C_FLAT=c_flat, H_FLAT=h_flat, BLOCK_R=block_r, BLOCK_D=block_d
+        ),
+        _common.num_warps(block_r * block_d),
+        _common.options(x.device),
     )
 
 

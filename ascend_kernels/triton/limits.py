@@ -16,7 +16,7 @@ False
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -84,19 +84,19 @@ def _main_ok(x: torch.Tensor) -> bool:
     return x.dtype in DTYPES and 1 <= x.dim() <= MAX_DIMS and x.numel() > 0 and row_major(x)
 
 
-def _same_device(x: torch.Tensor, *others: Optional[torch.Tensor]) -> bool:
+def _same_device(x: torch.Tensor, *others: torch.Tensor | None) -> bool:
     return all(t is None or t.device == x.device for t in others)
 
 
-def _vector_ok(t: Optional[torch.Tensor], d: int) -> bool:
+def _vector_ok(t: torch.Tensor | None, d: int) -> bool:
     return t is None or (tuple(t.shape) == (d,) and t.dtype in DTYPES)
 
 
-def _out_dtype_ok(out_dtype: Optional[torch.dtype]) -> bool:
+def _out_dtype_ok(out_dtype: torch.dtype | None) -> bool:
     return out_dtype is None or out_dtype in DTYPES
 
 
-def rms_norm_supports(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float, out_dtype=None) -> bool:
+def rms_norm_supports(x: torch.Tensor, weight: torch.Tensor | None, eps: float, out_dtype=None) -> bool:
     """Common limits, D <= `max_row`, weight None or ``(D,)`` in any of `DTYPES`."""
     return (
         _main_ok(x)
@@ -124,9 +124,9 @@ def adaln_modulate_supports(
     scale: torch.Tensor,
     shift: torch.Tensor,
     eps: float,
-    weight: Optional[torch.Tensor] = None,
-    bias: Optional[torch.Tensor] = None,
-    out_dtype: Optional[torch.dtype] = None,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
 ) -> bool:
     """Common limits, D <= `max_row`, scale/shift (as the op reads them) broadcast to x, weight/bias ``(D,)``."""
     d = x.shape[-1] if x.dim() else 0

@@ -38,13 +38,31 @@ _MAX_BLOCK_C = 1024
 
 @triton.jit
 def _mul_add_kernel(
-    x_ptr, y_ptr, z_ptr, out_ptr,
-    n_rows, n1, n2, d,
-    xs0, xs1, xs2, xsd,
-    ys0, ys1, ys2, ysd,
-    zs0, zs1, zs2, zsd,
-    X_FLAT: tl.constexpr, Y_FLAT: tl.constexpr, Z_FLAT: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+    x_ptr,
+    y_ptr,
+    z_ptr,
+    out_ptr,
+    n_rows,
+    n1,
+    n2,
+    d,
+    xs0,
+    xs1,
+    xs2,
+    xsd,
+    ys0,
+    ys1,
+    ys2,
+    ysd,
+    zs0,
+    zs1,
+    zs2,
+    zsd,
+    X_FLAT: tl.constexpr,
+    Y_FLAT: tl.constexpr,
+    Z_FLAT: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,
 ):
     pid = tl.program_id(0)
     n_cblocks = tl.cdiv(d, BLOCK_C)
@@ -54,9 +72,15 @@ def _mul_add_kernel(
         cols = (tile % n_cblocks) * BLOCK_C + tl.arange(0, BLOCK_C)
         rmask, rows, i0, i1, i2 = row_coords(rblk, n_rows, n1, n2, BLOCK_R)
         mask = rmask[:, None] & (cols < d)[None, :]
-        x = tl.load(x_ptr + row_offsets(rows, i0, i1, i2, xs0, xs1, xs2, X_FLAT) + cols[None, :] * xsd, mask=mask, other=0.0)
-        y = tl.load(y_ptr + row_offsets(rows, i0, i1, i2, ys0, ys1, ys2, Y_FLAT) + cols[None, :] * ysd, mask=mask, other=0.0)
-        z = tl.load(z_ptr + row_offsets(rows, i0, i1, i2, zs0, zs1, zs2, Z_FLAT) + cols[None, :] * zsd, mask=mask, other=0.0)
+        x = tl.load(
+            x_ptr + row_offsets(rows, i0, i1, i2, xs0, xs1, xs2, X_FLAT) + cols[None, :] * xsd, mask=mask, other=0.0
+        )
+        y = tl.load(
+            y_ptr + row_offsets(rows, i0, i1, i2, ys0, ys1, ys2, Y_FLAT) + cols[None, :] * ysd, mask=mask, other=0.0
+        )
+        z = tl.load(
+            z_ptr + row_offsets(rows, i0, i1, i2, zs0, zs1, zs2, Z_FLAT) + cols[None, :] * zsd, mask=mask, other=0.0
+        )
         out = x.to(tl.float32) * y.to(tl.float32) + z.to(tl.float32)
         o_off = (rows * d)[:, None] + cols[None, :]
         tl.store(out_ptr + o_off, out.to(out_ptr.dtype.element_ty), mask=mask)
@@ -64,12 +88,24 @@ def _mul_add_kernel(
 
 @triton.jit
 def _mul_add_batches_kernel(
-    x_ptr, y_ptr, z_ptr, out_ptr,
-    n_batches, batch_rows, d,
-    xs_batch, xs_row, xsd,
-    ys_batch, ys_row, ysd,
-    zs_batch, zs_row, zsd,
-    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+    x_ptr,
+    y_ptr,
+    z_ptr,
+    out_ptr,
+    n_batches,
+    batch_rows,
+    d,
+    xs_batch,
+    xs_row,
+    xsd,
+    ys_batch,
+    ys_row,
+    ysd,
+    zs_batch,
+    zs_row,
+    zsd,
+    BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,
 ):
     # Row j of batch b: an operand's starts at b * s_batch + j * s_row, the output's at
     # (b * batch_rows + j) * d. A tile is BLOCK_R rows of one batch by BLOCK_C columns.
@@ -115,17 +151,29 @@ def plan_mul_add(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> tuple[tor
             n_batches, batch_rows, batch_strides = split
             n_tiles = n_batches * _common.cdiv(batch_rows, block_r) * _common.cdiv(d, block_c)
             return out, _common.Launch(
-                _mul_add_batches_kernel, _common.grid(n_tiles, x.device),
-                (x, y, z, out, n_batches, batch_rows, d,
-                 *(s for (bs, rs), last in zip(batch_strides, lasts) for s in (bs, rs, last))),
+                _mul_add_batches_kernel,
+                _common.grid(n_tiles, x.device),
+                (
+                    x,
+                    y,
+                    z,
+                    out,
+                    n_batches,
+                    batch_rows,
+                    d,
+                    *(s for (bs, rs), last in zip(batch_strides, lasts) for s in (bs, rs, last)),
+                ),
                 dict(BLOCK_R=block_r, BLOCK_C=block_c),
-                _common.num_warps(block_r * block_c), _common.options(x.device),
+                _common.num_warps(block_r * block_c),
+                _common.options(x.device),
             )
     strides = [s for lead, last in zip(leads, lasts) for s in (*lead, last)]
     n_tiles = _common.cdiv(n_rows, block_r) * _common.cdiv(d, block_c)
     return out, _common.Launch(
-        _mul_add_kernel, _common.grid(n_tiles, x.device),
+        _mul_add_kernel,
+        _common.grid(n_tiles, x.device),
         (x, y, z, out, n_rows, *sizes[1:], d, *strides),
         dict(X_FLAT=flat[0], Y_FLAT=flat[1], Z_FLAT=flat[2], BLOCK_R=block_r, BLOCK_C=block_c),
-        _common.num_warps(block_r * block_c), _common.options(x.device),
+        _common.num_warps(block_r * block_c),
+        _common.options(x.device),
     )

@@ -28,8 +28,6 @@ Row chunks (Ascend): a row wider than `_common.ROW_TILE_LIMIT` (4096 there: Wan'
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import triton
 import triton.language as tl
@@ -61,12 +59,22 @@ def _rms(x, d, eps, w, HAS_WEIGHT: tl.constexpr):
 
 @triton.jit
 def _rms_norm_kernel(
-    x_ptr, w_ptr, out_ptr,
-    n_rows, n1, n2, d,
-    xs0, xs1, xs2, xsd,
+    x_ptr,
+    w_ptr,
+    out_ptr,
+    n_rows,
+    n1,
+    n2,
+    d,
+    xs0,
+    xs1,
+    xs2,
+    xsd,
     eps,
-    HAS_WEIGHT: tl.constexpr, X_FLAT: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    X_FLAT: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_D)
@@ -85,11 +93,22 @@ def _rms_norm_kernel(
 
 @triton.jit
 def _rms_norm_tokens_kernel(
-    x_ptr, w_ptr, out_ptr,
-    n0, n1, n2, d,
-    xs0, xs1, xs2, xsd,
+    x_ptr,
+    w_ptr,
+    out_ptr,
+    n0,
+    n1,
+    n2,
+    d,
+    xs0,
+    xs1,
+    xs2,
+    xsd,
     eps,
-    HAS_WEIGHT: tl.constexpr, BLOCK_1: tl.constexpr, BLOCK_2: tl.constexpr, BLOCK_D: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    BLOCK_1: tl.constexpr,
+    BLOCK_2: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     # x's row (i0, i1, i2) starts at i0 * xs0 + i1 * xs1 + i2 * xs2, the output's at
     # ((i0 * n1 + i1) * n2 + i2) * d. A tile: one i0 x BLOCK_1 of dim 1 x BLOCK_2 of dim 2 x D.
@@ -113,11 +132,20 @@ def _rms_norm_tokens_kernel(
 
 @triton.jit
 def _rms_norm_chunks_kernel(
-    x_ptr, w_ptr, out_ptr,
-    n_rows, n1, n2, d,
-    xs0, xs1, xs2, xsd,
+    x_ptr,
+    w_ptr,
+    out_ptr,
+    n_rows,
+    n1,
+    n2,
+    d,
+    xs0,
+    xs1,
+    xs2,
+    xsd,
     eps,
-    HAS_WEIGHT: tl.constexpr, BLOCK_C: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    BLOCK_C: tl.constexpr,
 ):
     # One row per step, in BLOCK_C-column chunks: the mean square, then the output, each a pass over
     # the row's chunks. The row start is a scalar, so each chunk is one contiguous block.
@@ -142,7 +170,7 @@ def _rms_norm_chunks_kernel(
 
 
 def rms_norm(
-    x: torch.Tensor, weight: Optional[torch.Tensor], eps: float, out_dtype: Optional[torch.dtype] = None
+    x: torch.Tensor, weight: torch.Tensor | None, eps: float, out_dtype: torch.dtype | None = None
 ) -> torch.Tensor:
     """``ascend_kernels::rms_norm`` (same signature and semantics) as one Triton kernel."""
     out, launch = plan_rms_norm(x, weight, eps, out_dtype)
@@ -151,7 +179,7 @@ def rms_norm(
 
 
 def plan_rms_norm(
-    x: torch.Tensor, weight: Optional[torch.Tensor], eps: float, out_dtype: Optional[torch.dtype] = None
+    x: torch.Tensor, weight: torch.Tensor | None, eps: float, out_dtype: torch.dtype | None = None
 ) -> tuple[torch.Tensor, _common.Launch]:
     """The output (allocated, not written) and the launch that fills it."""
     out = torch.empty(x.shape, dtype=out_dtype or x.dtype, device=x.device)
@@ -165,23 +193,29 @@ def plan_rms_norm(
     chunk = _common.row_chunk(d, x.device.type)
     if chunk is not None:  # a row too wide for one tile on this device (`_common.ROW_TILE_LIMIT`)
         return out, _common.Launch(
-            _rms_norm_chunks_kernel, _common.grid(n_rows, x.device),
+            _rms_norm_chunks_kernel,
+            _common.grid(n_rows, x.device),
             (x, weight if weight is not None else x, out, n_rows, n1, n2, d, *xs, x.stride(-1), float(eps)),
             dict(HAS_WEIGHT=weight is not None, BLOCK_C=chunk),
-            _common.num_warps(chunk), _common.options(x.device),
+            _common.num_warps(chunk),
+            _common.options(x.device),
         )
     if x.device.type in _common.AFFINE_TILE_DEVICES and not x_flat:
         block_1, block_2 = _common.token_tile(block_r, n1, n2)
         n_tiles = n0 * _common.cdiv(n1, block_1) * _common.cdiv(n2, block_2)
         return out, _common.Launch(
-            _rms_norm_tokens_kernel, _common.grid(n_tiles, x.device),
+            _rms_norm_tokens_kernel,
+            _common.grid(n_tiles, x.device),
             (x, weight if weight is not None else x, out, n0, n1, n2, d, *xs, x.stride(-1), float(eps)),
             dict(HAS_WEIGHT=weight is not None, BLOCK_1=block_1, BLOCK_2=block_2, BLOCK_D=block_d),
-            _common.num_warps(block_1 * block_2 * block_d), _common.options(x.device),
+            _common.num_warps(block_1 * block_2 * block_d),
+            _common.options(x.device),
         )
     return out, _common.Launch(
-        _rms_norm_kernel, _common.grid(_common.cdiv(n_rows, block_r), x.device),
+        _rms_norm_kernel,
+        _common.grid(_common.cdiv(n_rows, block_r), x.device),
         (x, weight if weight is not None else x, out, n_rows, n1, n2, d, *xs, x.stride(-1), float(eps)),
         dict(HAS_WEIGHT=weight is not None, X_FLAT=x_flat, BLOCK_R=block_r, BLOCK_D=block_d),
-        _common.num_warps(block_r * block_d), _common.options(x.device),
+        _common.num_warps(block_r * block_d),
+        _common.options(x.device),
     )

@@ -29,14 +29,33 @@ __all__ = ["plan_rope", "rope"]
 
 @triton.jit
 def _rope_kernel(
-    x_ptr, cos_ptr, sin_ptr, out_ptr,
-    n_rows, n1, n2, d, width,
-    xs0, xs1, xs2, xsd,
-    cs0, cs1, cs2, csd,
-    ss0, ss1, ss2, ssd,
+    x_ptr,
+    cos_ptr,
+    sin_ptr,
+    out_ptr,
+    n_rows,
+    n1,
+    n2,
+    d,
+    width,
+    xs0,
+    xs1,
+    xs2,
+    xsd,
+    cs0,
+    cs1,
+    cs2,
+    csd,
+    ss0,
+    ss1,
+    ss2,
+    ssd,
     INTERLEAVED: tl.constexpr,
-    X_FLAT: tl.constexpr, C_FLAT: tl.constexpr, S_FLAT: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+    X_FLAT: tl.constexpr,
+    C_FLAT: tl.constexpr,
+    S_FLAT: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     pid = tl.program_id(0)
     n_blocks = tl.cdiv(n_rows, BLOCK_R)
@@ -74,10 +93,31 @@ def _rope_kernel(
 
 @triton.jit
 def _rope_tokens_kernel(
-    x_ptr, cos_ptr, sin_ptr, out_ptr,
-    n_batches, n_tokens, n_heads, width,
-    xs_b, xs_t, xs_h, xsd, os_b, os_t, os_h, cs_b, cs_t, csd, ss_b, ss_t, ssd,
-    INTERLEAVED: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+    x_ptr,
+    cos_ptr,
+    sin_ptr,
+    out_ptr,
+    n_batches,
+    n_tokens,
+    n_heads,
+    width,
+    xs_b,
+    xs_t,
+    xs_h,
+    xsd,
+    os_b,
+    os_t,
+    os_h,
+    cs_b,
+    cs_t,
+    csd,
+    ss_b,
+    ss_t,
+    ssd,
+    INTERLEAVED: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     # x's row (batch b, token t, head h) starts at b * xs_b + t * xs_t + h * xs_h, the output's at
     # b * os_b + t * os_t + h * os_h, a table's row for (b, t) at b * cs_b + t * cs_t (cs_b = 0: one
@@ -125,7 +165,9 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> 
     return out
 
 
-def plan_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> tuple[torch.Tensor, _common.Launch]:
+def plan_rope(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str
+) -> tuple[torch.Tensor, _common.Launch]:
     """The output (allocated, not written) and the launch that fills it."""
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     d = x.shape[-1]
@@ -143,20 +185,32 @@ def plan_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str
         # the heads: the leading dim (of 1 and 2) that the tables are broadcast over
         heads = next((k for k in (2, 1) if sizes[k] > 1 and cs[k] == 0 == ss[k]), None)
         if heads is not None:
-            return out, _plan_tokens((x, cos, sin, out), interleaved, width, sizes, heads, xs, (cs, csd), (ss, ssd),
-                                     block_d, row_width)
+            return out, _plan_tokens(
+                (x, cos, sin, out), interleaved, width, sizes, heads, xs, (cs, csd), (ss, ssd), block_d, row_width
+            )
     block_r = _common.rows_per_tile(row_width, x.device.type)
     return out, _common.Launch(
-        _rope_kernel, _common.grid(_common.cdiv(n_rows, block_r), x.device),
+        _rope_kernel,
+        _common.grid(_common.cdiv(n_rows, block_r), x.device),
         (x, cos, sin, out, n_rows, n1, n2, d, width, *xs, x.stride(-1), *cs, csd, *ss, ssd),
-        dict(INTERLEAVED=interleaved, X_FLAT=x_flat, C_FLAT=c_flat, S_FLAT=s_flat, BLOCK_R=block_r,
-             BLOCK_D=block_d),
-        _common.num_warps(block_r * row_width), _common.options(x.device),
+        dict(INTERLEAVED=interleaved, X_FLAT=x_flat, C_FLAT=c_flat, S_FLAT=s_flat, BLOCK_R=block_r, BLOCK_D=block_d),
+        _common.num_warps(block_r * row_width),
+        _common.options(x.device),
     )
 
 
-def _plan_tokens(tensors, interleaved: bool, width: int, sizes, heads: int, xs, cos_strides, sin_strides,
-                 block_d: int, row_width: int) -> _common.Launch:
+def _plan_tokens(
+    tensors,
+    interleaved: bool,
+    width: int,
+    sizes,
+    heads: int,
+    xs,
+    cos_strides,
+    sin_strides,
+    block_d: int,
+    row_width: int,
+) -> _common.Launch:
     """The `_rope_tokens_kernel` launch: ``tensors`` = (x, cos, sin, out); ``sizes`` the three leading
     sizes, of which dim 0 is the batch, dim ``heads`` the heads (1: x heads-major, 2: token-major)
     and the other the tokens; ``xs`` x's leading strides; each table's (three leading strides,
@@ -170,9 +224,29 @@ def _plan_tokens(tensors, interleaved: bool, width: int, sizes, heads: int, xs, 
     block_t, block_h = _common.token_tile(per_tile, n_tokens, n_heads)
     n_tiles = n_batches * _common.cdiv(n_tokens, block_t) * _common.cdiv(n_heads, block_h)
     return _common.Launch(
-        _rope_tokens_kernel, _common.grid(n_tiles, x.device),
-        (*tensors, n_batches, n_tokens, n_heads, width, xs[0], xs[toks], xs[heads], x.stride(-1),
-         os[0], os[toks], os[heads], cs[0], cs[toks], csd, ss[0], ss[toks], ssd),
+        _rope_tokens_kernel,
+        _common.grid(n_tiles, x.device),
+        (
+            *tensors,
+            n_batches,
+            n_tokens,
+            n_heads,
+            width,
+            xs[0],
+            xs[toks],
+            xs[heads],
+            x.stride(-1),
+            os[0],
+            os[toks],
+            os[heads],
+            cs[0],
+            cs[toks],
+            csd,
+            ss[0],
+            ss[toks],
+            ssd,
+        ),
         dict(INTERLEAVED=interleaved, BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d),
-        _common.num_warps(block_t * block_h * row_width), _common.options(x.device),
+        _common.num_warps(block_t * block_h * row_width),
+        _common.options(x.device),
     )

@@ -53,8 +53,12 @@ class FusedRopeFluxAttnProcessor(FluxAttnProcessor):
         if image_rotary_emb is not None:
             query, key = _rope(query, image_rotary_emb), _rope(key, image_rotary_emb)
         hidden_states = dispatch_attention_fn(
-            query, key, value, attn_mask=attention_mask,
-            backend=attention_backend(self), parallel_config=parallel_config(self),
+            query,
+            key,
+            value,
+            attn_mask=attention_mask,
+            backend=attention_backend(self),
+            parallel_config=parallel_config(self),
         )
         hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
         if encoder_hidden_states is None:
@@ -72,8 +76,14 @@ FLUX = Adapter(
     blocks=("FluxTransformerBlock", "FluxSingleTransformerBlock"),
     # Only diffusers' own class: other modules define look-alikes of the same name
     # (transformer_chronoedit.WanAttnProcessor) whose code this class does not mirror.
-    swaps=(Swap("rope", "FluxAttnProcessor", lambda: FusedRopeFluxAttnProcessor,
-                applies=lambda p: type(p).__module__ == "diffusers.models.transformers.transformer_flux"),),
+    swaps=(
+        Swap(
+            "rope",
+            "FluxAttnProcessor",
+            lambda: FusedRopeFluxAttnProcessor,
+            applies=lambda p: type(p).__module__ == "diffusers.models.transformers.transformer_flux",
+        ),
+    ),
     pattern_forms={"adaln": ("flux", "continuous"), "rms_norm": ("torch",), "rope": ("flux",)},
 )
 register_adapter("FluxTransformer2DModel", FLUX)

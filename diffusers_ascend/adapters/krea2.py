@@ -29,8 +29,14 @@ class FusedKrea2RMSNorm(Krea2RMSNorm):
 KREA2 = Adapter(
     name="krea2",
     blocks=("Krea2TransformerBlock",),
-    swaps=(Swap("rms_norm", "Krea2RMSNorm", lambda: FusedKrea2RMSNorm,
-                applies=lambda m: type(m).__module__ == "diffusers.models.transformers.transformer_krea2"),),
+    swaps=(
+        Swap(
+            "rms_norm",
+            "Krea2RMSNorm",
+            lambda: FusedKrea2RMSNorm,
+            applies=lambda m: type(m).__module__ == "diffusers.models.transformers.transformer_krea2",
+        ),
+    ),
     pattern_forms={"rms_norm": ("torch",)},
 )
 register_adapter("Krea2Transformer2DModel", KREA2)

@@ -47,11 +47,11 @@ class Adapter:
 
     name: str
     blocks: tuple[str, ...]
-    swaps: tuple["Swap", ...] = ()
+    swaps: tuple[Swap, ...] = ()
     pattern_forms: dict[str, tuple[str, ...]] = field(default_factory=dict, hash=False, compare=False)
     preconditions: tuple[str, ...] = ()
 
-    def block_modules(self, model: "torch.nn.Module") -> tuple[list[tuple[str, "torch.nn.Module"]], list[str]]:
+    def block_modules(self, model: torch.nn.Module) -> tuple[list[tuple[str, torch.nn.Module]], list[str]]:
         """The submodules of `model` compiled under ``compile="blocks"``, and the block class names
         that match no submodule (a config can build other block classes than the model declares).
 
@@ -102,7 +102,7 @@ def registered_adapters() -> dict[str, Adapter]:
     return dict(_ADAPTERS)
 
 
-def adapter_swaps() -> tuple["Swap", ...]:
+def adapter_swaps() -> tuple[Swap, ...]:
     """The family-specific swaps of every registered adapter (each once, in registration order)."""
     out: list = []
     for adapter in registered_adapters().values():

@@ -59,12 +59,23 @@ class FusedRopeWanAttnProcessor(WanAttnProcessor):
             key_img = attn.norm_added_k(key_img).unflatten(2, (attn.heads, -1))
             value_img = value_img.unflatten(2, (attn.heads, -1))
             hidden_states_img = dispatch_attention_fn(
-                query, key_img, value_img, attn_mask=None, dropout_p=0.0, is_causal=False,
-                backend=attention_backend(self), parallel_config=None,
+                query,
+                key_img,
+                value_img,
+                attn_mask=None,
+                dropout_p=0.0,
+                is_causal=False,
+                backend=attention_backend(self),
+                parallel_config=None,
             )
             hidden_states_img = hidden_states_img.flatten(2, 3).type_as(query)
         hidden_states = dispatch_attention_fn(
-            query, key, value, attn_mask=attention_mask, dropout_p=0.0, is_causal=False,
+            query,
+            key,
+            value,
+            attn_mask=attention_mask,
+            dropout_p=0.0,
+            is_causal=False,
             backend=attention_backend(self),
             parallel_config=(parallel_config(self) if encoder_hidden_states is None else None),
         )
@@ -79,8 +90,14 @@ WAN = Adapter(
     blocks=("WanTransformerBlock",),
     # Only diffusers' own class: other modules define look-alikes of the same name
     # (transformer_chronoedit.WanAttnProcessor) whose code this class does not mirror.
-    swaps=(Swap("rope", "WanAttnProcessor", lambda: FusedRopeWanAttnProcessor,
-                applies=lambda p: type(p).__module__ == "diffusers.models.transformers.transformer_wan"),),
+    swaps=(
+        Swap(
+            "rope",
+            "WanAttnProcessor",
+            lambda: FusedRopeWanAttnProcessor,
+            applies=lambda p: type(p).__module__ == "diffusers.models.transformers.transformer_wan",
+        ),
+    ),
     pattern_forms={"adaln": ("upcast", "upcast_fp32_out"), "rms_norm": ("torch",), "rope": ("wan",)},
     preconditions=(ROPE_PRECONDITION,),
 )

@@ -16,18 +16,26 @@ from __future__ import annotations
 import collections
 import threading
 import weakref
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
-__all__ = ["NAME", "FallbackLog", "backend_name", "fallbacks", "model_fallbacks", "npu_fia_attention", "register",
-           "track"]
+__all__ = [
+    "NAME",
+    "FallbackLog",
+    "backend_name",
+    "fallbacks",
+    "model_fallbacks",
+    "npu_fia_attention",
+    "register",
+    "track",
+]
 
 NAME = "npu_fia"
 _LOCK = threading.Lock()
 _MEMBER: list = []  # the shared AttentionBackendName instance, built once
 # model -> its FallbackLog; weak, so neither a pickled nor a collected model keeps one.
-_OWN: "weakref.WeakKeyDictionary[Any, FallbackLog]" = weakref.WeakKeyDictionary()
+_OWN: weakref.WeakKeyDictionary[Any, FallbackLog] = weakref.WeakKeyDictionary()
 # Per thread: the log of the tracked model whose forward runs (`_enter` / `_exit`), and the ones it interrupted.
 _TLS = threading.local()
 
@@ -49,7 +57,7 @@ class FallbackLog:
     MAX_REASONS = 32
 
     def __init__(self):
-        self._counts: "collections.OrderedDict[str, int]" = collections.OrderedDict()
+        self._counts: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._base: dict[str, int] = {}
 
     def record(self, reason: str, path: str) -> None:
@@ -141,9 +149,11 @@ def _run(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, 
     if reason is None:
         return fia(query, key, value, attn_mask, scale, return_lse=return_lse)
     if return_lse:
-        raise ValueError(f"npu_fia: {where} needs FIA's log-sum-exp, but FIA cannot run this call: {reason}. "
-                         "Ring attention on NPU needs float16/bfloat16 inputs within FIA's limits "
-                         "(see docs/multi-card.md), or use Ulysses only (ring_degree=1).")
+        raise ValueError(
+            f"npu_fia: {where} needs FIA's log-sum-exp, but FIA cannot run this call: {reason}. "
+            "Ring attention on NPU needs float16/bfloat16 inputs within FIA's limits "
+            "(see docs/multi-card.md), or use Ulysses only (ring_degree=1)."
+        )
     out, path = fallback(query, key, value, attn_mask, dropout_p, bool(is_causal), scale, bool(enable_gqa))
     _count(reason, path)
     return out
@@ -159,11 +169,33 @@ def _count(reason: str, path: str) -> None:
         log.record(reason, path)
 
 
-def _forward_op(ctx, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                enable_gqa=False, return_lse=False, _save_ctx=True, _parallel_config=None):
+def _forward_op(
+    ctx,
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p=0.0,
+    is_causal=False,
+    scale=None,
+    enable_gqa=False,
+    return_lse=False,
+    _save_ctx=True,
+    _parallel_config=None,
+):
     """diffusers' templated context-parallel ``forward_op`` signature (Ulysses / Ring), on FIA."""
-    return _run(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse,
-                "ring attention (return_lse=True)")
+    return _run(
+        query,
+        key,
+        value,
+        attn_mask,
+        dropout_p,
+        is_causal,
+        scale,
+        enable_gqa,
+        return_lse,
+        "ring attention (return_lse=True)",
+    )
 
 
 def _backward_op(ctx, grad_out, *args, **kwargs):
@@ -174,10 +206,10 @@ def npu_fia_attention(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    attn_mask: Optional[torch.Tensor] = None,
+    attn_mask: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     is_causal: bool = False,
-    scale: Optional[float] = None,
+    scale: float | None = None,
     enable_gqa: bool = False,
     return_lse: bool = False,
     _parallel_config: Any = None,
@@ -202,8 +234,17 @@ def npu_fia_attention(
         # is_causal and enable_gqa go through: diffusers' templated attention refuses both (with its
         # reason) rather than have its ranks compute something else.
         return templated_context_parallel_attention(
-            query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse,
-            forward_op=_forward_op, backward_op=_backward_op,
+            query,
+            key,
+            value,
+            attn_mask,
+            dropout_p,
+            is_causal,
+            scale,
+            enable_gqa,
+            return_lse,
+            forward_op=_forward_op,
+            backward_op=_backward_op,
             _parallel_config=_parallel_config,
         )
     return _run(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse, "return_lse=True")

@@ -42,8 +42,10 @@ def set_attention(model: torch.nn.Module, cfg, record: EnabledModel) -> None:
         from ascend_kernels.npu import torch_npu_available
 
         if not torch_npu_available():  # as diffusers refuses "_native_npu" here
-            raise RuntimeError(f"attention={backend!r} needs torch_npu, which is not installed; install torch_npu on "
-                               "an Ascend host, or use attention='auto' or a diffusers backend (e.g. 'native').")
+            raise RuntimeError(
+                f"attention={backend!r} needs torch_npu, which is not installed; install torch_npu on "
+                "an Ascend host, or use attention='auto' or a diffusers backend (e.g. 'native')."
+            )
     else:  # diffusers' own checks of set_attention_backend (package installed, kernel)
         dc.check_backend_requirements(member)
     procs = processors(model)

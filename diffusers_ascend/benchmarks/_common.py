@@ -8,7 +8,8 @@ import os
 import platform
 import statistics
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -134,8 +135,9 @@ def check_out_dir(out_dir: str | os.PathLike) -> str:
         with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as e:
-        raise ValueError(f"cannot write the output folder {path!r}: {existing!r} is not writable "
-                         f"({e.strerror or e})") from None
+        raise ValueError(
+            f"cannot write the output folder {path!r}: {existing!r} is not writable ({e.strerror or e})"
+        ) from None
     return path
 
 
@@ -146,8 +148,6 @@ def error_line(e: BaseException) -> str:
     'RuntimeError: no kernel image'
     """
     return f"{type(e).__name__}: {e}".splitlines()[0][:300]
-
-
 
 
 def synchronize(device: str) -> Callable[[], None]:
@@ -173,8 +173,9 @@ def timed(fn: Callable[[], Any], device: str = "cpu") -> tuple[Any, float]:
     return out, time.perf_counter() - start
 
 
-def time_ms(fn: Callable[[], Any], runs: int = 20, warmup: int = 3, device: str = "cpu",
-            before: Callable[[], Any] | None = None) -> list[float]:
+def time_ms(
+    fn: Callable[[], Any], runs: int = 20, warmup: int = 3, device: str = "cpu", before: Callable[[], Any] | None = None
+) -> list[float]:
     """Milliseconds of each of `runs` calls of `fn`, after `warmup` untimed calls.
 
     On ``"cuda"`` and ``"npu"`` device timing events bracket each call; elsewhere the host clock.
@@ -241,8 +242,6 @@ def warm_up_compiler(inductor: bool = True) -> None:
             torch.compile(torch.nn.Linear(4, 4))(torch.randn(2, 4))
 
 
-
-
 def _get(row: dict[str, Any], key: str) -> Any:
     """`row[key]`, where a dotted key reads a nested dict (``"matches.rope"``)."""
     value: Any = row
@@ -265,8 +264,9 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def table_cells(rows: Sequence[dict[str, Any]],
-                columns: Sequence[tuple[str, str]]) -> tuple[list[str], list[list[str]]]:
+def table_cells(
+    rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]
+) -> tuple[list[str], list[list[str]]]:
     """Header and formatted cells of `rows` for `columns` = ``[(key, title), ...]``."""
     return [title for _, title in columns], [[_fmt(_get(r, key)) for key, _ in columns] for r in rows]
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ._common import error_line, machine_info, register_ops, stats, text_table, time_ms, write_json
 
@@ -44,7 +45,10 @@ def _variants(device_type: str) -> dict[str, tuple[Any, dict[str, str], bool]]:
         return {FUSION_TO_OP[f]: "triton" for f in fusions} if on_cuda else {}
 
     variants: dict[str, tuple[Any, dict[str, str], bool]] = {
-        "eager": (None, {}, False), "inductor": ("inductor", {}, False), "ascend_auto": ("auto", {}, False)}
+        "eager": (None, {}, False),
+        "inductor": ("inductor", {}, False),
+        "ascend_auto": ("auto", {}, False),
+    }
     for f in TRITON_FUSIONS:
         variants[f"triton_{f}"] = ([f], choice([f]), False)
     variants["triton_all4"] = (list(TRITON_FUSIONS), choice(TRITON_FUSIONS), False)
@@ -62,7 +66,7 @@ def _variants(device_type: str) -> dict[str, tuple[Any, dict[str, str], bool]]:
 def _inputs(img: int, txt: int, dim: int, axes_dim: Sequence[int], dtype, device) -> dict[str, Any]:
     from diffusers_ascend.tiny import flux_block_inputs
 
-    side = int(img ** 0.5)
+    side = int(img**0.5)
     inputs = flux_block_inputs(txt_len=txt, height=side, width=side, dim=dim, dtype=dtype, axes_dim=tuple(axes_dim))
     return {k: tuple(t.to(device) for t in v) if isinstance(v, tuple) else v.to(device) for k, v in inputs.items()}
 
@@ -71,8 +75,17 @@ def _as_tuple(out) -> tuple:
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
-def _measure(block, inputs: dict[str, Any], ref, fusions, providers: dict[str, str], capture: bool,
-             device: str, warmup: int, runs: int) -> dict[str, Any]:
+def _measure(
+    block,
+    inputs: dict[str, Any],
+    ref,
+    fusions,
+    providers: dict[str, str],
+    capture: bool,
+    device: str,
+    warmup: int,
+    runs: int,
+) -> dict[str, Any]:
     """Compiles ``block`` as one variant, checks it against eager and times it."""
     import torch
 
@@ -87,15 +100,21 @@ def _measure(block, inputs: dict[str, Any], ref, fusions, providers: dict[str, s
     elif fusions == "inductor_cudagraphs":
         fn = torch.compile(block, mode="reduce-overhead")
     else:
-        backend = AscendBackend(fusions=fusions, executor="inductor", on_error="raise",
-                                graph_capture="graph_with_compile" if capture else None)
+        backend = AscendBackend(
+            fusions=fusions,
+            executor="inductor",
+            on_error="raise",
+            graph_capture="graph_with_compile" if capture else None,
+        )
         fn = torch.compile(block, backend=backend)
     with torch.no_grad(), use_providers(**providers):
         call = fn
         if fusions == "inductor_cudagraphs":  # its outputs live in the graph's pool until the next step
+
             def call(**kw):
                 torch.compiler.cudagraph_mark_step_begin()
                 return fn(**kw)
+
         t0 = time.perf_counter()
         out = call(**inputs)
         first_s = time.perf_counter() - t0
@@ -103,8 +122,10 @@ def _measure(block, inputs: dict[str, Any], ref, fusions, providers: dict[str, s
         times = time_ms(lambda: call(**inputs), runs, warmup, device)
     graphs = backend.report.graphs if backend else []
     return dict(
-        **stats(times), first_call_s=first_s,
-        matches=dict(backend.report.matches) if backend else None, max_abs_diff=diff,
+        **stats(times),
+        first_call_s=first_s,
+        matches=dict(backend.report.matches) if backend else None,
+        max_abs_diff=diff,
         # fused ops Inductor launches itself (`bind_compiler_ops`; on_error="raise": a failure raises)
         triton_ops=sum(len(g.bound_providers or {}) for g in graphs) if backend else None,
     )
@@ -140,8 +161,15 @@ def run(tiny: bool = False, variants: Sequence[str] | None = None) -> dict[str, 
             except Exception as e:  # noqa: BLE001  (reported in the row; the command exits 1)
                 row = dict(median_ms=None, error=error_line(e))
             eager_ms = row["median_ms"] if name == "eager" else eager_ms
-            rows.append(dict(block=block_name, variant=name, providers=",".join(sorted(set(providers.values()))) or "-",
-                             vs_eager=row["median_ms"] / eager_ms if eager_ms and row["median_ms"] else None, **row))
+            rows.append(
+                dict(
+                    block=block_name,
+                    variant=name,
+                    providers=",".join(sorted(set(providers.values()))) or "-",
+                    vs_eager=row["median_ms"] / eager_ms if eager_ms and row["median_ms"] else None,
+                    **row,
+                )
+            )
         inductor = next((r["median_ms"] for r in rows if r["block"] == block_name and r["variant"] == "inductor"), None)
         for r in rows:
             if r["block"] == block_name:
@@ -149,14 +177,28 @@ def run(tiny: bool = False, variants: Sequence[str] | None = None) -> dict[str, 
         del block
         torch.compiler.reset()
     device = torch.cuda.get_device_name(0) if device_type == "cuda" else "cpu"
-    return dict(benchmark="blocks", size="tiny" if tiny else "full", dtype=str(dtype).replace("torch.", ""),
-                config=cfg, device=device, machine=machine_info(device_type), rows=rows)
+    return dict(
+        benchmark="blocks",
+        size="tiny" if tiny else "full",
+        dtype=str(dtype).replace("torch.", ""),
+        config=cfg,
+        device=device,
+        machine=machine_info(device_type),
+        rows=rows,
+    )
 
 
 COLUMNS = [
-    ("block", "block"), ("variant", "variant"), ("providers", "providers"), ("median_ms", "median ms"),
-    ("min_ms", "min ms"), ("vs_eager", "vs eager"), ("vs_inductor", "vs inductor"), ("first_call_s", "first call s"),
-    ("max_abs_diff", "max |diff| vs eager"), ("triton_ops", "ops launched by Inductor"),
+    ("block", "block"),
+    ("variant", "variant"),
+    ("providers", "providers"),
+    ("median_ms", "median ms"),
+    ("min_ms", "min ms"),
+    ("vs_eager", "vs eager"),
+    ("vs_inductor", "vs inductor"),
+    ("first_call_s", "first call s"),
+    ("max_abs_diff", "max |diff| vs eager"),
+    ("triton_ops", "ops launched by Inductor"),
 ]
 
 
@@ -165,8 +207,11 @@ def cli(args) -> int:
     import torch
 
     if not args.tiny and not torch.cuda.is_available():
-        print("bench blocks measures full-width Flux blocks on a CUDA GPU and none is available here "
-              "(torch.cuda.is_available() is False); use --tiny for a CPU smoke run.", file=sys.stderr)
+        print(
+            "bench blocks measures full-width Flux blocks on a CUDA GPU and none is available here "
+            "(torch.cuda.is_available() is False); use --tiny for a CPU smoke run.",
+            file=sys.stderr,
+        )
         return 2
     result = run(tiny=args.tiny, variants=args.variant)
     print(f"{result['device']}, {result['dtype']}, {result['config']}")

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import statistics
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -17,8 +18,13 @@ _PRESETS = {
 COMPILES = ("blocks", "model")
 
 COLUMNS = [
-    ("executor", "executor"), ("compile", "compile"), ("blocks", "blocks"), ("graphs_compiled", "graphs"),
-    ("first_call_s", "first call s"), ("steady_call_s", "steady call s"), ("compile_s", "compile s"),
+    ("executor", "executor"),
+    ("compile", "compile"),
+    ("blocks", "blocks"),
+    ("graphs_compiled", "graphs"),
+    ("first_call_s", "first call s"),
+    ("steady_call_s", "steady call s"),
+    ("compile_s", "compile s"),
     ("vs_model", "compile vs model"),
 ]
 
@@ -62,21 +68,36 @@ def compile_time(size: str = "small", executors: Sequence[str] | None = None) ->
                 _, first = timed(lambda: model(**inputs))
                 steady = statistics.median(time_ms(lambda: model(**inputs), runs=5, warmup=0)) / 1e3
                 report = ascend_report(model)
-            rows.append(dict(
-                executor=executor, compile=compile, blocks=layers["num_layers"] + layers["num_single_layers"],
-                graphs_compiled=report.graphs_compiled, first_call_s=first, steady_call_s=steady,
-                compile_s=max(first - steady, 0.0), fallbacks=len(report.fallbacks),
-            ))
+            rows.append(
+                dict(
+                    executor=executor,
+                    compile=compile,
+                    blocks=layers["num_layers"] + layers["num_single_layers"],
+                    graphs_compiled=report.graphs_compiled,
+                    first_call_s=first,
+                    steady_call_s=steady,
+                    compile_s=max(first - steady, 0.0),
+                    fallbacks=len(report.fallbacks),
+                )
+            )
     for row in rows:
         model_row = next(r for r in rows if r["executor"] == row["executor"] and r["compile"] == "model")
         row["vs_model"] = row["compile_s"] / model_row["compile_s"] if model_row["compile_s"] else None
-    return dict(benchmark="compile_time", size=size, rows=rows, columns=COLUMNS, machine=machine_info(),
-                model=dict(config, tokens=preset["height"] * preset["width"] + 8))
+    return dict(
+        benchmark="compile_time",
+        size=size,
+        rows=rows,
+        columns=COLUMNS,
+        machine=machine_info(),
+        model=dict(config, tokens=preset["height"] * preset["width"] + 8),
+    )
 
 
 def plot(ax, rows) -> None:
     """This benchmark's panel of ``results.png`` (`runner.plot_results`)."""
     executors = list(dict.fromkeys(r["executor"] for r in rows))
-    series = {c: [next((r["compile_s"] for r in rows if r["executor"] == e and r["compile"] == c), 0.0)
-                  for e in executors] for c in ("blocks", "model")}
+    series = {
+        c: [next((r["compile_s"] for r in rows if r["executor"] == e and r["compile"] == c), 0.0) for e in executors]
+        for c in ("blocks", "model")
+    }
     bars(ax, [f"executor={e}" for e in executors], {f"compile={c}": v for c, v in series.items()}, "cold compile (s)")

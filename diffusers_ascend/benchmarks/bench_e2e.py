@@ -31,35 +31,72 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from importlib import resources
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ._common import (check_out_dir, cold_compile, error_line, machine_info, markdown_table, register_ops,
-                      synchronize, text_table, warm_up_compiler)
+from ._common import (
+    check_out_dir,
+    cold_compile,
+    error_line,
+    machine_info,
+    markdown_table,
+    register_ops,
+    synchronize,
+    text_table,
+    warm_up_compiler,
+)
 
 MODELS = ("flux", "wan", "wan-14b", "qwen-image")
 VARIANTS = ("eager", "ascend", "ascend+graph", "regional", "mindiesd")
 DEVICES = ("cpu", "cuda", "npu")
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
-LEAVES_OUT = ("text encoders (prompt embeddings of the right shapes are passed in)",
-              "VAE decode (output_type='latent')")
+LEAVES_OUT = (
+    "text encoders (prompt embeddings of the right shapes are passed in)",
+    "VAE decode (output_type='latent')",
+)
 
 # The classes a shipped config may name: a config is data, never a path to arbitrary code.
 _CLASSES = {
-    "FluxTransformer2DModel", "WanTransformer3DModel", "QwenImageTransformer2DModel",
-    "FluxPipeline", "WanPipeline", "QwenImagePipeline",
-    "FlowMatchEulerDiscreteScheduler", "UniPCMultistepScheduler",
+    "FluxTransformer2DModel",
+    "WanTransformer3DModel",
+    "QwenImageTransformer2DModel",
+    "FluxPipeline",
+    "WanPipeline",
+    "QwenImagePipeline",
+    "FlowMatchEulerDiscreteScheduler",
+    "UniPCMultistepScheduler",
 }
-_SPEC_KEYS = {"name", "title", "repo", "transformer_class", "transformer", "transformer_source", "depth_keys",
-              "pipeline_class", "scheduler_class", "scheduler", "scheduler_source", "job", "job_notes", "anchors"}
+_SPEC_KEYS = {
+    "name",
+    "title",
+    "repo",
+    "transformer_class",
+    "transformer",
+    "transformer_source",
+    "depth_keys",
+    "pipeline_class",
+    "scheduler_class",
+    "scheduler",
+    "scheduler_source",
+    "job",
+    "job_notes",
+    "anchors",
+}
 
 COLUMNS = [
-    ("name", "variant"), ("status", "status"), ("cold_s", "cold s"), ("step_ms", "step ms"), ("e2e_s", "e2e s"),
-    ("peak_mem_mb", "peak MB"), ("max_abs_diff", "max abs diff vs eager"), ("note", "note"),
+    ("name", "variant"),
+    ("status", "status"),
+    ("cold_s", "cold s"),
+    ("step_ms", "step ms"),
+    ("e2e_s", "e2e s"),
+    ("peak_mem_mb", "peak MB"),
+    ("max_abs_diff", "max abs diff vs eager"),
+    ("note", "note"),
 ]
 
 
@@ -88,7 +125,9 @@ def model_spec(model: str) -> dict[str, Any]:
     text = resources.files(__package__).joinpath("configs", f"{model}.json").read_text()
     spec = json.loads(text)
     if set(spec) != _SPEC_KEYS:
-        raise ValueError(f"configs/{model}.json: keys {sorted(set(spec) ^ _SPEC_KEYS)} differ from {sorted(_SPEC_KEYS)}")
+        raise ValueError(
+            f"configs/{model}.json: keys {sorted(set(spec) ^ _SPEC_KEYS)} differ from {sorted(_SPEC_KEYS)}"
+        )
     for key in ("transformer_class", "pipeline_class", "scheduler_class"):
         if spec[key] not in _CLASSES:
             raise ValueError(f"configs/{model}.json: {key}={spec[key]!r} is not one of {sorted(_CLASSES)}")
@@ -120,12 +159,30 @@ def transformer_config(spec: dict[str, Any], depth: int | None = None) -> dict[s
 
 # Random fills that take a generator: under `_SeededInit` they draw from the local one.
 _TAKES_GENERATOR = {
-    torch.Tensor.uniform_, torch.Tensor.normal_, torch.Tensor.random_, torch.Tensor.bernoulli_,
-    torch.Tensor.exponential_, torch.Tensor.geometric_, torch.Tensor.log_normal_, torch.Tensor.cauchy_,
-    torch.randn, torch.rand, torch.randint, torch.randperm, torch.normal, torch.bernoulli, torch.multinomial,
-    torch.nn.init.uniform_, torch.nn.init.normal_, torch.nn.init.trunc_normal_, torch.nn.init.kaiming_uniform_,
-    torch.nn.init.kaiming_normal_, torch.nn.init.xavier_uniform_, torch.nn.init.xavier_normal_,
-    torch.nn.init.orthogonal_, torch.nn.init.sparse_,
+    torch.Tensor.uniform_,
+    torch.Tensor.normal_,
+    torch.Tensor.random_,
+    torch.Tensor.bernoulli_,
+    torch.Tensor.exponential_,
+    torch.Tensor.geometric_,
+    torch.Tensor.log_normal_,
+    torch.Tensor.cauchy_,
+    torch.randn,
+    torch.rand,
+    torch.randint,
+    torch.randperm,
+    torch.normal,
+    torch.bernoulli,
+    torch.multinomial,
+    torch.nn.init.uniform_,
+    torch.nn.init.normal_,
+    torch.nn.init.trunc_normal_,
+    torch.nn.init.kaiming_uniform_,
+    torch.nn.init.kaiming_normal_,
+    torch.nn.init.xavier_uniform_,
+    torch.nn.init.xavier_normal_,
+    torch.nn.init.orthogonal_,
+    torch.nn.init.sparse_,
 }
 # Random fills that cannot take one: they would draw from the global RNG.
 _GLOBAL_RNG_ONLY = {torch.randn_like, torch.rand_like, torch.randint_like}
@@ -162,8 +219,9 @@ def _keep_fp32(model, name: str) -> bool:
     return any(part in keep for part in name.split("."))
 
 
-def build_transformer(spec: dict[str, Any], device: str, dtype: torch.dtype, depth: int | None = None,
-                      seed: int = 0) -> torch.nn.Module:
+def build_transformer(
+    spec: dict[str, Any], device: str, dtype: torch.dtype, depth: int | None = None, seed: int = 0
+) -> torch.nn.Module:
     """The model's transformer with random weights, built directly on `device` in `dtype`.
 
     The model's own initialisation runs on the device (its tensors allocated there, the large
@@ -219,37 +277,53 @@ def _embeddings(shape, dtype, device, generator):
 
 
 def _flux_inputs(cfg, job, device, dtype, gen):
-    return dict(prompt_embeds=_embeddings((1, job["text_len"], cfg["joint_attention_dim"]), dtype, device, gen),
-                pooled_prompt_embeds=_embeddings((1, cfg["pooled_projection_dim"]), dtype, device, gen),
-                guidance_scale=job["guidance_scale"])
+    return dict(
+        prompt_embeds=_embeddings((1, job["text_len"], cfg["joint_attention_dim"]), dtype, device, gen),
+        pooled_prompt_embeds=_embeddings((1, cfg["pooled_projection_dim"]), dtype, device, gen),
+        guidance_scale=job["guidance_scale"],
+    )
 
 
 def _wan_inputs(cfg, job, device, dtype, gen):
-    inputs = dict(prompt_embeds=_embeddings((1, job["text_len"], cfg["text_dim"]), dtype, device, gen),
-                  num_frames=job["frames"], guidance_scale=job["guidance_scale"] if job["cfg"] else 1.0)
+    inputs = dict(
+        prompt_embeds=_embeddings((1, job["text_len"], cfg["text_dim"]), dtype, device, gen),
+        num_frames=job["frames"],
+        guidance_scale=job["guidance_scale"] if job["cfg"] else 1.0,
+    )
     if job["cfg"]:
-        inputs["negative_prompt_embeds"] = _embeddings((1, job["negative_text_len"], cfg["text_dim"]), dtype, device, gen)
+        inputs["negative_prompt_embeds"] = _embeddings(
+            (1, job["negative_text_len"], cfg["text_dim"]), dtype, device, gen
+        )
     return inputs
 
 
 def _qwen_inputs(cfg, job, device, dtype, gen):
     dim = cfg["joint_attention_dim"]
-    inputs = dict(prompt_embeds=_embeddings((1, job["text_len"], dim), dtype, device, gen),
-                  prompt_embeds_mask=torch.ones(1, job["text_len"], dtype=torch.long, device=device),
-                  true_cfg_scale=job["guidance_scale"] if job["cfg"] else 1.0)
+    inputs = dict(
+        prompt_embeds=_embeddings((1, job["text_len"], dim), dtype, device, gen),
+        prompt_embeds_mask=torch.ones(1, job["text_len"], dtype=torch.long, device=device),
+        true_cfg_scale=job["guidance_scale"] if job["cfg"] else 1.0,
+    )
     if job["cfg"]:
         n = job["negative_text_len"]
-        inputs.update(negative_prompt_embeds=_embeddings((1, n, dim), dtype, device, gen),
-                      negative_prompt_embeds_mask=torch.ones(1, n, dtype=torch.long, device=device))
+        inputs.update(
+            negative_prompt_embeds=_embeddings((1, n, dim), dtype, device, gen),
+            negative_prompt_embeds_mask=torch.ones(1, n, dtype=torch.long, device=device),
+        )
     return inputs
 
 
 # pipeline class -> inputs(transformer config, job, device, dtype, generator) beyond size and steps
-_INPUTS: dict[str, Callable] = {"FluxPipeline": _flux_inputs, "WanPipeline": _wan_inputs, "QwenImagePipeline": _qwen_inputs}
+_INPUTS: dict[str, Callable] = {
+    "FluxPipeline": _flux_inputs,
+    "WanPipeline": _wan_inputs,
+    "QwenImagePipeline": _qwen_inputs,
+}
 
 
-def pipeline_inputs(spec: dict[str, Any], job: dict[str, Any], device: str, dtype: torch.dtype,
-                    seed: int = 0) -> Callable[[], dict[str, Any]]:
+def pipeline_inputs(
+    spec: dict[str, Any], job: dict[str, Any], device: str, dtype: torch.dtype, seed: int = 0
+) -> Callable[[], dict[str, Any]]:
     """A function returning the pipeline's call arguments: the same embeddings and, from a fresh
     seeded CPU generator each time, the same initial latents on every call.
 
@@ -344,11 +418,17 @@ def _mindiesd_unavailable(device: str) -> str | None:
 VARIANT_SPECS: dict[str, tuple[str, Callable[[str], str | None], Callable]] = {
     "eager": ("diffusers eager (attention '_native_npu' on NPU, SDPA elsewhere)", lambda d: None, _eager),
     "ascend": ('enable_ascend_compile(fusions="auto")', lambda d: None, _ascend()),
-    "ascend+graph": ('enable_ascend_compile(fusions="auto", graph_capture="graph_with_compile")', _graph_unavailable,
-                     _ascend(graph_capture="graph_with_compile")),
+    "ascend+graph": (
+        'enable_ascend_compile(fusions="auto", graph_capture="graph_with_compile")',
+        _graph_unavailable,
+        _ascend(graph_capture="graph_with_compile"),
+    ),
     "regional": ("diffusers compile_repeated_blocks(fullgraph=True), Inductor", _regional_unavailable, _regional),
-    "mindiesd": ("torch.compile(transformer, backend=MindieSDBackend(), dynamic=True), as cache-dit on NPU",
-                 _mindiesd_unavailable, _mindiesd),
+    "mindiesd": (
+        "torch.compile(transformer, backend=MindieSDBackend(), dynamic=True), as cache-dit on NPU",
+        _mindiesd_unavailable,
+        _mindiesd,
+    ),
 }
 
 
@@ -398,7 +478,7 @@ class _PeakMemory:
 
 PEAK_MEMORY_KIND = {
     "cpu": "peak resident set size of the process during the variant (sampled every 10 ms) minus the RSS before "
-           "the model was built: weights + activations + compiler",
+    "the model was built: weights + activations + compiler",
     "cuda": "torch.cuda.max_memory_allocated() over the variant (weights included)",
     "npu": "torch.npu.max_memory_allocated() over the variant (weights included)",
 }
@@ -437,21 +517,25 @@ def _run_variant(name, model, pipe, inputs, device, reference, baseline, tick) -
             sync()
             row["e2e_s"] = time.perf_counter() - start
         steps = [b - a for a, b in zip([start, *marks[:-1]], marks)]
-        row.update(status="ok", step_ms=statistics.median(steps) * 1e3, steps_ms=[s * 1e3 for s in steps],
-                   peak_mem_mb=mem.mb)
+        row.update(
+            status="ok", step_ms=statistics.median(steps) * 1e3, steps_ms=[s * 1e3 for s in steps], peak_mem_mb=mem.mb
+        )
         if name.startswith("ascend"):
             from diffusers_ascend import ascend_report
 
             report = ascend_report(model)
-            row.update(fusions=dict(report.matches), graphs_compiled=report.graphs_compiled,
-                       fallbacks=len(report.fallbacks))
+            row.update(
+                fusions=dict(report.matches), graphs_compiled=report.graphs_compiled, fallbacks=len(report.fallbacks)
+            )
             fused = ", ".join(f"{k} {v}" for k, v in report.matches.items() if v) or "none"
             row["note"] = f"fusions: {fused}; {report.graphs_compiled} graphs" + (
-                f"; {len(report.fallbacks)} blocks fell back to eager" if report.fallbacks else "")
+                f"; {len(report.fallbacks)} blocks fell back to eager" if report.fallbacks else ""
+            )
         out = out.float()
         # None where there is nothing to compare with: the eager reference failed.
-        row["max_abs_diff"] = 0.0 if name == "eager" else None if reference is None else (
-            (out - reference).abs().max().item())
+        row["max_abs_diff"] = (
+            0.0 if name == "eager" else None if reference is None else ((out - reference).abs().max().item())
+        )
         row["output"] = out
     except Exception as e:  # one variant failing (a backend on a new stack) must not lose the others
         row.update(status="failed", note=error_line(e))
@@ -469,8 +553,13 @@ def _job(spec, height, width, frames, steps, text_len) -> dict[str, Any]:
     video = job["frames"] is not None
     if frames is not None and not video:
         raise ValueError(f"--frames applies to video models; {spec['name']!r} makes images")
-    for key, value in (("height", height), ("width", width), ("steps", steps), ("frames", frames),
-                       ("text_len", text_len)):
+    for key, value in (
+        ("height", height),
+        ("width", width),
+        ("steps", steps),
+        ("frames", frames),
+        ("text_len", text_len),
+    ):
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -489,10 +578,15 @@ def _job(spec, height, width, frames, steps, text_len) -> dict[str, Any]:
 def _anchors(spec, job, depth_used, dtype: str = "bf16") -> list[dict[str, Any]]:
     # Comparable: the whole model in bf16 running the model's usual job (the one the published
     # numbers are for: resolution, steps, frames, guidance, prompt lengths), as each anchor states it.
-    same_run = (dtype == "bf16" and job == spec["job"]
-                and all(depth_used[k] == spec["transformer"][k] for k in spec["depth_keys"]))
-    return [dict(anchor, comparable=same_run and all(job.get(k) == v for k, v in anchor["job"].items()))
-            for anchor in spec["anchors"]]
+    same_run = (
+        dtype == "bf16"
+        and job == spec["job"]
+        and all(depth_used[k] == spec["transformer"][k] for k in spec["depth_keys"])
+    )
+    return [
+        dict(anchor, comparable=same_run and all(job.get(k) == v for k, v in anchor["job"].items()))
+        for anchor in spec["anchors"]
+    ]
 
 
 def _check_device(device: str) -> None:
@@ -508,10 +602,21 @@ def _check_device(device: str) -> None:
             raise ValueError("device 'npu' asked for, but torch.npu.is_available() is False")
 
 
-def run_e2e(model: str = "flux", depth: int | None = None, steps: int | None = None, height: int | None = None,
-            width: int | None = None, frames: int | None = None, text_len: int | None = None,
-            device: str | None = None, dtype: str = "bf16", variants: Sequence[str] | None = None, seed: int = 0,
-            out_dir: str | os.PathLike | None = None, progress: bool = True) -> dict[str, Any]:
+def run_e2e(
+    model: str = "flux",
+    depth: int | None = None,
+    steps: int | None = None,
+    height: int | None = None,
+    width: int | None = None,
+    frames: int | None = None,
+    text_len: int | None = None,
+    device: str | None = None,
+    dtype: str = "bf16",
+    variants: Sequence[str] | None = None,
+    seed: int = 0,
+    out_dir: str | os.PathLike | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
     """Runs the model's denoising loop once per variant and measures it (see the module docstring).
 
     Args:
@@ -568,8 +673,9 @@ def run_e2e(model: str = "flux", depth: int | None = None, steps: int | None = N
     calls_per_step = 2 if job["cfg"] else 1
     skipped = {n: VARIANT_SPECS[n][1](device) for n in names}
     runnable = [n for n in names if skipped[n] is None]
-    bar = tqdm(total=len(runnable) * 2 * job["steps"], desc=f"e2e {model}", unit="step", file=sys.stderr,
-               disable=not progress)
+    bar = tqdm(
+        total=len(runnable) * 2 * job["steps"], desc=f"e2e {model}", unit="step", file=sys.stderr, disable=not progress
+    )
     started = time.perf_counter()
     if any(n != "eager" for n in runnable):
         # Once-per-process costs (importing Inductor, registering our patterns) outside every
@@ -604,15 +710,32 @@ def run_e2e(model: str = "flux", depth: int | None = None, steps: int | None = N
 
     depth_used = {k: config[k] for k in spec["depth_keys"]}
     result = dict(
-        benchmark="e2e", model=model, title=spec["title"], repo=spec["repo"],
-        transformer_class=spec["transformer_class"], config=config, config_source=spec["transformer_source"],
-        depth=depth_used, full_depth={k: spec["transformer"][k] for k in spec["depth_keys"]},
-        parameters=None, dtype=dtype, device=device, job=job, job_notes=spec["job_notes"],
+        benchmark="e2e",
+        model=model,
+        title=spec["title"],
+        repo=spec["repo"],
+        transformer_class=spec["transformer_class"],
+        config=config,
+        config_source=spec["transformer_source"],
+        depth=depth_used,
+        full_depth={k: spec["transformer"][k] for k in spec["depth_keys"]},
+        parameters=None,
+        dtype=dtype,
+        device=device,
+        job=job,
+        job_notes=spec["job_notes"],
         transformer_calls_per_step=calls_per_step,
-        pipeline=spec["pipeline_class"], scheduler=dict(spec["scheduler"], _class_name=spec["scheduler_class"]),
-        scheduler_source=spec["scheduler_source"], leaves_out=list(LEAVES_OUT), seed=seed,
-        peak_mem_kind=PEAK_MEMORY_KIND[device], build_s=build_s, variants=rows, columns=COLUMNS,
-        machine=machine_info(device), anchors=_anchors(spec, job, depth_used, dtype),
+        pipeline=spec["pipeline_class"],
+        scheduler=dict(spec["scheduler"], _class_name=spec["scheduler_class"]),
+        scheduler_source=spec["scheduler_source"],
+        leaves_out=list(LEAVES_OUT),
+        seed=seed,
+        peak_mem_kind=PEAK_MEMORY_KIND[device],
+        build_s=build_s,
+        variants=rows,
+        columns=COLUMNS,
+        machine=machine_info(device),
+        anchors=_anchors(spec, job, depth_used, dtype),
         seconds=time.perf_counter() - started,
     )
     result["parameters"] = _parameter_count(spec, config)
@@ -645,8 +768,13 @@ def e2e_command(result: dict[str, Any], variants: Sequence[str] | None = None) -
     if result["depth"] != result["full_depth"]:
         parts += ["--depth", str(min(result["depth"].values()))]
     default = model_spec(result["model"])["job"]
-    for key, flag in (("height", "--height"), ("width", "--width"), ("frames", "--frames"), ("steps", "--steps"),
-                      ("text_len", "--text-len")):
+    for key, flag in (
+        ("height", "--height"),
+        ("width", "--width"),
+        ("frames", "--frames"),
+        ("steps", "--steps"),
+        ("text_len", "--text-len"),
+    ):
         if result["job"][key] != default[key]:
             parts += [flag, str(result["job"][key])]
     parts += ["--device", result["device"]]
@@ -663,35 +791,59 @@ def _job_line(result) -> str:
     job = result["job"]
     size = f"{job['width']}x{job['height']}" + (f", {job['frames']} frames" if job["frames"] else "")
     depth = ", ".join(f"{k}={v} of {result['full_depth'][k]}" for k, v in result["depth"].items())
-    return (f"{size}, {job['steps']} steps, {result['transformer_calls_per_step']} transformer call(s) per step, "
-            f"text {job['text_len']} tokens; {depth}; {result['parameters'] / 1e9:.2f}B parameters in {result['dtype']} "
-            f"on {result['device']}")
+    return (
+        f"{size}, {job['steps']} steps, {result['transformer_calls_per_step']} transformer call(s) per step, "
+        f"text {job['text_len']} tokens; {depth}; {result['parameters'] / 1e9:.2f}B parameters in {result['dtype']} "
+        f"on {result['device']}"
+    )
 
 
 def e2e_markdown(result: dict[str, Any]) -> str:
     """The result as markdown: job, machine, the variants' table and the anchors beside them."""
     machine = result["machine"]
     lines = [
-        f"# {result['title']} end to end ({result['transformer_class']}, random weights)", "",
-        f"Job: {_job_line(result)}.", "",
-        f"Command: `{result['command']}`", "",
-        f"Config: `{json.dumps(result['config'])}` ({result['config_source']}).", "",
+        f"# {result['title']} end to end ({result['transformer_class']}, random weights)",
+        "",
+        f"Job: {_job_line(result)}.",
+        "",
+        f"Command: `{result['command']}`",
+        "",
+        f"Config: `{json.dumps(result['config'])}` ({result['config_source']}).",
+        "",
         f"Timed: the stock `{result['pipeline']}.__call__` denoising loop with `{result['scheduler']['_class_name']}`; "
         f"left out: {'; '.join(result['leaves_out'])}. cold = enable + first step (compilation included); step = "
-        f"median step of a second, warm call; e2e = that warm call. Peak memory: {result['peak_mem_kind']}.", "",
+        f"median step of a second, warm call; e2e = that warm call. Peak memory: {result['peak_mem_kind']}.",
+        "",
         f"Machine: {machine['device']}, {machine['cpu']} ({machine['cpu_usable']} usable cores), torch "
         f"{machine['torch']}, diffusers {machine['diffusers']}, load {machine['load_avg_1m']}, {machine['date']}; "
-        f"model built in {result['build_s']:.1f} s, whole run {result['seconds']:.1f} s.", "",
-        markdown_table(result["variants"], COLUMNS), "",
+        f"model built in {result['build_s']:.1f} s, whole run {result['seconds']:.1f} s.",
+        "",
+        markdown_table(result["variants"], COLUMNS),
+        "",
     ]
     if result["anchors"]:
-        lines += ["Published numbers for this model (end to end, whole model; `comparable`: same job and full depth "
-                  "as this run):", ""]
+        lines += [
+            "Published numbers for this model (end to end, whole model; `comparable`: same job and full depth "
+            "as this run):",
+            "",
+        ]
         anchors = [dict(a, seconds=str(a["seconds"])) for a in result["anchors"]]  # as published, unrounded
-        lines += [markdown_table(anchors, [("what", "what"), ("hardware", "hardware"), ("seconds", "s"),
-                                                     ("job.steps", "steps"), ("job.height", "height"),
-                                                     ("job.width", "width"), ("comparable", "comparable"),
-                                                     ("source", "source")]), ""]
+        lines += [
+            markdown_table(
+                anchors,
+                [
+                    ("what", "what"),
+                    ("hardware", "hardware"),
+                    ("seconds", "s"),
+                    ("job.steps", "steps"),
+                    ("job.height", "height"),
+                    ("job.width", "width"),
+                    ("comparable", "comparable"),
+                    ("source", "source"),
+                ],
+            ),
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -736,8 +888,9 @@ def plot_e2e(result: dict[str, Any], path: str | os.PathLike) -> None:
     ran = [v for v in result["variants"] if v["status"] == "ok"]
     labels = [v["name"] for v in ran]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
-    for ax, key, ylabel in zip(axes, ("cold_s", "step_ms", "e2e_s"), ("cold start (s)", "median step (ms)",
-                                                                       "end to end (s)")):
+    for ax, key, ylabel in zip(
+        axes, ("cold_s", "step_ms", "e2e_s"), ("cold start (s)", "median step (ms)", "end to end (s)")
+    ):
         bars = ax.bar(range(len(ran)), [v[key] for v in ran], color="tab:blue")
         ax.bar_label(bars, fmt="%.3g", fontsize=8)
         ax.set_xticks(range(len(ran)), labels, rotation=15, fontsize=8)
@@ -747,18 +900,28 @@ def plot_e2e(result: dict[str, Any], path: str | os.PathLike) -> None:
     # shortened run they would read as a comparison they are not.
     comparable = [a for a in result["anchors"] if a["comparable"]]
     for i, anchor in enumerate(comparable):
-        axes[2].axhline(anchor["seconds"], linestyle=":", linewidth=0.9, color=f"C{(i % 9) + 1}",
-                        label=f"{anchor['what']}, {anchor['hardware']}: {anchor['seconds']} s")
+        axes[2].axhline(
+            anchor["seconds"],
+            linestyle=":",
+            linewidth=0.9,
+            color=f"C{(i % 9) + 1}",
+            label=f"{anchor['what']}, {anchor['hardware']}: {anchor['seconds']} s",
+        )
     if comparable:
         axes[2].legend(fontsize=6, title="published, same job", title_fontsize=6)
     elif result["anchors"]:
-        axes[2].set_title(f"{len(result['anchors'])} published numbers are for another job or the full depth "
-                          "(in the .md/.json)", fontsize=7)
+        axes[2].set_title(
+            f"{len(result['anchors'])} published numbers are for another job or the full depth (in the .md/.json)",
+            fontsize=7,
+        )
     skipped = [f"{v['name']} ({v['status']})" for v in result["variants"] if v["status"] != "ok"]
     machine = result["machine"]
     where = machine["cpu"] if result["device"] == "cpu" else machine["device"]
-    fig.suptitle(f"{result['title']}: {_job_line(result)}\n{where}, torch {machine['torch']}"
-                 + (f"; not run: {', '.join(skipped)}" if skipped else ""), fontsize=9)
+    fig.suptitle(
+        f"{result['title']}: {_job_line(result)}\n{where}, torch {machine['torch']}"
+        + (f"; not run: {', '.join(skipped)}" if skipped else ""),
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -767,9 +930,21 @@ def plot_e2e(result: dict[str, Any], path: str | os.PathLike) -> None:
 def cli(args) -> int:
     """``diffusers-ascend bench e2e``: 0 when every variant ran, 1 when one failed (or the model could not be built)."""
     try:
-        result = run_e2e(model=args.model, depth=args.depth, steps=args.steps, height=args.height, width=args.width,
-                         frames=args.frames, text_len=args.text_len, device=args.device, dtype=args.dtype,
-                         variants=args.variants, seed=args.seed, out_dir=args.out, progress=not args.json)
+        result = run_e2e(
+            model=args.model,
+            depth=args.depth,
+            steps=args.steps,
+            height=args.height,
+            width=args.width,
+            frames=args.frames,
+            text_len=args.text_len,
+            device=args.device,
+            dtype=args.dtype,
+            variants=args.variants,
+            seed=args.seed,
+            out_dir=args.out,
+            progress=not args.json,
+        )
     except (RuntimeError, MemoryError) as e:  # building the model at this size (out of memory, say)
         print(f"diffusers-ascend bench e2e: error: {error_line(e)}", file=sys.stderr)
         return 1
@@ -779,11 +954,28 @@ def cli(args) -> int:
     else:
         print(e2e_text(result) + f"wrote {os.path.join(args.out, result_stem(result))}.json, .md and .png")
     for v in failed:
-        print(f"diffusers-ascend bench e2e: variant {v['name']} failed: {v['note']}"
-              + (" (the other variants ran, not compared)" if v["name"] == "eager" else ""), file=sys.stderr)
+        print(
+            f"diffusers-ascend bench e2e: variant {v['name']} failed: {v['note']}"
+            + (" (the other variants ran, not compared)" if v["name"] == "eager" else ""),
+            file=sys.stderr,
+        )
     return 1 if failed else 0
 
 
-__all__ = ["MODELS", "VARIANTS", "DEVICES", "model_spec", "e2e_command", "transformer_config", "build_transformer",
-           "build_pipeline", "pipeline_inputs", "run_e2e", "write_e2e", "plot_e2e", "e2e_markdown", "e2e_text",
-           "result_stem"]
+__all__ = [
+    "MODELS",
+    "VARIANTS",
+    "DEVICES",
+    "model_spec",
+    "e2e_command",
+    "transformer_config",
+    "build_transformer",
+    "build_pipeline",
+    "pipeline_inputs",
+    "run_e2e",
+    "write_e2e",
+    "plot_e2e",
+    "e2e_markdown",
+    "e2e_text",
+    "result_stem",
+]

@@ -45,8 +45,16 @@ CONFIGS = {
 
 
 # Flux.1's transformer widths; the block counts are arguments.
-FLUX_FULL = dict(patch_size=1, in_channels=64, attention_head_dim=128, num_attention_heads=24, joint_attention_dim=4096,
-                 pooled_projection_dim=768, guidance_embeds=True, axes_dims_rope=[16, 56, 56])
+FLUX_FULL = dict(
+    patch_size=1,
+    in_channels=64,
+    attention_head_dim=128,
+    num_attention_heads=24,
+    joint_attention_dim=4096,
+    pooled_projection_dim=768,
+    guidance_embeds=True,
+    axes_dims_rope=[16, 56, 56],
+)
 
 
 def _model(layers: int, single_layers: int):
@@ -64,7 +72,9 @@ def _inputs(size: str, steps: int):
     from diffusers_ascend.tiny import flux_model_inputs
 
     h, w = SIZES[size]
-    inputs = flux_model_inputs(h // 16, w // 16, TXT_TOKENS[size], config=FLUX_FULL, dtype=torch.bfloat16)  # VAE /8, 2x2 patches
+    inputs = flux_model_inputs(
+        h // 16, w // 16, TXT_TOKENS[size], config=FLUX_FULL, dtype=torch.bfloat16
+    )  # VAE /8, 2x2 patches
     del inputs["timestep"]  # one per step, below
     common = {k: v.to("cuda") if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
     common["guidance"] = torch.full((1,), 3.5, device="cuda")
@@ -78,15 +88,27 @@ def _time(model, common, timesteps, warmup: int, iters: int) -> float:
 
 
 def _ratios(ms: dict) -> dict:
-    pairs = [("eager_capture", "eager"), ("eager_capture_model", "eager"), ("inductor_capture", "inductor"),
-             ("inductor_capture", "inductor_default"), ("inductor_capture_unsafe", "inductor_default"),
-             ("inductor_capture_model", "inductor_default"),
-             ("inductor_capture_model", "inductor_model"), ("eager_capture", "inductor_default")]
+    pairs = [
+        ("eager_capture", "eager"),
+        ("eager_capture_model", "eager"),
+        ("inductor_capture", "inductor"),
+        ("inductor_capture", "inductor_default"),
+        ("inductor_capture_unsafe", "inductor_default"),
+        ("inductor_capture_model", "inductor_default"),
+        ("inductor_capture_model", "inductor_model"),
+        ("eager_capture", "inductor_default"),
+    ]
     return {f"{a}/{b}": ms[a] / ms[b] for a, b in pairs if a in ms and b in ms}
 
 
-def run(layers: int = 2, single_layers: int = 4, iters: int = 20, warmup: int = 5, sizes=tuple(SIZES),
-        configs=tuple(CONFIGS)) -> dict:
+def run(
+    layers: int = 2,
+    single_layers: int = 4,
+    iters: int = 20,
+    warmup: int = 5,
+    sizes=tuple(SIZES),
+    configs=tuple(CONFIGS),
+) -> dict:
     import torch
 
     import diffusers_ascend
@@ -98,10 +120,16 @@ def run(layers: int = 2, single_layers: int = 4, iters: int = 20, warmup: int = 
         )
     model = _model(layers, single_layers)
     result = {
-        "benchmark": "graph_capture", "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-        "dtype": "bfloat16", "machine": machine_info("cuda"),
+        "benchmark": "graph_capture",
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "dtype": "bfloat16",
+        "machine": machine_info("cuda"),
         "model": f"FluxTransformer2DModel full width (3072), {layers} double + {single_layers} single blocks, random weights",
-        "configs": {name: CONFIGS[name] for name in configs}, "iters": iters, "warmup": warmup, "sizes": {},
+        "configs": {name: CONFIGS[name] for name in configs},
+        "iters": iters,
+        "warmup": warmup,
+        "sizes": {},
     }
     with torch.no_grad():
         for size in sizes:
@@ -129,7 +157,8 @@ def run(layers: int = 2, single_layers: int = 4, iters: int = 20, warmup: int = 
                     diffusers_ascend.disable_ascend_compile(model)
             h, w = SIZES[size]
             result["sizes"][size] = {
-                "resolution": f"{h}x{w}", "tokens": {"image": (h // 16) * (w // 16), "text": TXT_TOKENS[size]},
+                "resolution": f"{h}x{w}",
+                "tokens": {"image": (h // 16) * (w // 16), "text": TXT_TOKENS[size]},
                 "ms": ms,
                 "max_abs_diff_vs_uncompiled": diff,
                 "ratios": _ratios(ms),

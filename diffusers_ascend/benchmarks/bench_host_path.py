@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import statistics
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ._common import machine_info, text_table, time_ms, write_json
 
@@ -82,8 +83,12 @@ def run(calls: int = 2000, repeat: int = 5) -> dict[str, Any]:
             overload = getattr(torch.ops.ascend_kernels, op).default
             assert triton.supports_args(*args), f"{op}: the case is outside the triton provider's limits"
             row = dict(op=op, shape=shape)
-            for key, fn in (("native_us", lambda: native(*args)), ("op_us", lambda: overload(*args)),
-                            ("supports_us", lambda: triton.supports_args(*args)), ("plan_us", lambda: plan(*args))):
+            for key, fn in (
+                ("native_us", lambda: native(*args)),
+                ("op_us", lambda: overload(*args)),
+                ("supports_us", lambda: triton.supports_args(*args)),
+                ("plan_us", lambda: plan(*args)),
+            ):
                 row[key] = per_call_us(fn, calls, repeat)
             with _common.ascend_tiling("cpu"):
                 row["ascend_kernel"] = plan(*args)[1].kernel.__name__
@@ -95,9 +100,16 @@ def run(calls: int = 2000, repeat: int = 5) -> dict[str, Any]:
 
 
 COLUMNS = [
-    ("op", "op"), ("shape", "shape"), ("native_us", "native us"), ("op_us", "op us"),
-    ("dispatch_us", "dispatch us"), ("supports_us", "triton supports_args us"), ("plan_us", "triton plan us"),
-    ("triton_python_us", "triton Python us"), ("ascend_plan_us", "Ascend plan us"), ("ascend_kernel", "Ascend kernel"),
+    ("op", "op"),
+    ("shape", "shape"),
+    ("native_us", "native us"),
+    ("op_us", "op us"),
+    ("dispatch_us", "dispatch us"),
+    ("supports_us", "triton supports_args us"),
+    ("plan_us", "triton plan us"),
+    ("triton_python_us", "triton Python us"),
+    ("ascend_plan_us", "Ascend plan us"),
+    ("ascend_kernel", "Ascend kernel"),
 ]
 
 
@@ -106,12 +118,17 @@ def cli(args) -> int:
     import importlib.util
 
     if importlib.util.find_spec("triton") is None:
-        print("bench host_path times the triton provider's Python path and needs triton "
-              "(pip install triton numpy); it launches no kernel and needs no GPU.", file=sys.stderr)
+        print(
+            "bench host_path times the triton provider's Python path and needs triton "
+            "(pip install triton numpy); it launches no kernel and needs no GPU.",
+            file=sys.stderr,
+        )
         return 2
     result = run(args.calls, args.repeat)
-    print(f"{result['machine']['cpu']}, torch {result['machine']['torch']}: us per call, "
-          f"median of {args.repeat} x {args.calls} calls")
+    print(
+        f"{result['machine']['cpu']}, torch {result['machine']['torch']}: us per call, "
+        f"median of {args.repeat} x {args.calls} calls"
+    )
     print(text_table(result["rows"], COLUMNS))
     write_json(result, args.out, "host_path.json")
     return 0

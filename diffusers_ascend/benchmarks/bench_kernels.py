@@ -43,7 +43,8 @@ import dataclasses
 import datetime
 import statistics
 import sys
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ._common import error_line, machine_info, text_table, time_ms, write_json
 
@@ -98,47 +99,119 @@ def _cases() -> list[Case]:
 
     def sd3_modulation():  # scale, shift and gate: chunks of SD3's AdaLayerNormZero output (B, 6 x D)
         mod = rand(2, 6 * SD3_DIM)
-        return mod[:, :SD3_DIM], mod[:, SD3_DIM:2 * SD3_DIM], mod[:, 2 * SD3_DIM:3 * SD3_DIM]
+        return mod[:, :SD3_DIM], mod[:, SD3_DIM : 2 * SD3_DIM], mod[:, 2 * SD3_DIM : 3 * SD3_DIM]
 
     def wan_tables():
         return rand(1, WAN_TOKENS, 1, HEAD_DIM, dtype=f32), rand(1, WAN_TOKENS, 1, HEAD_DIM, dtype=f32)
 
     return [
-        Case("flux_qk_norm", "rms_norm", f"1x{FLUX_TOKENS}x{FLUX_HEADS}x{HEAD_DIM}",
-             lambda: (rand(1, FLUX_TOKENS, FLUX_HEADS, HEAD_DIM), rand(HEAD_DIM), 1e-6, None), rms),
-        Case("wan_qk_norm", "rms_norm", f"1x{WAN_TOKENS}x{WAN_DIM}",
-             lambda: (rand(1, WAN_TOKENS, WAN_DIM), rand(WAN_DIM), 1e-6, None), rms),
-        Case("flux_rope", "rope", f"1x{FLUX_TOKENS}x{FLUX_HEADS}x{HEAD_DIM}",
-             lambda: (rand(1, FLUX_TOKENS, FLUX_HEADS, HEAD_DIM), *flux_tables(), "interleaved"), rope_flux),
-        Case("wan_rope", "rope", f"1x{WAN_TOKENS}x{WAN_HEADS}x{HEAD_DIM}",
-             lambda: (rand(1, WAN_TOKENS, WAN_HEADS, HEAD_DIM), *wan_tables(), "interleaved"), rope_flux),
-        Case("flux_adaln", "adaln_modulate", f"1x{FLUX_IMG}x{FLUX_DIM}",
-             lambda: (rand(1, FLUX_IMG, FLUX_DIM), rand(1, FLUX_DIM), rand(1, FLUX_DIM), 1e-6, None, None, None),
-             adaln_flux),
-        Case("wan_adaln", "adaln_modulate", f"1x{WAN_TOKENS}x{WAN_DIM}",
-             lambda: (rand(1, WAN_TOKENS, WAN_DIM), rand(1, 1, WAN_DIM, dtype=f32), rand(1, 1, WAN_DIM, dtype=f32),
-                      1e-6, None, None, bf), adaln_wan),
-        Case("flux_gate", "mul_add", f"1x{FLUX_IMG}x{FLUX_DIM}",
-             lambda: (rand(1, 1, FLUX_DIM), rand(1, FLUX_IMG, FLUX_DIM), rand(1, FLUX_IMG, FLUX_DIM)), gate),
-        Case("wan_gate", "mul_add", f"1x{WAN_TOKENS}x{WAN_DIM}",
-             lambda: (rand(1, WAN_TOKENS, WAN_DIM), rand(1, 1, WAN_DIM, dtype=f32), rand(1, WAN_TOKENS, WAN_DIM, dtype=f32)),
-             gate),
+        Case(
+            "flux_qk_norm",
+            "rms_norm",
+            f"1x{FLUX_TOKENS}x{FLUX_HEADS}x{HEAD_DIM}",
+            lambda: (rand(1, FLUX_TOKENS, FLUX_HEADS, HEAD_DIM), rand(HEAD_DIM), 1e-6, None),
+            rms,
+        ),
+        Case(
+            "wan_qk_norm",
+            "rms_norm",
+            f"1x{WAN_TOKENS}x{WAN_DIM}",
+            lambda: (rand(1, WAN_TOKENS, WAN_DIM), rand(WAN_DIM), 1e-6, None),
+            rms,
+        ),
+        Case(
+            "flux_rope",
+            "rope",
+            f"1x{FLUX_TOKENS}x{FLUX_HEADS}x{HEAD_DIM}",
+            lambda: (rand(1, FLUX_TOKENS, FLUX_HEADS, HEAD_DIM), *flux_tables(), "interleaved"),
+            rope_flux,
+        ),
+        Case(
+            "wan_rope",
+            "rope",
+            f"1x{WAN_TOKENS}x{WAN_HEADS}x{HEAD_DIM}",
+            lambda: (rand(1, WAN_TOKENS, WAN_HEADS, HEAD_DIM), *wan_tables(), "interleaved"),
+            rope_flux,
+        ),
+        Case(
+            "flux_adaln",
+            "adaln_modulate",
+            f"1x{FLUX_IMG}x{FLUX_DIM}",
+            lambda: (rand(1, FLUX_IMG, FLUX_DIM), rand(1, FLUX_DIM), rand(1, FLUX_DIM), 1e-6, None, None, None),
+            adaln_flux,
+        ),
+        Case(
+            "wan_adaln",
+            "adaln_modulate",
+            f"1x{WAN_TOKENS}x{WAN_DIM}",
+            lambda: (
+                rand(1, WAN_TOKENS, WAN_DIM),
+                rand(1, 1, WAN_DIM, dtype=f32),
+                rand(1, 1, WAN_DIM, dtype=f32),
+                1e-6,
+                None,
+                None,
+                bf,
+            ),
+            adaln_wan,
+        ),
+        Case(
+            "flux_gate",
+            "mul_add",
+            f"1x{FLUX_IMG}x{FLUX_DIM}",
+            lambda: (rand(1, 1, FLUX_DIM), rand(1, FLUX_IMG, FLUX_DIM), rand(1, FLUX_IMG, FLUX_DIM)),
+            gate,
+        ),
+        Case(
+            "wan_gate",
+            "mul_add",
+            f"1x{WAN_TOKENS}x{WAN_DIM}",
+            lambda: (
+                rand(1, WAN_TOKENS, WAN_DIM),
+                rand(1, 1, WAN_DIM, dtype=f32),
+                rand(1, WAN_TOKENS, WAN_DIM, dtype=f32),
+            ),
+            gate,
+        ),
         # Forms whose Ascend tiling differs from CUDA's row tiles (see the module docstring).
-        Case("flux_qkv_q_norm", "rms_norm", f"1x{FLUX_IMG}x{FLUX_HEADS}x{HEAD_DIM} of QKV",
-             lambda: (fused_qkv_q(1), rand(HEAD_DIM), 1e-6, None), rms),
-        Case("flux_rope_batch2", "rope", f"2x{FLUX_TOKENS}x{FLUX_HEADS}x{HEAD_DIM}",
-             lambda: (rand(2, FLUX_TOKENS, FLUX_HEADS, HEAD_DIM), *flux_tables(), "interleaved"), rope_flux),
-        Case("sd3_adaln_batch2", "adaln_modulate", f"2x{FLUX_IMG}x{SD3_DIM}",
-             lambda: (rand(2, FLUX_IMG, SD3_DIM), *sd3_modulation()[:2], 1e-6, None, None, None), adaln_flux),
-        Case("sd3_gate_batch2", "mul_add", f"2x{FLUX_IMG}x{SD3_DIM}",
-             lambda: (sd3_modulation()[2][:, None], rand(2, FLUX_IMG, SD3_DIM), rand(2, FLUX_IMG, SD3_DIM)), gate),
+        Case(
+            "flux_qkv_q_norm",
+            "rms_norm",
+            f"1x{FLUX_IMG}x{FLUX_HEADS}x{HEAD_DIM} of QKV",
+            lambda: (fused_qkv_q(1), rand(HEAD_DIM), 1e-6, None),
+            rms,
+        ),
+        Case(
+            "flux_rope_batch2",
+            "rope",
+            f"2x{FLUX_TOKENS}x{FLUX_HEADS}x{HEAD_DIM}",
+            lambda: (rand(2, FLUX_TOKENS, FLUX_HEADS, HEAD_DIM), *flux_tables(), "interleaved"),
+            rope_flux,
+        ),
+        Case(
+            "sd3_adaln_batch2",
+            "adaln_modulate",
+            f"2x{FLUX_IMG}x{SD3_DIM}",
+            lambda: (rand(2, FLUX_IMG, SD3_DIM), *sd3_modulation()[:2], 1e-6, None, None, None),
+            adaln_flux,
+        ),
+        Case(
+            "sd3_gate_batch2",
+            "mul_add",
+            f"2x{FLUX_IMG}x{SD3_DIM}",
+            lambda: (sd3_modulation()[2][:, None], rand(2, FLUX_IMG, SD3_DIM), rand(2, FLUX_IMG, SD3_DIM)),
+            gate,
+        ),
     ]
 
 
 def _bytes(args: Sequence[Any], out) -> int:
     import torch
 
-    return sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor)) + out.numel() * out.element_size()
+    return (
+        sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
+        + out.numel() * out.element_size()
+    )
 
 
 def _l2_flush() -> Callable[[], Any]:
@@ -198,8 +271,12 @@ def device_ms(fn: Callable[[], Any], reps: int = 100) -> float:
 DEVICE_TIMED = ("eager", "compiled", "kernel", "traced", "ascend_tiles")
 
 
-def measure(paths: dict[str, Callable[..., Any]], args: Sequence[Any], host_ms: Callable[[Callable[[], Any]], float],
-            dev_ms: Callable[[Callable[[], Any]], float]) -> tuple[dict[str, float], dict[str, Any], dict[str, str]]:
+def measure(
+    paths: dict[str, Callable[..., Any]],
+    args: Sequence[Any],
+    host_ms: Callable[[Callable[[], Any]], float],
+    dev_ms: Callable[[Callable[[], Any]], float],
+) -> tuple[dict[str, float], dict[str, Any], dict[str, str]]:
     """Runs each path once (compiling outside the timing), then times it: ``<path>_ms`` host-inclusive
     and, for `DEVICE_TIMED`, ``<path>_dev_ms``. A path that raises is recorded in the errors (its
     first line) and the other paths are still measured, so one broken path does not cost the rest
@@ -226,8 +303,17 @@ def _ratio(num: float | None, den: float | None) -> float | None:
     return num / den if num is not None and den else None
 
 
-def summarize(case: str, op: str, shape: str, moved: int, peak_gbs: float, times: dict[str, float],
-              outs: dict[str, Any], errors: dict[str, str], copy_ms: float | None = None) -> dict[str, Any]:
+def summarize(
+    case: str,
+    op: str,
+    shape: str,
+    moved: int,
+    peak_gbs: float,
+    times: dict[str, float],
+    outs: dict[str, Any],
+    errors: dict[str, str],
+    copy_ms: float | None = None,
+) -> dict[str, Any]:
     """One table row from `measure`'s results: bandwidth and % of copy from device times (of the
     1 GiB copy's bandwidth ``peak_gbs``, and of ``copy_ms``, a copy moving the same bytes), the
     kernel against eager and Inductor, and each fused path's largest difference from eager."""
@@ -249,8 +335,9 @@ def summarize(case: str, op: str, shape: str, moved: int, peak_gbs: float, times
     ref = outs.get("eager")
     for key in ("kernel", "op", "traced", "ascend_tiles"):
         out = outs.get(key)
-        row[f"{key}_max_abs_diff"] = (float((out.float() - ref.float()).abs().max())
-                                      if out is not None and ref is not None else None)
+        row[f"{key}_max_abs_diff"] = (
+            float((out.float() - ref.float()).abs().max()) if out is not None and ref is not None else None
+        )
     row["errors"] = dict(errors)
     return row
 
@@ -263,6 +350,7 @@ def run(cases: Sequence[str] | None = None) -> dict[str, Any]:
     from ascend_kernels.registry import use_providers
     from ascend_kernels.triton import _common, planner, traceable_op
     from ascend_kernels.triton import kernel as triton_kernel
+
     torch.manual_seed(0)
     peak = copy_bandwidth_gbs()
     rows = []
@@ -272,9 +360,12 @@ def run(cases: Sequence[str] | None = None) -> dict[str, Any]:
         args = case.make()
         torch.compiler.reset()
         paths = dict(
-            eager=case.composite, compiled=torch.compile(case.composite), kernel=triton_kernel(case.op),
+            eager=case.composite,
+            compiled=torch.compile(case.composite),
+            kernel=triton_kernel(case.op),
             op=getattr(torch.ops.ascend_kernels, case.op),
-            traced=torch.compile(lambda *a, _op=traceable_op(case.op): _op(*a)))
+            traced=torch.compile(lambda *a, _op=traceable_op(case.op): _op(*a)),  # noqa: B008  (bound per case)
+        )
         row_kernel = planner(case.op)(*args)[1].kernel.__name__
         with _common.ascend_tiling("cuda"):
             ascend_kernel = planner(case.op)(*args)[1].kernel.__name__
@@ -284,15 +375,22 @@ def run(cases: Sequence[str] | None = None) -> dict[str, Any]:
             times, outs, errors = measure(paths, args, host_ms, device_ms)
         out = outs["kernel"] if "kernel" in outs else case.composite(*args)  # its size: the bytes written
         moved = _bytes(args, out)
-        row = summarize(case.name, case.op, case.shape, moved, peak, times, outs, errors,
-                        copy_ms=same_size_copy_ms(moved))
+        row = summarize(
+            case.name, case.op, case.shape, moved, peak, times, outs, errors, copy_ms=same_size_copy_ms(moved)
+        )
         rows.append(dict(row, row_kernel=row_kernel, ascend_kernel=ascend_kernel))
         del args, outs, out
         torch.cuda.empty_cache()
     torch.compiler.reset()
-    return dict(benchmark="kernels", dtype="bf16", copy_gbs=peak, machine=machine_info("cuda"),
-                versions=f"torch {torch.__version__}, triton {triton.__version__}",
-                device=torch.cuda.get_device_name(0), rows=rows)
+    return dict(
+        benchmark="kernels",
+        dtype="bf16",
+        copy_gbs=peak,
+        machine=machine_info("cuda"),
+        versions=f"torch {torch.__version__}, triton {triton.__version__}",
+        device=torch.cuda.get_device_name(0),
+        rows=rows,
+    )
 
 
 def _with_ascend_tiles(kernel: Callable[..., Any]) -> Callable[..., Any]:
@@ -308,18 +406,31 @@ def _with_ascend_tiles(kernel: Callable[..., Any]) -> Callable[..., Any]:
 
 
 COLUMNS = [
-    ("case", "case"), ("shape", "shape"), ("mb_moved", "MB"),
-    ("eager_dev_ms", "eager dev ms"), ("compiled_dev_ms", "compiled dev ms"), ("kernel_dev_ms", "triton dev ms"),
-    ("kernel_gbs", "triton GB/s"), ("kernel_pct_copy", "triton % copy"), ("compiled_pct_copy", "compiled % copy"),
-    ("copy_dev_ms", "same-size copy dev ms"), ("kernel_pct_same_size_copy", "triton % same-size copy"),
+    ("case", "case"),
+    ("shape", "shape"),
+    ("mb_moved", "MB"),
+    ("eager_dev_ms", "eager dev ms"),
+    ("compiled_dev_ms", "compiled dev ms"),
+    ("kernel_dev_ms", "triton dev ms"),
+    ("kernel_gbs", "triton GB/s"),
+    ("kernel_pct_copy", "triton % copy"),
+    ("compiled_pct_copy", "compiled % copy"),
+    ("copy_dev_ms", "same-size copy dev ms"),
+    ("kernel_pct_same_size_copy", "triton % same-size copy"),
     ("compiled_pct_same_size_copy", "compiled % same-size copy"),
-    ("kernel_vs_eager", "vs eager"), ("kernel_vs_compiled", "vs compiled"),
+    ("kernel_vs_eager", "vs eager"),
+    ("kernel_vs_compiled", "vs compiled"),
     ("ceiling_vs_compiled", "ceiling vs compiled (a copy of the bytes)"),
-    ("compiled_ms", "compiled host ms"), ("kernel_ms", "triton host ms"), ("op_ms", "triton op host ms"),
-    ("traced_ms", "triton in Inductor host ms"), ("traced_dev_ms", "triton in Inductor dev ms"),
+    ("compiled_ms", "compiled host ms"),
+    ("kernel_ms", "triton host ms"),
+    ("op_ms", "triton op host ms"),
+    ("traced_ms", "triton in Inductor host ms"),
+    ("traced_dev_ms", "triton in Inductor dev ms"),
     ("traced_vs_compiled", "in Inductor vs compiled"),
-    ("kernel_max_abs_diff", "max |diff|"), ("traced_max_abs_diff", "in Inductor max |diff|"),
-    ("ascend_kernel", "Ascend tiling"), ("ascend_tiles_dev_ms", "Ascend tiling dev ms"),
+    ("kernel_max_abs_diff", "max |diff|"),
+    ("traced_max_abs_diff", "in Inductor max |diff|"),
+    ("ascend_kernel", "Ascend tiling"),
+    ("ascend_tiles_dev_ms", "Ascend tiling dev ms"),
     ("ascend_tiles_vs_kernel", "Ascend tiling vs row tiles"),
 ]
 
@@ -341,9 +452,12 @@ def cli(args) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print("bench kernels measures Triton kernels on a CUDA GPU and none is available here "
-              "(torch.cuda.is_available() is False). Correctness without a GPU: "
-              "TRITON_INTERPRET=1 python -m pytest tests/triton", file=sys.stderr)
+        print(
+            "bench kernels measures Triton kernels on a CUDA GPU and none is available here "
+            "(torch.cuda.is_available() is False). Correctness without a GPU: "
+            "TRITON_INTERPRET=1 python -m pytest tests/triton",
+            file=sys.stderr,
+        )
         return 2
     result = run(args.case)
     print(f"{result['device']}: measured copy bandwidth {result['copy_gbs']:.0f} GB/s ({result['versions']})")

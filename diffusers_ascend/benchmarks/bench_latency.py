@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import statistics
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -32,31 +33,52 @@ VARIANTS: dict[str, tuple[str, Callable]] = {
     "eager": ("diffusers eager", _eager),
     "inductor": ("torch.compile(model), default Inductor", _inductor),
     "ascend_auto": ('enable_ascend_compile(fusions="auto"): per block, auto executor', _ascend(fusions="auto")),
-    "ascend_all_inductor": ('enable_ascend_compile(fusions="all", executor="inductor")',
-                            _ascend(fusions="all", executor="inductor")),
-    "ascend_all_eager": ('enable_ascend_compile(fusions="all", executor="eager") (the NPU setup)',
-                         _ascend(fusions="all", executor="eager")),
+    "ascend_all_inductor": (
+        'enable_ascend_compile(fusions="all", executor="inductor")',
+        _ascend(fusions="all", executor="inductor"),
+    ),
+    "ascend_all_eager": (
+        'enable_ascend_compile(fusions="all", executor="eager") (the NPU setup)',
+        _ascend(fusions="all", executor="eager"),
+    ),
 }
 
 # "small": a Flux-shaped transformer at dim 256 with 1024 tokens. "tiny" skips the Inductor
 # variants: their cold compile is too slow for a test.
-_SMALL_FLUX = dict(patch_size=1, in_channels=64, num_layers=2, num_single_layers=2, attention_head_dim=64,
-                   num_attention_heads=4, joint_attention_dim=256, pooled_projection_dim=256,
-                   axes_dims_rope=[16, 24, 24])
+_SMALL_FLUX = dict(
+    patch_size=1,
+    in_channels=64,
+    num_layers=2,
+    num_single_layers=2,
+    attention_head_dim=64,
+    num_attention_heads=4,
+    joint_attention_dim=256,
+    pooled_projection_dim=256,
+    axes_dims_rope=[16, 24, 24],
+)
 _PRESETS = {
     "tiny": dict(config=None, height=4, width=4, txt_len=8, runs=3, warmup=1, variants=("eager", "ascend_all_eager")),
     "small": dict(config=_SMALL_FLUX, height=28, width=32, txt_len=128, runs=20, warmup=3, variants=tuple(VARIANTS)),
 }
 
 COLUMNS = [
-    ("variant", "variant"), ("executor", "executor"), ("fusions", "fusions"), ("median_ms", "median ms"),
-    ("min_ms", "min ms"), ("eager_median_ms", "paired eager ms"), ("vs_eager", "time vs eager"), ("speedup", "speedup"), ("first_call_s", "first call s"),
-    ("graphs_compiled", "graphs"), ("max_abs_diff", "max |diff|"),
+    ("variant", "variant"),
+    ("executor", "executor"),
+    ("fusions", "fusions"),
+    ("median_ms", "median ms"),
+    ("min_ms", "min ms"),
+    ("eager_median_ms", "paired eager ms"),
+    ("vs_eager", "time vs eager"),
+    ("speedup", "speedup"),
+    ("first_call_s", "first call s"),
+    ("graphs_compiled", "graphs"),
+    ("max_abs_diff", "max |diff|"),
 ]
 
 
-def latency(size: str = "small", variants: Sequence[str] | None = None, runs: int | None = None,
-            warmup: int | None = None) -> dict[str, Any]:
+def latency(
+    size: str = "small", variants: Sequence[str] | None = None, runs: int | None = None, warmup: int | None = None
+) -> dict[str, Any]:
     """Steady-state CPU latency of one transformer forward, per variant (see `VARIANTS`).
 
     Each variant gets a fresh model with the same seeded weights; its first call (compilation
@@ -119,29 +141,50 @@ def latency(size: str = "small", variants: Sequence[str] | None = None, runs: in
             eager_all += paired
             report = ascend_report(model) if name.startswith("ascend") else None
             enabled = enabled_models(model) if name.startswith("ascend") else []
-            rows.append(dict(
-                variant=name, description=VARIANTS[name][0], first_call_s=first,
-                median_ms=statistics.median(mine), min_ms=min(mine), eager_median_ms=statistics.median(paired),
-                executor=enabled[0].executor if enabled and enabled[0].executor is not None else
-                ("inductor" if name == "inductor" else "-"),
-                fusions=(",".join(report.matches) or "none") if report is not None else "-",
-                graphs_compiled=report.graphs_compiled if report is not None else None,
-                max_abs_diff=(out - reference).abs().max().item(),
-            ))
+            rows.append(
+                dict(
+                    variant=name,
+                    description=VARIANTS[name][0],
+                    first_call_s=first,
+                    median_ms=statistics.median(mine),
+                    min_ms=min(mine),
+                    eager_median_ms=statistics.median(paired),
+                    executor=enabled[0].executor
+                    if enabled and enabled[0].executor is not None
+                    else ("inductor" if name == "inductor" else "-"),
+                    fusions=(",".join(report.matches) or "none") if report is not None else "-",
+                    graphs_compiled=report.graphs_compiled if report is not None else None,
+                    max_abs_diff=(out - reference).abs().max().item(),
+                )
+            )
     torch.compiler.reset()
     for row in rows:
         row["vs_eager"] = row["median_ms"] / row["eager_median_ms"]
         row["speedup"] = 1 / row["vs_eager"]
-    rows[0].update(median_ms=statistics.median(eager_all), min_ms=min(eager_all), vs_eager=1.0, speedup=1.0,
-                   eager_median_ms=statistics.median(eager_all))
-    return dict(benchmark="latency", size=size, rows=rows, columns=COLUMNS, machine=machine_info(),
-                model=dict(config, tokens=preset["height"] * preset["width"] + preset["txt_len"], runs=runs,
-                           warmup=warmup))
+    rows[0].update(
+        median_ms=statistics.median(eager_all),
+        min_ms=min(eager_all),
+        vs_eager=1.0,
+        speedup=1.0,
+        eager_median_ms=statistics.median(eager_all),
+    )
+    return dict(
+        benchmark="latency",
+        size=size,
+        rows=rows,
+        columns=COLUMNS,
+        machine=machine_info(),
+        model=dict(config, tokens=preset["height"] * preset["width"] + preset["txt_len"], runs=runs, warmup=warmup),
+    )
 
 
 def plot(ax, rows) -> None:
     """This benchmark's panel of ``results.png`` (`runner.plot_results`)."""
     # The ratio to the paired eager calls, not raw milliseconds: it is what survives machine load.
-    bars(ax, [r["variant"] for r in rows], {"time vs eager (lower is faster)": [r["vs_eager"] for r in rows]},
-         "median time / paired eager median")
+    bars(
+        ax,
+        [r["variant"] for r in rows],
+        {"time vs eager (lower is faster)": [r["vs_eager"] for r in rows]},
+        "median time / paired eager median",
+    )
     ax.axhline(1.0, color="grey", linewidth=0.8)

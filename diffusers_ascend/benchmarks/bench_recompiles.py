@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -12,17 +13,27 @@ from ._common import check_size, machine_info, register_ops, timed
 # the Wan latent (patch 1x2x2). Four distinct sequence lengths each: Wan still recompiles at the
 # third, the fourth shows whether compilation has settled.
 _PRESETS = {
-    "tiny": dict(models=("wan",), flux=[(4, 4), (4, 6), (6, 6), (6, 8)],
-                 wan=[(2, 4, 4), (2, 4, 6), (2, 6, 6), (2, 6, 8)]),
-    "small": dict(models=("flux", "wan"), flux=[(16, 16), (16, 24), (24, 24), (24, 32)],
-                  wan=[(2, 8, 8), (2, 8, 12), (2, 12, 12), (2, 12, 16)]),
+    "tiny": dict(
+        models=("wan",), flux=[(4, 4), (4, 6), (6, 6), (6, 8)], wan=[(2, 4, 4), (2, 4, 6), (2, 6, 6), (2, 6, 8)]
+    ),
+    "small": dict(
+        models=("flux", "wan"),
+        flux=[(16, 16), (16, 24), (24, 24), (24, 32)],
+        wan=[(2, 8, 8), (2, 8, 12), (2, 12, 12), (2, 12, 16)],
+    ),
 }
 MODELS = ("flux", "wan")
 
 COLUMNS = [
-    ("model", "model"), ("step", "step"), ("resolution", "latent"), ("tokens", "tokens"),
-    ("new_graphs", "new graphs"), ("graphs_compiled", "graphs total"), ("recompiles", "recompiles"),
-    ("dynamic", "dynamic graph"), ("call_s", "call s"),
+    ("model", "model"),
+    ("step", "step"),
+    ("resolution", "latent"),
+    ("tokens", "tokens"),
+    ("new_graphs", "new graphs"),
+    ("graphs_compiled", "graphs total"),
+    ("recompiles", "recompiles"),
+    ("dynamic", "dynamic graph"),
+    ("call_s", "call s"),
 ]
 
 
@@ -32,11 +43,17 @@ def _model_and_inputs(name: str):
     if name == "flux":
         layers = dict(num_layers=2, num_single_layers=2)  # >= 2 single blocks: shows the stride recompile
         config = {**tiny.FLUX_TRANSFORMER_CONFIG, **layers}
-        return (tiny.tiny_flux_transformer(**layers), lambda shape: tiny.flux_model_inputs(*shape, config=config),
-                lambda s: s[0] * s[1] + 8)
+        return (
+            tiny.tiny_flux_transformer(**layers),
+            lambda shape: tiny.flux_model_inputs(*shape, config=config),
+            lambda s: s[0] * s[1] + 8,
+        )
     config = {**tiny.WAN_TRANSFORMER_CONFIG, "num_layers": 2}
-    return (tiny.tiny_wan_transformer(num_layers=2), lambda shape: tiny.wan_model_inputs(*shape, config=config),
-            lambda s: s[0] * (s[1] // 2) * (s[2] // 2))
+    return (
+        tiny.tiny_wan_transformer(num_layers=2),
+        lambda shape: tiny.wan_model_inputs(*shape, config=config),
+        lambda s: s[0] * (s[1] // 2) * (s[2] // 2),
+    )
 
 
 def recompiles(size: str = "small", models: Sequence[str] | None = None) -> dict[str, Any]:
@@ -78,12 +95,19 @@ def recompiles(size: str = "small", models: Sequence[str] | None = None) -> dict
                 report = ascend_report(model)
                 new = report.graphs[before:]
                 first_graphs = report.graphs_compiled if first_graphs is None else first_graphs
-                rows.append(dict(
-                    model=name, step=step, resolution="x".join(map(str, shape)), tokens=tokens(shape),
-                    new_graphs=len(new), graphs_compiled=report.graphs_compiled,
-                    recompiles=report.graphs_compiled - first_graphs,
-                    dynamic=any(g.dynamic for g in new) if new else None, call_s=seconds,
-                ))
+                rows.append(
+                    dict(
+                        model=name,
+                        step=step,
+                        resolution="x".join(map(str, shape)),
+                        tokens=tokens(shape),
+                        new_graphs=len(new),
+                        graphs_compiled=report.graphs_compiled,
+                        recompiles=report.graphs_compiled - first_graphs,
+                        dynamic=any(g.dynamic for g in new) if new else None,
+                        call_s=seconds,
+                    )
+                )
     torch.compiler.reset()
     return dict(benchmark="recompiles", size=size, rows=rows, columns=COLUMNS, machine=machine_info())
 

@@ -56,8 +56,9 @@ def _child(model: str, size: str, mode: str, art: str) -> None:
     else:
         net, inputs = tiny.tiny_wan_transformer(**overrides), tiny.wan_model_inputs(*shape)
     t = time.perf_counter()
-    diffusers_ascend.enable_ascend_compile(net, fusions="all", executor="inductor", compile="blocks",
-                                           cache=None if mode == "cold" else art)
+    diffusers_ascend.enable_ascend_compile(
+        net, fusions="all", executor="inductor", compile="blocks", cache=None if mode == "cold" else art
+    )
     if mode == "warm-caches-only":  # a hook on each block: the packages step aside for dynamo + torch's caches
         for block in enabled_models(net)[0].compiled:
             block.register_forward_pre_hook(lambda module, args: None)
@@ -67,8 +68,14 @@ def _child(model: str, size: str, mode: str, art: str) -> None:
         net(**inputs)
     first_call_s = time.perf_counter() - t
     done = time.time()
-    info = dict(enable_s=enable_s, first_call_s=first_call_s, first_output_at=done, **compile_cache_counters(),
-                graphs=diffusers_ascend.ascend_report(net).graphs_compiled, packages=package_counters(net))
+    info = dict(
+        enable_s=enable_s,
+        first_call_s=first_call_s,
+        first_output_at=done,
+        **compile_cache_counters(),
+        graphs=diffusers_ascend.ascend_report(net).graphs_compiled,
+        packages=package_counters(net),
+    )
     if mode == "cold":
         info.update(_timed_save(net, art))
     print("RESULT " + json.dumps(info), flush=True)
@@ -80,8 +87,7 @@ def _timed_save(net, art: str) -> dict:
 
     t = time.perf_counter()
     manifest = diffusers_ascend.save_ascend_cache(net, art)
-    return {"save_s": time.perf_counter() - t,
-            "artifact_bytes": {k: v["size"] for k, v in manifest["files"].items()}}
+    return {"save_s": time.perf_counter() - t, "artifact_bytes": {k: v["size"] for k, v in manifest["files"].items()}}
 
 
 def _run(model: str, size: str, mode: str, art: str, child: str = "inductor", extra=(), env=None) -> dict:
@@ -90,14 +96,19 @@ def _run(model: str, size: str, mode: str, art: str, child: str = "inductor", ex
     # The child imports this copy of the package, installed or not.
     root = os.path.dirname(os.path.dirname(os.path.abspath(diffusers_ascend.__file__)))
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, **(env or {}), "PYTHONPATH": path,
-           "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix=f"inductor-{mode}-")}
+    env = {
+        **os.environ,
+        **(env or {}),
+        "PYTHONPATH": path,
+        "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix=f"inductor-{mode}-"),
+    }
     start = time.time()
-    out = subprocess.run([sys.executable, "-m", __name__, child, model, size, mode, art, *extra], capture_output=True,
-                         text=True, env=env)
+    out = subprocess.run(
+        [sys.executable, "-m", __name__, child, model, size, mode, art, *extra], capture_output=True, text=True, env=env
+    )
     if out.returncode:
         raise RuntimeError(f"{model} {mode} process failed:\n{out.stderr[-3000:]}")
-    info = json.loads(next(l for l in out.stdout.splitlines() if l.startswith("RESULT "))[7:])
+    info = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:])
     info["to_first_output_s"] = info.pop("first_output_at") - start
     return info
 
@@ -116,16 +127,36 @@ def warm_start(size: str = "small", models=("flux", "wan"), repeat: int = 1) -> 
             cold = _run(model, size, "cold", art)
             warm = _run(model, size, "warm", art)
             caches = _run(model, size, "warm-caches-only", art)
-            runs.append(dict(cold=cold, warm=warm, warm_caches_only=caches,
-                             ratio=warm["to_first_output_s"] / cold["to_first_output_s"],
-                             ratio_caches_only=caches["to_first_output_s"] / cold["to_first_output_s"]))
-        rows.append(dict(model=model, blocks=SIZES[size][model][0], runs=runs,
-                         ratio=statistics.median(r["ratio"] for r in runs),
-                         ratio_caches_only=statistics.median(r["ratio_caches_only"] for r in runs)))
+            runs.append(
+                dict(
+                    cold=cold,
+                    warm=warm,
+                    warm_caches_only=caches,
+                    ratio=warm["to_first_output_s"] / cold["to_first_output_s"],
+                    ratio_caches_only=caches["to_first_output_s"] / cold["to_first_output_s"],
+                )
+            )
+        rows.append(
+            dict(
+                model=model,
+                blocks=SIZES[size][model][0],
+                runs=runs,
+                ratio=statistics.median(r["ratio"] for r in runs),
+                ratio_caches_only=statistics.median(r["ratio_caches_only"] for r in runs),
+            )
+        )
     import torch
 
-    return dict(benchmark="warm_start", size=size, executor="inductor", compile="blocks", torch=torch.__version__,
-                repeat=repeat, rows=rows, machine=machine_info())
+    return dict(
+        benchmark="warm_start",
+        size=size,
+        executor="inductor",
+        compile="blocks",
+        torch=torch.__version__,
+        repeat=repeat,
+        rows=rows,
+        machine=machine_info(),
+    )
 
 
 # executor="eager": a fresh process on a machine where no process ran before (no self-check
@@ -144,8 +175,14 @@ def _eager_child(model: str, size: str, mode: str, art: str, capture: str) -> No
     from diffusers_ascend.compilation.passes.manager import FusionPassManager
     from diffusers_ascend.integration import package_counters
 
-    spent = {"self_check_s": 0.0, "registration_s": 0.0, "matcher_import_s": 0.0, "self_check_cpu_s": 0.0,
-             "registration_cpu_s": 0.0, "matcher_import_cpu_s": 0.0}
+    spent = {
+        "self_check_s": 0.0,
+        "registration_s": 0.0,
+        "matcher_import_s": 0.0,
+        "self_check_cpu_s": 0.0,
+        "registration_cpu_s": 0.0,
+        "matcher_import_cpu_s": 0.0,
+    }
 
     def timed(fn, key):
         # Wall and CPU seconds: the CPU time does not grow with other jobs' load on the machine.
@@ -156,6 +193,7 @@ def _eager_child(model: str, size: str, mode: str, art: str, capture: str) -> No
             finally:
                 spent[key] += time.perf_counter() - t
                 spent[key.replace("_s", "_cpu_s")] += time.process_time() - c
+
         return wrapper
 
     # Instrumented in this child only: where the cold path's fixed cost goes.
@@ -199,12 +237,22 @@ def _eager_child(model: str, size: str, mode: str, art: str, capture: str) -> No
         first_call_s = time.perf_counter() - t
         done, cpu_s = time.time(), time.process_time()
         report = diffusers_ascend.ascend_report(net)
-        info = dict(enable_s=enable_s, first_call_s=first_call_s, first_output_at=done, cpu_s=cpu_s,
-                    enable_self_check_s=enable_spent["self_check_s"], enable_registration_s=enable_spent["registration_s"],
-                    self_check_s=spent["self_check_s"], registration_s=spent["registration_s"],
-                    matcher_import_s=spent["matcher_import_s"], self_check_cpu_s=spent["self_check_cpu_s"],
-                    registration_cpu_s=spent["registration_cpu_s"], matcher_import_cpu_s=spent["matcher_import_cpu_s"],
-                    graphs=report.graphs_compiled, packages=package_counters(net))
+        info = dict(
+            enable_s=enable_s,
+            first_call_s=first_call_s,
+            first_output_at=done,
+            cpu_s=cpu_s,
+            enable_self_check_s=enable_spent["self_check_s"],
+            enable_registration_s=enable_spent["registration_s"],
+            self_check_s=spent["self_check_s"],
+            registration_s=spent["registration_s"],
+            matcher_import_s=spent["matcher_import_s"],
+            self_check_cpu_s=spent["self_check_cpu_s"],
+            registration_cpu_s=spent["registration_cpu_s"],
+            matcher_import_cpu_s=spent["matcher_import_cpu_s"],
+            graphs=report.graphs_compiled,
+            packages=package_counters(net),
+        )
         if mode == "cold_first":
             info.update(_timed_save(net, art))
     print("RESULT " + json.dumps(info), flush=True)
@@ -224,28 +272,48 @@ def eager_warm_start(size: str = "depth", models=("flux", "wan"), captures=(Fals
             # an NPU host; tiny-width CPU kernels with two OpenMP threads on a shared 2-core machine
             # cost more than all of it and depend on the machine's load alone.
             env = {"DIFFUSERS_ASCEND_VERDICT_DIR": tempfile.mkdtemp(prefix="ascend-verdicts-"), "OMP_NUM_THREADS": "1"}
-            runs = {mode: _run(model, size, mode, art, child="eager", extra=["1" if capture else "0"], env=env)
-                    for mode in EAGER_MODES}
+            runs = {
+                mode: _run(model, size, mode, art, child="eager", extra=["1" if capture else "0"], env=env)
+                for mode in EAGER_MODES
+            }
             cold, warm = runs["cold"], runs["warm"]
-            rows.append(dict(model=model, graph_capture="graph_with_compile (CPU stand-in)" if capture else None,
-                             blocks=SIZES[size][model][0], **runs,
-                             ratio=warm["to_first_output_s"] / cold["to_first_output_s"],
-                             ratio_first=warm["to_first_output_s"] / runs["cold_first"]["to_first_output_s"],
-                             ratio_enable_call=(warm["enable_s"] + warm["first_call_s"]) / (cold["enable_s"] + cold["first_call_s"]),
-                             ratio_cpu=warm["cpu_s"] / cold["cpu_s"]))
+            rows.append(
+                dict(
+                    model=model,
+                    graph_capture="graph_with_compile (CPU stand-in)" if capture else None,
+                    blocks=SIZES[size][model][0],
+                    **runs,
+                    ratio=warm["to_first_output_s"] / cold["to_first_output_s"],
+                    ratio_first=warm["to_first_output_s"] / runs["cold_first"]["to_first_output_s"],
+                    ratio_enable_call=(warm["enable_s"] + warm["first_call_s"])
+                    / (cold["enable_s"] + cold["first_call_s"]),
+                    ratio_cpu=warm["cpu_s"] / cold["cpu_s"],
+                )
+            )
     import torch
 
-    return dict(benchmark="warm_start", size=size, executor="eager", compile="blocks", torch=torch.__version__,
-                rows=rows, machine=machine_info())
+    return dict(
+        benchmark="warm_start",
+        size=size,
+        executor="eager",
+        compile="blocks",
+        torch=torch.__version__,
+        rows=rows,
+        machine=machine_info(),
+    )
 
 
 def _eager_cli(args) -> int:
     result = eager_warm_start(args.size, args.models)
-    print(f"torch {result['torch']}, {result['machine'].get('cpu', '')}, executor=eager; seconds from process start to "
-          "first output (in brackets: enable + first call); self-check + registration: in the enable of a cold process "
-          "[over the whole first output]")
-    print("| model | graph capture | cold, first process | cold | warm (packages) | ratio warm/cold | ratio of CPU s | "
-          "self-check + registration, cold | matcher import |")
+    print(
+        f"torch {result['torch']}, {result['machine'].get('cpu', '')}, executor=eager; seconds from process start to "
+        "first output (in brackets: enable + first call); self-check + registration: in the enable of a cold process "
+        "[over the whole first output]"
+    )
+    print(
+        "| model | graph capture | cold, first process | cold | warm (packages) | ratio warm/cold | ratio of CPU s | "
+        "self-check + registration, cold | matcher import |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
 
     def cell(run):
@@ -253,12 +321,14 @@ def _eager_cli(args) -> int:
 
     for r in result["rows"]:
         cold = r["cold"]
-        print(f"| {r['model']} | {r['graph_capture'] or '-'} | {cell(r['cold_first'])} | {cell(cold)} | {cell(r['warm'])} | "
-              f"{r['ratio']:.2f} [{r['ratio_enable_call']:.2f}] | {r['ratio_cpu']:.2f} | "
-              f"{cold['enable_self_check_s'] + cold['enable_registration_s']:.2f} "
-              f"[{cold['self_check_s'] + cold['registration_s'] - cold['matcher_import_s']:.2f}; CPU "
-              f"{cold['self_check_cpu_s'] + cold['registration_cpu_s'] - cold['matcher_import_cpu_s']:.2f}] | "
-              f"{cold['matcher_import_s']:.1f} |")
+        print(
+            f"| {r['model']} | {r['graph_capture'] or '-'} | {cell(r['cold_first'])} | {cell(cold)} | {cell(r['warm'])} | "
+            f"{r['ratio']:.2f} [{r['ratio_enable_call']:.2f}] | {r['ratio_cpu']:.2f} | "
+            f"{cold['enable_self_check_s'] + cold['enable_registration_s']:.2f} "
+            f"[{cold['self_check_s'] + cold['registration_s'] - cold['matcher_import_s']:.2f}; CPU "
+            f"{cold['self_check_cpu_s'] + cold['registration_cpu_s'] - cold['matcher_import_cpu_s']:.2f}] | "
+            f"{cold['matcher_import_s']:.1f} |"
+        )
     write_json(result, args.out, f"warm_start-eager-{args.size}.json")
     return 0
 
@@ -269,9 +339,13 @@ def cli(args) -> int:
     if getattr(args, "executor", "inductor") == "eager":
         return _eager_cli(args)
     result = warm_start(args.size, args.models, args.repeat)
-    print(f"torch {result['torch']}, {result['machine'].get('cpu', '')}; seconds from process start to first output, "
-          f"median of {args.repeat} run(s) (ratios: median [min-max])")
-    print("| model | cold | warm (packages) | ratio | warm (torch's caches only) | ratio | packages: calls run | save (cold) |")
+    print(
+        f"torch {result['torch']}, {result['machine'].get('cpu', '')}; seconds from process start to first output, "
+        f"median of {args.repeat} run(s) (ratios: median [min-max])"
+    )
+    print(
+        "| model | cold | warm (packages) | ratio | warm (torch's caches only) | ratio | packages: calls run | save (cold) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
 
     def med(row, mode, key):
@@ -281,10 +355,12 @@ def cli(args) -> int:
         ratios = [x["ratio"] for x in r["runs"]]
         caches = [x["ratio_caches_only"] for x in r["runs"]]
         packages = r["runs"][0]["warm"]["packages"]
-        print(f"| {r['model']} | {med(r, 'cold', 'to_first_output_s'):.1f} | {med(r, 'warm', 'to_first_output_s'):.1f} | "
-              f"{r['ratio']:.2f} [{min(ratios):.2f}-{max(ratios):.2f}] | {med(r, 'warm_caches_only', 'to_first_output_s'):.1f} | "
-              f"{r['ratio_caches_only']:.2f} [{min(caches):.2f}-{max(caches):.2f}] | "
-              f"{packages['packages']}: {packages['calls']} | {med(r, 'cold', 'save_s'):.1f} |")
+        print(
+            f"| {r['model']} | {med(r, 'cold', 'to_first_output_s'):.1f} | {med(r, 'warm', 'to_first_output_s'):.1f} | "
+            f"{r['ratio']:.2f} [{min(ratios):.2f}-{max(ratios):.2f}] | {med(r, 'warm_caches_only', 'to_first_output_s'):.1f} | "
+            f"{r['ratio_caches_only']:.2f} [{min(caches):.2f}-{max(caches):.2f}] | "
+            f"{packages['packages']}: {packages['calls']} | {med(r, 'cold', 'save_s'):.1f} |"
+        )
     if args.out:
         write_json(result, args.out, "warm_start.json")
     else:

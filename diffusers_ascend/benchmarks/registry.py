@@ -14,8 +14,8 @@ imported only when one runs.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..platform import PLATFORMS  # stdlib only
 
@@ -83,22 +83,42 @@ def multiple_of_16(text: str) -> int:
 
 _E2E_MODELS = ("flux", "wan", "wan-14b", "qwen-image")
 _E2E_VARIANTS = ("eager", "ascend", "ascend+graph", "regional", "mindiesd")
-_GRAPH_CONFIGS = ("eager", "eager_capture", "inductor_default", "inductor", "inductor_capture", "inductor_capture_unsafe",
-                  "inductor_model", "eager_capture_model", "inductor_capture_model")
+_GRAPH_CONFIGS = (
+    "eager",
+    "eager_capture",
+    "inductor_default",
+    "inductor",
+    "inductor_capture",
+    "inductor_capture_unsafe",
+    "inductor_model",
+    "eager_capture_model",
+    "inductor_capture_model",
+)
 
 
 def _e2e_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, choices=_E2E_MODELS, help="the model whose real config runs")
     p.add_argument("--depth", type=positive_int, help="blocks of each repeated kind (default: the real count)")
-    p.add_argument("--steps", type=positive_int, help="denoising steps (default: the model's usual job, e.g. 28 for flux)")
-    p.add_argument("--height", type=multiple_of_16, help="image height in pixels, a multiple of 16 (default: the model's job)")
-    p.add_argument("--width", type=multiple_of_16, help="image width in pixels, a multiple of 16 (default: the model's job)")
+    p.add_argument(
+        "--steps", type=positive_int, help="denoising steps (default: the model's usual job, e.g. 28 for flux)"
+    )
+    p.add_argument(
+        "--height", type=multiple_of_16, help="image height in pixels, a multiple of 16 (default: the model's job)"
+    )
+    p.add_argument(
+        "--width", type=multiple_of_16, help="image width in pixels, a multiple of 16 (default: the model's job)"
+    )
     p.add_argument("--frames", type=positive_int, help="video frames, 4k+1 (wan, wan-14b; default 81)")
     p.add_argument("--text-len", type=positive_int, help="prompt embedding tokens (default: the model's job)")
     p.add_argument("--device", choices=PLATFORMS, help="default: this machine's accelerator")
     p.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16", help="weights and activations (default bf16)")
-    p.add_argument("--variants", nargs="+", choices=_E2E_VARIANTS, metavar="VARIANT",
-                   help=f"variants to run, of {', '.join(_E2E_VARIANTS)} (default: all; eager always runs, as the reference)")
+    p.add_argument(
+        "--variants",
+        nargs="+",
+        choices=_E2E_VARIANTS,
+        metavar="VARIANT",
+        help=f"variants to run, of {', '.join(_E2E_VARIANTS)} (default: all; eager always runs, as the reference)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seeds the weights, embeddings and latents (default 0)")
     p.add_argument("--out", default="bench-results", help="output folder (default bench-results)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
@@ -113,7 +133,9 @@ def _out_flag(name: str) -> Callable[[argparse.ArgumentParser], None]:
 
 def _blocks_flags(p: argparse.ArgumentParser) -> None:
     _out_flag("blocks")(p)
-    p.add_argument("--tiny", action="store_true", help="tiny widths on CPU, fp32: checks the plumbing, measures nothing useful")
+    p.add_argument(
+        "--tiny", action="store_true", help="tiny widths on CPU, fp32: checks the plumbing, measures nothing useful"
+    )
     p.add_argument("--variant", action="append", help="run only these variants (repeatable; eager always runs)")
 
 
@@ -129,8 +151,14 @@ def _graph_capture_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--iters", type=positive_int, default=20, help="timed calls (median reported)")
     p.add_argument("--warmup", type=int, default=5, help="untimed calls first")
     p.add_argument("--sizes", nargs="+", default=["launch_bound", "flux_1024"], choices=("launch_bound", "flux_1024"))
-    p.add_argument("--configs", nargs="+", metavar="CONFIG", default=list(_GRAPH_CONFIGS), choices=_GRAPH_CONFIGS,
-                   help=f"of {', '.join(_GRAPH_CONFIGS)} (default: all)")
+    p.add_argument(
+        "--configs",
+        nargs="+",
+        metavar="CONFIG",
+        default=list(_GRAPH_CONFIGS),
+        choices=_GRAPH_CONFIGS,
+        help=f"of {', '.join(_GRAPH_CONFIGS)} (default: all)",
+    )
 
 
 def _host_path_flags(p: argparse.ArgumentParser) -> None:
@@ -141,10 +169,18 @@ def _host_path_flags(p: argparse.ArgumentParser) -> None:
 
 def _warm_start_flags(p: argparse.ArgumentParser) -> None:
     _out_flag("warm_start")(p)
-    p.add_argument("--size", default="small", choices=("small", "tiny", "depth"),
-                   help="depth: FLUX.1-dev's and Wan 2.1 14B's block counts at the tiny width")
-    p.add_argument("--executor", default="inductor", choices=("inductor", "eager"),
-                   help="eager: eager block packages, with and without graph capture (the CPU stand-in on a CPU)")
+    p.add_argument(
+        "--size",
+        default="small",
+        choices=("small", "tiny", "depth"),
+        help="depth: FLUX.1-dev's and Wan 2.1 14B's block counts at the tiny width",
+    )
+    p.add_argument(
+        "--executor",
+        default="inductor",
+        choices=("inductor", "eager"),
+        help="eager: eager block packages, with and without graph capture (the CPU stand-in on a CPU)",
+    )
     p.add_argument("--models", nargs="+", default=["flux", "wan"], choices=("flux", "wan"))
     p.add_argument("--repeat", type=positive_int, default=1, help="runs per model, each from a new cold process")
 
@@ -153,36 +189,71 @@ def _warm_start_flags(p: argparse.ArgumentParser) -> None:
 # ``diffusers-ascend bench``; the others are ``diffusers-ascend bench <name>``, in this order.
 REGISTRY: dict[str, Benchmark] = {
     "ops_per_block": Benchmark(
-        "ops_per_block", "bench_ops", function="ops_per_block", plots=True,
-        help="Operators dispatched per block, eager vs fused (AscendBackend, fusions=all, executor=eager)"),
+        "ops_per_block",
+        "bench_ops",
+        function="ops_per_block",
+        plots=True,
+        help="Operators dispatched per block, eager vs fused (AscendBackend, fusions=all, executor=eager)",
+    ),
     "compile_time": Benchmark(
-        "compile_time", "bench_compile", function="compile_time", plots=True,
-        help="Cold compile time: per-block vs whole-model (Flux-shaped model, fusions=all)"),
+        "compile_time",
+        "bench_compile",
+        function="compile_time",
+        plots=True,
+        help="Cold compile time: per-block vs whole-model (Flux-shaped model, fusions=all)",
+    ),
     "recompiles": Benchmark(
-        "recompiles", "bench_recompiles", function="recompiles", plots=True,
-        help="Graphs compiled as the resolution changes (compile=blocks, fusions=all, executor=eager)"),
+        "recompiles",
+        "bench_recompiles",
+        function="recompiles",
+        plots=True,
+        help="Graphs compiled as the resolution changes (compile=blocks, fusions=all, executor=eager)",
+    ),
     "latency": Benchmark(
-        "latency", "bench_latency", function="latency", plots=True,
-        help="Steady-state CPU latency of one transformer forward"),
+        "latency",
+        "bench_latency",
+        function="latency",
+        plots=True,
+        help="Steady-state CPU latency of one transformer forward",
+    ),
     "e2e": Benchmark(
-        "e2e", "bench_e2e", plots=True, arguments=_e2e_flags,
+        "e2e",
+        "bench_e2e",
+        plots=True,
+        arguments=_e2e_flags,
         help="a real-size model (shipped config, random weights) through the stock pipeline's denoising loop, per variant",
         description="Runs the real transformer config of a model with random weights through the stock diffusers "
-                    "pipeline's denoising loop (no text encoders, no VAE decode), once per variant; writes JSON, a "
-                    "markdown table and a plot with the published numbers for the same job."),
+        "pipeline's denoising loop (no text encoders, no VAE decode), once per variant; writes JSON, a "
+        "markdown table and a plot with the published numbers for the same job.",
+    ),
     "blocks": Benchmark(
-        "blocks", "bench_blocks", arguments=_blocks_flags,
-        help="full-width Flux blocks on a CUDA GPU: eager, Inductor, our fusions with the Triton kernels"),
+        "blocks",
+        "bench_blocks",
+        arguments=_blocks_flags,
+        help="full-width Flux blocks on a CUDA GPU: eager, Inductor, our fusions with the Triton kernels",
+    ),
     "kernels": Benchmark(
-        "kernels", "bench_kernels", arguments=_kernels_flags,
-        help="Triton kernels vs eager and Inductor's code at Flux and Wan 14B sizes (CUDA GPU)"),
+        "kernels",
+        "bench_kernels",
+        arguments=_kernels_flags,
+        help="Triton kernels vs eager and Inductor's code at Flux and Wan 14B sizes (CUDA GPU)",
+    ),
     "graph_capture": Benchmark(
-        "graph_capture", "bench_graph_capture", arguments=_graph_capture_flags,
-        help="CUDA graph capture over the eager and Inductor executors, full-width Flux (CUDA GPU)"),
+        "graph_capture",
+        "bench_graph_capture",
+        arguments=_graph_capture_flags,
+        help="CUDA graph capture over the eager and Inductor executors, full-width Flux (CUDA GPU)",
+    ),
     "host_path": Benchmark(
-        "host_path", "bench_host_path", arguments=_host_path_flags,
-        help="host time per call of a fused op's Python path, layer by layer (CPU; needs triton)"),
+        "host_path",
+        "bench_host_path",
+        arguments=_host_path_flags,
+        help="host time per call of a fused op's Python path, layer by layer (CPU; needs triton)",
+    ),
     "warm_start": Benchmark(
-        "warm_start", "bench_warm_start", arguments=_warm_start_flags,
-        help="time to the first output of a fresh process, without and with saved compile artifacts"),
+        "warm_start",
+        "bench_warm_start",
+        arguments=_warm_start_flags,
+        help="time to the first output of a fresh process, without and with saved compile artifacts",
+    ),
 }

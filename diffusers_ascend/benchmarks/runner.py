@@ -9,7 +9,8 @@ import importlib
 import json
 import os
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ._common import SIZES, check_out_dir, check_size, machine_info, markdown_table, text_table
 from .registry import REGISTRY
@@ -43,9 +44,13 @@ def format_result(result: dict[str, Any], markdown: bool = False) -> str:
     return f"{title}\n{table}\n"
 
 
-def run_benchmarks(names: Sequence[str] | str | None = None, size: str = "small",
-                   out_dir: str | os.PathLike | None = None, options: dict[str, dict[str, Any]] | None = None,
-                   verbose: bool = True) -> dict[str, Any]:
+def run_benchmarks(
+    names: Sequence[str] | str | None = None,
+    size: str = "small",
+    out_dir: str | os.PathLike | None = None,
+    options: dict[str, dict[str, Any]] | None = None,
+    verbose: bool = True,
+) -> dict[str, Any]:
     """Runs benchmarks, prints a table per benchmark and, with `out_dir`, writes ``results.json``,
     ``results.md`` and ``results.png`` there.
 
@@ -101,8 +106,12 @@ def _machine_md(machine: dict[str, Any]) -> str:
 
 def to_markdown(results: dict[str, Any]) -> str:
     """The results as markdown: machine description, then one table per benchmark."""
-    parts = [f"# diffusers-ascend benchmarks (size={results['size']})\n", "Machine:\n",
-             _machine_md(results["machine"]), ""]
+    parts = [
+        f"# diffusers-ascend benchmarks (size={results['size']})\n",
+        "Machine:\n",
+        _machine_md(results["machine"]),
+        "",
+    ]
     parts += [format_result(r, markdown=True) for r in results["benchmarks"].values()]
     return "\n".join(parts)
 
@@ -156,8 +165,11 @@ def plot_results(results: dict[str, Any], path: str | os.PathLike) -> None:
         ax.set_title(name, fontsize=11)
         ax.grid(axis="y", alpha=0.3)
     machine = results["machine"]
-    fig.suptitle(f"diffusers-ascend benchmarks, size={results['size']} - {machine['cpu']} "
-                 f"({machine['cpu_usable']} cores), torch {machine['torch']}", fontsize=10)
+    fig.suptitle(
+        f"diffusers-ascend benchmarks, size={results['size']} - {machine['cpu']} "
+        f"({machine['cpu_usable']} cores), torch {machine['torch']}",
+        fontsize=10,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -18,7 +18,8 @@ import re
 import sys
 import types
 import typing
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -161,11 +162,15 @@ def _accepted(fn: Callable, kwargs: dict) -> dict:
 
 # -- Inductor pattern matcher --------------------------------------------------------------------
 def _pm():
-    return require("torch._inductor.pattern_matcher", lambda: __import__(
-        "torch._inductor.pattern_matcher", fromlist=["register_replacement"]))
+    return require(
+        "torch._inductor.pattern_matcher",
+        lambda: __import__("torch._inductor.pattern_matcher", fromlist=["register_replacement"]),
+    )
 
 
-def register_replacement(search_fn, replace_fn, example_inputs, trace_fn, pass_dict, *, get_decomp_fn, **kwargs) -> None:
+def register_replacement(
+    search_fn, replace_fn, example_inputs, trace_fn, pass_dict, *, get_decomp_fn, **kwargs
+) -> None:
     """`torch._inductor.pattern_matcher.register_replacement`, tracing with `get_decomp_fn`'s table.
 
     (Inductor's default table would decompose the search function unlike our aot graphs.) 2.13+
@@ -184,7 +189,8 @@ def register_replacement(search_fn, replace_fn, example_inputs, trace_fn, pass_d
         # 2.6 asserts a pattern is new to the whole process; ours that trace alike live in separate
         # passes on purpose (`FusionPass.pattern_matcher_passes`), so check per pass as 2.7+ does.
         pattern = kw.get("search_fn_pattern") or pm.gen_pattern(
-            search_fn, list(example_inputs), trace_fn, kw.get("scalar_workaround"))
+            search_fn, list(example_inputs), trace_fn, kw.get("scalar_workaround")
+        )
         kw.pop("skip_duplicates")
         seen = pass_dict.__dict__.setdefault("_ascend_seen_patterns", set())
         key = pm.PatternPrettyPrinter.run(pattern)
@@ -224,8 +230,14 @@ def given_patterns_match_as_given() -> bool:
     saved = set(seen) if seen is not None else None
     try:
         with unset_fake_mode(), no_tracing_context(), torch.no_grad():
-            register(lambda a, b: a - b, lambda a, b: a * b, example, pm.fwd_only, probe,
-                     **_accepted(register, {"search_fn_pattern": pattern}))
+            register(
+                lambda a, b: a - b,
+                lambda a, b: a * b,
+                example,
+                pm.fwd_only,
+                probe,
+                **_accepted(register, {"search_fn_pattern": pattern}),
+            )
             graph = one_op_graph(aten.atan2.default, example)
             return probe.apply(graph) == 1
     finally:
@@ -270,8 +282,9 @@ def gen_search_pattern(search_fn, example_inputs, trace_fn, scalar_workaround, *
     if fn is None:
         gen = require("pattern_matcher.gen_pattern", lambda: pm.gen_pattern)
         return gen(search_fn, list(example_inputs), trace_fn, scalar_workaround)
-    pattern, _ = fn(search_fn, list(example_inputs), trace_fn, scalar_workaround,
-                    **_accepted(fn, {"get_decomp_fn": get_decomp_fn}))
+    pattern, _ = fn(
+        search_fn, list(example_inputs), trace_fn, scalar_workaround, **_accepted(fn, {"get_decomp_fn": get_decomp_fn})
+    )
     return pattern
 
 
@@ -308,15 +321,19 @@ def functional_trace(fn: Callable, args: Sequence[Any], decompositions: dict) ->
 
 def remove_noop_ops(graph: torch.fx.Graph) -> None:
     """Inductor's post-grad no-op elimination (``fx_passes.post_grad.remove_noop_ops``, 2.1+)."""
-    fn = require("post_grad.remove_noop_ops", lambda: __import__(
-        "torch._inductor.fx_passes.post_grad", fromlist=["remove_noop_ops"]).remove_noop_ops)
+    fn = require(
+        "post_grad.remove_noop_ops",
+        lambda: __import__("torch._inductor.fx_passes.post_grad", fromlist=["remove_noop_ops"]).remove_noop_ops,
+    )
     fn(graph)
 
 
 def custom_graph_pass_base() -> type:
     """``torch._inductor.custom_graph_pass.CustomGraphPass`` (2.6+: ``uuid()`` keys Inductor's FX cache)."""
-    return require("custom_graph_pass.CustomGraphPass", lambda: __import__(
-        "torch._inductor.custom_graph_pass", fromlist=["CustomGraphPass"]).CustomGraphPass)
+    return require(
+        "custom_graph_pass.CustomGraphPass",
+        lambda: __import__("torch._inductor.custom_graph_pass", fromlist=["CustomGraphPass"]).CustomGraphPass,
+    )
 
 
 # -- fake tensors and tracing context ------------------------------------------------------------
@@ -329,8 +346,10 @@ def detect_fake_mode(tensors):
 
 def unset_fake_mode():
     """Context leaving any active fake mode (``fake_tensor.unset_fake_temporarily``, 2.2+)."""
-    return require("fake_tensor.unset_fake_temporarily", lambda: __import__(
-        "torch._subclasses.fake_tensor", fromlist=["unset_fake_temporarily"]).unset_fake_temporarily)()
+    return require(
+        "fake_tensor.unset_fake_temporarily",
+        lambda: __import__("torch._subclasses.fake_tensor", fromlist=["unset_fake_temporarily"]).unset_fake_temporarily,
+    )()
 
 
 def tracing_context():
@@ -351,8 +370,10 @@ def current_compile_id():
 # -- aot_autograd, Inductor entry points ---------------------------------------------------------
 def aot_autograd(**kwargs):
     """``torch._dynamo.backends.common.aot_autograd`` (stable since 2.0)."""
-    fn = require("dynamo.backends.common.aot_autograd", lambda: __import__(
-        "torch._dynamo.backends.common", fromlist=["aot_autograd"]).aot_autograd)
+    fn = require(
+        "dynamo.backends.common.aot_autograd",
+        lambda: __import__("torch._dynamo.backends.common", fromlist=["aot_autograd"]).aot_autograd,
+    )
     return fn(**kwargs)
 
 
@@ -375,15 +396,18 @@ def make_boxed_func(fn: Callable) -> Callable:
 
 def compile_fx(gm, example_inputs, config_patches=None):
     """Inductor's ``compile_fx``; inside an aot ``fw_compiler`` its result takes its arguments unpacked."""
-    fn = require("compile_fx.compile_fx", lambda: __import__(
-        "torch._inductor.compile_fx", fromlist=["compile_fx"]).compile_fx)
+    fn = require(
+        "compile_fx.compile_fx", lambda: __import__("torch._inductor.compile_fx", fromlist=["compile_fx"]).compile_fx
+    )
     return fn(gm, example_inputs, config_patches=config_patches)
 
 
 def list_mode_options(mode: str) -> dict:
     """Inductor's config patches of a ``torch.compile`` mode (``"max-autotune"``...)."""
-    return require("torch._inductor.list_mode_options", lambda: __import__(
-        "torch._inductor", fromlist=["list_mode_options"]).list_mode_options)(mode)
+    return require(
+        "torch._inductor.list_mode_options",
+        lambda: __import__("torch._inductor", fromlist=["list_mode_options"]).list_mode_options,
+    )(mode)
 
 
 # -- dynamo config -------------------------------------------------------------------------------
@@ -533,7 +557,8 @@ def fresh_inductor_cache():
     from torch._inductor import utils
 
     fresh = getattr(utils, "fresh_cache", None) or require(
-        "inductor.utils.fresh_inductor_cache", lambda: utils.fresh_inductor_cache)
+        "inductor.utils.fresh_inductor_cache", lambda: utils.fresh_inductor_cache
+    )
     return fresh()
 
 
@@ -586,8 +611,9 @@ def export_to_json(program) -> bytes:
     """`program` (an ExportedProgram) as torch.export's schema JSON (``_export.serde.serialize``,
     2.3+): the graph, its tensor metadata and signature. Its state dict, constants and example
     inputs (pickles) are left out: our programs take their weights as inputs."""
-    serde = require("torch._export.serde.serialize", lambda: __import__(
-        "torch._export.serde.serialize", fromlist=["serialize"]))
+    serde = require(
+        "torch._export.serde.serialize", lambda: __import__("torch._export.serde.serialize", fromlist=["serialize"])
+    )
     return serde.serialize(program).exported_program
 
 
@@ -601,10 +627,14 @@ def export_from_json(data: bytes):
     every object (``typing.get_type_hints``: most of the time a warm-started eager process spends
     reading its packages), so where the serializer has both steps, the first runs here with the
     hints resolved once per class (`_schema_objects`, the same conversion); elsewhere torch's own."""
-    serde = require("torch._export.serde.serialize", lambda: __import__(
-        "torch._export.serde.serialize", fromlist=["deserialize", "SerializedArtifact"]))
+    serde = require(
+        "torch._export.serde.serialize",
+        lambda: __import__("torch._export.serde.serialize", fromlist=["deserialize", "SerializedArtifact"]),
+    )
     reader = getattr(serde, "ExportedProgramDeserializer", None)
-    if not (hasattr(serde, "_dict_to_dataclass") and reader is not None and _has_param(reader.deserialize, "constants")):
+    if not (
+        hasattr(serde, "_dict_to_dataclass") and reader is not None and _has_param(reader.deserialize, "constants")
+    ):
         return serde.deserialize(serde.SerializedArtifact(data, b"", b"", b""))
     program = _schema_objects(serde, serde.ExportedProgram, json.loads(data))
     return reader().deserialize(program, b"", b"", b"")
@@ -629,12 +659,17 @@ def _schema_objects(serde, cls, data):
     if isinstance(cls, type) and issubclass(cls, serde._Union):
         if not isinstance(data, dict) or len(data) != 1:
             raise ValueError(f"a {cls.__name__} must be an object of one key")
-        (name, value), = data.items()
+        ((name, value),) = data.items()
         return cls.create(**{name: _schema_objects(serde, _schema_hints(serde, cls)[name], value)})
     if dataclasses.is_dataclass(cls):
         hints = _schema_hints(serde, cls)
-        return cls(**{f.name: _schema_objects(serde, hints[f.name], data[f.name])
-                      for f in dataclasses.fields(cls) if f.name in data})
+        return cls(
+            **{
+                f.name: _schema_objects(serde, hints[f.name], data[f.name])
+                for f in dataclasses.fields(cls)
+                if f.name in data
+            }
+        )
     if isinstance(data, list):
         return [_schema_objects(serde, typing.get_args(cls)[0], d) for d in data] if data else data
     if isinstance(data, dict):
@@ -702,12 +737,14 @@ def inductor_cache_dir() -> str:
     ``runtime.cache_dir_utils.cache_dir`` (2.7+) or ``runtime.runtime_utils.cache_dir`` (2.6)."""
     for name in ("torch._inductor.runtime.cache_dir_utils", "torch._inductor.runtime.runtime_utils"):
         try:
-            fn = getattr(__import__(name, fromlist=["cache_dir"]), "cache_dir")
+            fn = __import__(name, fromlist=["cache_dir"]).cache_dir
         except (ImportError, AttributeError):
             continue
         return fn()
-    return require("inductor cache_dir", lambda: __import__(
-        "torch._inductor.runtime.cache_dir_utils", fromlist=["cache_dir"]).cache_dir)()
+    return require(
+        "inductor cache_dir",
+        lambda: __import__("torch._inductor.runtime.cache_dir_utils", fromlist=["cache_dir"]).cache_dir,
+    )()
 
 
 def compiled_cpp_libraries() -> list[str]:
@@ -783,8 +820,10 @@ def conj_views_reach_graphs() -> bool:
 
     `remove_noop_ops` drops functionalization's ``clone(_conj(t))`` clone up to 2.10 and keeps it
     from 2.11; the rope pass has a pattern for the bare form. Detected on a probe trace."""
-    g = probe_trace(lambda x, f: torch.view_as_complex(x.view(2, 2)) * f.conj(),
-                    [torch.ones(4), torch.ones(2, dtype=torch.complex64)]).graph
+    g = probe_trace(
+        lambda x, f: torch.view_as_complex(x.view(2, 2)) * f.conj(),
+        [torch.ones(4), torch.ones(2, dtype=torch.complex64)],
+    ).graph
     remove_noop_ops(g)
     conj = [n for n in g.nodes if n.target is torch.ops.aten._conj.default]
     return any(u.target is torch.ops.aten.mul.Tensor for n in conj for u in n.users)
@@ -795,15 +834,23 @@ _ENGINE_APIS: tuple[tuple[str, Callable[[], Any]], ...] = (
     ("torch.library.custom_op", lambda: torch.library.custom_op),
     ("torch.library.register_fake", lambda: torch.library.register_fake),
     ("torch.library.register_autograd", lambda: torch.library.register_autograd),
-    ("functional_tensor.dispatch_functionalize", lambda: __import__(
-        "torch._subclasses.functional_tensor", fromlist=["dispatch_functionalize"]).dispatch_functionalize),
+    (
+        "functional_tensor.dispatch_functionalize",
+        lambda: (
+            __import__(
+                "torch._subclasses.functional_tensor", fromlist=["dispatch_functionalize"]
+            ).dispatch_functionalize
+        ),
+    ),
     ("pattern_matcher.register_replacement", lambda: _pm().register_replacement),
     ("pattern_matcher.gen_pattern", lambda: _pm().gen_pattern),
     ("pattern_matcher.PatternMatcherPass", lambda: _pm().PatternMatcherPass),
     ("pattern_matcher.fwd_only(get_decomp_fn=)", lambda: _require_param(_pm().fwd_only, "get_decomp_fn")),
     ("custom_graph_pass.CustomGraphPass", custom_graph_pass_base),
-    ("fx_passes.post_grad.remove_noop_ops", lambda: __import__(
-        "torch._inductor.fx_passes.post_grad", fromlist=["remove_noop_ops"]).remove_noop_ops),
+    (
+        "fx_passes.post_grad.remove_noop_ops",
+        lambda: __import__("torch._inductor.fx_passes.post_grad", fromlist=["remove_noop_ops"]).remove_noop_ops,
+    ),
     ("torch._dynamo.config recompile limit", _recompile_limit_name),
 )
 

@@ -8,7 +8,8 @@ import contextlib
 import contextvars
 import copy
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -21,7 +22,9 @@ __all__ = ["AscendBackend", "compiled_graphs", "describe_failure", "graph_label"
 # What the caller compiles (e.g. the block class), so reports and graph logs name it.
 graph_label: contextvars.ContextVar[str | None] = contextvars.ContextVar("diffusers_ascend_graph_label", default=None)
 # Gets the report entry of each graph the call compiles (other threads compile meanwhile).
-compiled_graphs: contextvars.ContextVar[list[GraphEntry] | None] = contextvars.ContextVar("diffusers_ascend_compiled_graphs", default=None)
+compiled_graphs: contextvars.ContextVar[list[GraphEntry] | None] = contextvars.ContextVar(
+    "diffusers_ascend_compiled_graphs", default=None
+)
 
 
 def root_cause(exc: BaseException) -> BaseException:
@@ -191,8 +194,9 @@ class AscendBackend:
             patches["triton.cudagraphs"] = False
         return patches
 
-    def _rewrite(self, gm: torch.fx.GraphModule, name: str, compile_id: str | None, training: bool,
-                 dynamic: bool) -> GraphEntry:
+    def _rewrite(
+        self, gm: torch.fx.GraphModule, name: str, compile_id: str | None, training: bool, dynamic: bool
+    ) -> GraphEntry:
         from .passes.base import FusionSelfCheckError
         from .passes.manager import count_ops
 
@@ -213,8 +217,16 @@ class AscendBackend:
             gm.graph = backup  # the original graph, not a half-rewritten one
             counts = {f: 0 for f in self.fusions}
         gm.recompile()
-        entry = self.report.add_graph(name, counts, before, count_ops(gm.graph), executor=self.executor,
-                                      training=training, dynamic=dynamic, compile_id=compile_id)
+        entry = self.report.add_graph(
+            name,
+            counts,
+            before,
+            count_ops(gm.graph),
+            executor=self.executor,
+            training=training,
+            dynamic=dynamic,
+            compile_id=compile_id,
+        )
         sink = compiled_graphs.get()
         if sink is not None:
             sink.append(entry)
@@ -230,8 +242,7 @@ class AscendBackend:
         unused = [] if keep is None else sorted(set(range(len(example_inputs))) - set(keep))
         entry = self.report.graphs[-1]  # dynamo's compile lock: no other graph came in between
         entry.graph_capture = self.config.graph_capture
-        return self.graph_capture.wrap(fn, gm, name=entry.name,
-                                       static_indices=static_input_indices(), unused=unused)
+        return self.graph_capture.wrap(fn, gm, name=entry.name, static_indices=static_input_indices(), unused=unused)
 
     def _executor_callable(self, gm: torch.fx.GraphModule, example_inputs, keep: list[int] | None = None) -> Callable:
         pick = (lambda args: args) if keep is None else (lambda args: [args[i] for i in keep])
@@ -257,8 +268,11 @@ class AscendBackend:
                 raise
             # The fused nodes go back to being ops, which call the same kernels through the dispatcher.
             reason = describe_failure(e)
-            warn(f"Inductor could not launch the Triton kernels of graph {graph.name} "
-                 f"itself ({reason}); they run as ascend_kernels ops instead.", stacklevel=1)
+            warn(
+                f"Inductor could not launch the Triton kernels of graph {graph.name} "
+                f"itself ({reason}); they run as ascend_kernels ops instead.",
+                stacklevel=1,
+            )
             graph.bound_providers, graph.unbound_reason = {}, reason
             unbind_compiler_ops(gm)
             compiled = _compat.compile_fx(gm, pick(list(example_inputs)), config_patches=patches)
@@ -283,7 +297,9 @@ class AscendBackend:
                 "freezing=True), or wrap the first call in torch._inductor.config.patch(freezing=True)."
             )
 
-    def _compile_training(self, gm: torch.fx.GraphModule, example_inputs, name: str, compile_id: str | None) -> Callable:
+    def _compile_training(
+        self, gm: torch.fx.GraphModule, example_inputs, name: str, compile_id: str | None
+    ) -> Callable:
         aten_gm, reason = self._functional_graph(gm, example_inputs)
         if aten_gm is None:
             warn(f"graph {name} is compiled for training without fusion: {reason}", stacklevel=1)
@@ -292,8 +308,12 @@ class AscendBackend:
         else:
             self._rewrite(aten_gm, name, compile_id, training=True, dynamic=_is_dynamic(example_inputs))
         if self.executor == "inductor":
-            return _compat.compile_fx(aten_gm, list(example_inputs), config_patches=self._inductor_patches(training=True))
-        return _compat.aot_autograd(fw_compiler=_identity_compiler, bw_compiler=_identity_compiler)(aten_gm, example_inputs)
+            return _compat.compile_fx(
+                aten_gm, list(example_inputs), config_patches=self._inductor_patches(training=True)
+            )
+        return _compat.aot_autograd(fw_compiler=_identity_compiler, bw_compiler=_identity_compiler)(
+            aten_gm, example_inputs
+        )
 
     @staticmethod
     def _functional_graph(gm: torch.fx.GraphModule, example_inputs):

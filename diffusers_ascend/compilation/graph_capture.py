@@ -17,8 +17,9 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -91,8 +92,10 @@ def _acl_op_reason(op: str) -> str | None:
         return None
     # Our rms_norm swap replaces diffusers' RMSNorm.forward, and our provider picks a capturable kernel.
     hint = "enable the rms_norm fusion or " if op == "npu::npu_rms_norm" else ""
-    return (f"diffusers calls torch_npu's {op.split('::')[1]} itself here and torch_npu runs it as an acl_op kernel "
-            f"({why}), which NPU graphs cannot capture; {hint}run without graph capture")
+    return (
+        f"diffusers calls torch_npu's {op.split('::')[1]} itself here and torch_npu runs it as an acl_op kernel "
+        f"({why}), which NPU graphs cannot capture; {hint}run without graph capture"
+    )
 
 
 def mutated_inputs(gm: torch.fx.GraphModule) -> set[int]:
@@ -149,18 +152,35 @@ class GraphCaptureManager:
     0
     """
 
-    def __init__(self, mode: str, api, safe_output: bool = True, max_captured_graphs: int = 8,
-                 warmup: int = WARMUP_CALLS, on_error: str = "fallback", report=None) -> None:
+    def __init__(
+        self,
+        mode: str,
+        api,
+        safe_output: bool = True,
+        max_captured_graphs: int = 8,
+        warmup: int = WARMUP_CALLS,
+        on_error: str = "fallback",
+        report=None,
+    ) -> None:
         # The config's own rules for the settings it holds (config.py); `warmup` is the manager's.
-        for arg, value in (("graph_capture", mode), ("max_captured_graphs", max_captured_graphs),
-                           ("safe_output", safe_output), ("on_error", on_error)):
+        for arg, value in (
+            ("graph_capture", mode),
+            ("max_captured_graphs", max_captured_graphs),
+            ("safe_output", safe_output),
+            ("on_error", on_error),
+        ):
             check_field(arg, value)
         if mode is None:
             raise ValueError(f"GraphCaptureManager needs a graph_capture mode; valid: {', '.join(map(repr, MODES))}")
         if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
             raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
         self.mode, self.api, self.safe_output = mode, api, safe_output
-        self.max_captured_graphs, self.warmup, self.on_error, self.report = max_captured_graphs, warmup, on_error, report
+        self.max_captured_graphs, self.warmup, self.on_error, self.report = (
+            max_captured_graphs,
+            warmup,
+            on_error,
+            report,
+        )
         self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
         self._pool = None
         self._stream = None
@@ -170,14 +190,20 @@ class GraphCaptureManager:
         self._lock = threading.RLock()  # one call at a time: see `CapturedCallable.__call__`
 
     @classmethod
-    def from_config(cls, config, platform: str, report=None) -> "GraphCaptureManager":
+    def from_config(cls, config, platform: str, report=None) -> GraphCaptureManager:
         """The manager of `config`'s graph capture on `platform` (`AscendConfig.check_backend`
         raises first where the platform cannot run it)."""
         from diffusers_ascend.platform import capture_blocked, graph_api
 
         config.check_backend(platform)
-        manager = cls(config.graph_capture, graph_api(platform), safe_output=config.safe_output,
-                      max_captured_graphs=config.max_captured_graphs, on_error=config.on_error, report=report)
+        manager = cls(
+            config.graph_capture,
+            graph_api(platform),
+            safe_output=config.safe_output,
+            max_captured_graphs=config.max_captured_graphs,
+            on_error=config.on_error,
+            report=report,
+        )
         manager.blocked = capture_blocked(platform)
         return manager
 
@@ -225,8 +251,10 @@ class GraphCaptureManager:
                 oldest = shapes.pop(0)
                 for k in [k for k in self._entries if k[1] == oldest]:
                     self._evict(k)
-            buffers = {i: torch.empty_strided(args[i].shape, args[i].stride(), dtype=args[i].dtype, device=args[i].device)
-                       for i in activations}
+            buffers = {
+                i: torch.empty_strided(args[i].shape, args[i].stride(), dtype=args[i].dtype, device=args[i].device)
+                for i in activations
+            }
             entry = self._entries[key] = _Entry(buffers)
         return entry
 
@@ -237,8 +265,14 @@ class GraphCaptureManager:
         if self.report is not None:
             self.report.add_fallback(name, f"not captured: {reason}")
 
-    def wrap(self, fn: Callable, gm: torch.fx.GraphModule | None = None, name: str = "graph",
-             static_indices: Sequence[int] = (), unused: Sequence[int] = ()) -> Callable:
+    def wrap(
+        self,
+        fn: Callable,
+        gm: torch.fx.GraphModule | None = None,
+        name: str = "graph",
+        static_indices: Sequence[int] = (),
+        unused: Sequence[int] = (),
+    ) -> Callable:
         """`fn` (a compiled graph, boxed or not) under capture; `fn` itself when `gm` cannot be captured.
 
         Args:
@@ -263,8 +297,16 @@ class CapturedCallable:
 
     _boxed_call = True
 
-    def __init__(self, manager: GraphCaptureManager, fn: Callable, name: str, static_indices, unused, uid: int,
-                 mutated: set[int] = frozenset()) -> None:
+    def __init__(
+        self,
+        manager: GraphCaptureManager,
+        fn: Callable,
+        name: str,
+        static_indices,
+        unused,
+        uid: int,
+        mutated: set[int] = frozenset(),
+    ) -> None:
         self.manager, self.fn, self.name, self.uid, self.mutated = manager, fn, name, uid, set(mutated)
         self._boxed = getattr(fn, "_boxed_call", False)
         self._static = set(static_indices)
@@ -361,7 +403,9 @@ class CapturedCallable:
             with capturing(), api.capture(g, mgr.pool(), stream):
                 outputs = self._run(static_args)
         except Exception as e:  # a graph that cannot be captured still runs, uncaptured
-            self.disabled = f"capture failed ({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''})"
+            self.disabled = (
+                f"capture failed ({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''})"
+            )
             mgr._fallback(self.name, self.disabled)
             return None
         mgr.stats["captures"] += 1
@@ -395,7 +439,11 @@ class TokenBuckets:
     """
 
     def __init__(self, buckets: Sequence[int]) -> None:
-        if isinstance(buckets, int) or not buckets or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets):
+        if (
+            isinstance(buckets, int)
+            or not buckets
+            or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets)
+        ):
             raise ValueError(f"buckets must be a non-empty sequence of ints >= 1, got {buckets!r}")
         self.buckets = tuple(sorted(set(buckets)))
 
@@ -404,7 +452,9 @@ class TokenBuckets:
         for b in self.buckets:
             if length <= b:
                 return b
-        raise ValueError(f"sequence length {length} exceeds the largest bucket; buckets: {list(self.buckets)} (add a larger one)")
+        raise ValueError(
+            f"sequence length {length} exceeds the largest bucket; buckets: {list(self.buckets)} (add a larger one)"
+        )
 
     def pad(self, x: torch.Tensor, dim: int = 1, value: float = 0.0) -> tuple[torch.Tensor, int]:
         """`x` padded with `value` along `dim` to its bucket; returns ``(padded, original length)``."""

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 __all__ = ["Fallback", "FusionReport", "GraphEntry"]
 
@@ -88,8 +89,10 @@ class GraphEntry(_KeyReads):
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready copy: the always-present keys, then the optional ones that are set."""
-        d = {k: getattr(self, k) for k in ("name", "matches", "ops_before", "ops_after", "executor", "training",
-                                           "dynamic", "compile_id")}
+        d = {
+            k: getattr(self, k)
+            for k in ("name", "matches", "ops_before", "ops_after", "executor", "training", "dynamic", "compile_id")
+        }
         d["matches"] = dict(self.matches)
         if self.fell_back:
             d["fell_back"] = True
@@ -100,7 +103,7 @@ class GraphEntry(_KeyReads):
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "GraphEntry":
+    def from_dict(cls, d: Mapping[str, Any]) -> GraphEntry:
         """From `to_dict` output (or an entry of a report's JSON).
 
         Raises:
@@ -142,7 +145,7 @@ class Fallback(_KeyReads):
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Fallback":
+    def from_dict(cls, d: Mapping[str, Any]) -> Fallback:
         """From `to_dict` output (or an entry of a report's JSON).
 
         Raises:
@@ -207,8 +210,7 @@ class FusionReport:
         self.fallbacks = [_fallback(f) for f in self.fallbacks]
 
     # -- recording ------------------------------------------------------------------------------
-    def add_graph(self, name: str, matches: dict[str, int], ops_before: int, ops_after: int,
-                  **info: Any) -> GraphEntry:
+    def add_graph(self, name: str, matches: dict[str, int], ops_before: int, ops_after: int, **info: Any) -> GraphEntry:
         """Record one compiled graph (called by the backend).
 
         Args:
@@ -278,20 +280,44 @@ class FusionReport:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serializable copy (entries as `GraphEntry.to_dict` / `Fallback.to_dict`)."""
-        return json.loads(json.dumps(dict(
-            matches=self.matches, ops_before=self.ops_before, ops_after=self.ops_after,
-            graphs=[g.to_dict() for g in self.graphs], graphs_compiled=self.graphs_compiled,
-            fallbacks=[f.to_dict() for f in self.fallbacks], swaps=self.swaps, upstream_fused=self.upstream_fused,
-        ), default=str))
+        return json.loads(
+            json.dumps(
+                dict(
+                    matches=self.matches,
+                    ops_before=self.ops_before,
+                    ops_after=self.ops_after,
+                    graphs=[g.to_dict() for g in self.graphs],
+                    graphs_compiled=self.graphs_compiled,
+                    fallbacks=[f.to_dict() for f in self.fallbacks],
+                    swaps=self.swaps,
+                    upstream_fused=self.upstream_fused,
+                ),
+                default=str,
+            )
+        )
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "FusionReport":
+    def from_dict(cls, d: dict[str, Any]) -> FusionReport:
         """The report `to_dict` wrote (entries become `GraphEntry` / `Fallback` records)."""
-        return cls(**{k: d[k] for k in ("matches", "ops_before", "ops_after", "graphs", "graphs_compiled",
-                                        "fallbacks", "swaps", "upstream_fused") if k in d})
+        return cls(
+            **{
+                k: d[k]
+                for k in (
+                    "matches",
+                    "ops_before",
+                    "ops_after",
+                    "graphs",
+                    "graphs_compiled",
+                    "fallbacks",
+                    "swaps",
+                    "upstream_fused",
+                )
+                if k in d
+            }
+        )
 
     @classmethod
-    def merge(cls, reports: Iterable["FusionReport"]) -> "FusionReport":
+    def merge(cls, reports: Iterable[FusionReport]) -> FusionReport:
         """One report summing `reports` (e.g. the transformers of a pipeline)."""
         out = cls()
         for r in reports:
@@ -310,13 +336,23 @@ class FusionReport:
         fusions = list(self.matches)
         lines = ["FusionReport"]
         if self.ops_before:
-            lines.append(f"  graphs compiled: {self.graphs_compiled}; ops {self.ops_before} -> {self.ops_after} "
-                         f"({self.ops_after / self.ops_before:.0%})")
+            lines.append(
+                f"  graphs compiled: {self.graphs_compiled}; ops {self.ops_before} -> {self.ops_after} "
+                f"({self.ops_after / self.ops_before:.0%})"
+            )
         else:
             lines.append(f"  graphs compiled: {self.graphs_compiled}")
         header = ["graph", *fusions, "ops before", "ops after", "executor"]
-        rows = [[g.name + (" (fell back)" if g.fell_back else ""), *[str(g.matches.get(f, 0)) for f in fusions],
-                 str(g.ops_before), str(g.ops_after), str(g.executor or "")] for g in self.graphs]
+        rows = [
+            [
+                g.name + (" (fell back)" if g.fell_back else ""),
+                *[str(g.matches.get(f, 0)) for f in fusions],
+                str(g.ops_before),
+                str(g.ops_after),
+                str(g.executor or ""),
+            ]
+            for g in self.graphs
+        ]
         rows.append(["total", *[str(self.matches[f]) for f in fusions], str(self.ops_before), str(self.ops_after), ""])
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
         for r in [header, *rows]:

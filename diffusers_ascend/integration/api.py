@@ -47,17 +47,21 @@ def enable_model(model: torch.nn.Module, cfg: AscendConfig, name: str = "", veri
 
     adapter = adapter_for(model)
     compiled_call = Backends.of(model).get(cfg, verify) if cfg.compile != "none" else None
-    state = EnabledModel(cfg, compiled_call.backend if compiled_call is not None else None,
-                         model_class=type(model).__name__)
+    state = EnabledModel(
+        cfg, compiled_call.backend if compiled_call is not None else None, model_class=type(model).__name__
+    )
     if compiled_call is not None:
         state.signatures, state.compiled_call = compiled_call.signatures, compiled_call
     # Block packages (`save_ascend_cache`): AOTInductor ones run uncaptured, eager ones under capture too.
-    state.record_signatures = (cfg.compile == "blocks" and not cfg.freezing and state.backend is not None
-                               and (state.backend.executor == "eager" or state.backend.graph_capture is None))
+    state.record_signatures = (
+        cfg.compile == "blocks"
+        and not cfg.freezing
+        and state.backend is not None
+        and (state.backend.executor == "eager" or state.backend.graph_capture is None)
+    )
     model._ascend_state = state
     unswapped: list[tuple[str, str, str, str | None]] = []
-    state.swapped, state.swaps = apply_swaps(model, cfg.resolved_fusions(), skipped=unswapped,
-                                             extra=adapter_swaps())
+    state.swapped, state.swaps = apply_swaps(model, cfg.resolved_fusions(), skipped=unswapped, extra=adapter_swaps())
     unswapped += foreign_processors(model, adapter, cfg.resolved_fusions(), state.swapped, unswapped)
     note_unswapped(state, model, name, unswapped)
     set_attention(model, cfg, state)
@@ -158,6 +162,7 @@ def enable_ascend_compile(
         cfg.check_enable()  # every rule on these settings (config.py), before anything changes
         probe = AscendBackend(cfg, verify=False)  # ensure_verified below
     from ..adapters import adapter_for
+
     models = models_of(pipe_or_model)
     if not models:
         raise ValueError(f"{type(pipe_or_model).__name__} holds no model with an Ascend adapter.")
@@ -201,8 +206,9 @@ def enable_ascend_compile(
     return pipe_or_model
 
 
-def save_ascend_cache(pipe_or_model: DiffusionPipeline | ModelMixin,
-                      save_directory: str | os.PathLike[str]) -> dict[str, Any]:
+def save_ascend_cache(
+    pipe_or_model: DiffusionPipeline | ModelMixin, save_directory: str | os.PathLike[str]
+) -> dict[str, Any]:
     """Writes the compile artifacts of an enabled pipeline or model, after its first call, to
     `save_directory`, for `enable_ascend_compile(..., cache=save_directory)` in another process.
 

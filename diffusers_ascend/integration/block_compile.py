@@ -52,8 +52,9 @@ class CompiledCall:
         if wrapper is None:
             with _BOOKKEEPING:  # made at the first call, which threads may reach together
                 if self._wrapper is None:
-                    self._wrapper = torch.compile(self.fn, backend=self.backend, dynamic=self.cfg.dynamic,
-                                                  fullgraph=self.cfg.fullgraph)
+                    self._wrapper = torch.compile(
+                        self.fn, backend=self.backend, dynamic=self.cfg.dynamic, fullgraph=self.cfg.fullgraph
+                    )
                 wrapper = self._wrapper
         return wrapper(module, *args, **kwargs)
 

@@ -63,44 +63,71 @@ def foreign_compiles(model: torch.nn.Module, name: str, state: EnabledModel, out
 
     found = []
     if outer and state.config.compile != "none":
-        found.append((name or type(model).__name__, "it runs inside a torch.compile(model) wrapper (OptimizedModule), "
-                      "whose dynamo traces our compiled blocks into its own graph: our backend compiles nothing (no "
-                      "graph fusions; layer swaps and attention still apply). Call the unwrapped model (e.g. "
-                      "pipe.transformer = pipe.transformer._orig_mod), with compile='model' for one graph per model"))
+        found.append(
+            (
+                name or type(model).__name__,
+                "it runs inside a torch.compile(model) wrapper (OptimizedModule), "
+                "whose dynamo traces our compiled blocks into its own graph: our backend compiles nothing (no "
+                "graph fusions; layer swaps and attention still apply). Call the unwrapped model (e.g. "
+                "pipe.transformer = pipe.transformer._orig_mod), with compile='model' for one graph per model",
+            )
+        )
     if state.config.compile == "blocks" and model._compiled_call_impl is not None:
-        found.append((name or type(model).__name__, "the whole model was compiled by another torch.compile "
-                      "(Module.compile()): its backend traces every block, ours never runs; for one compiled graph "
-                      "per model use enable_ascend_compile(compile='model')"))
+        found.append(
+            (
+                name or type(model).__name__,
+                "the whole model was compiled by another torch.compile "
+                "(Module.compile()): its backend traces every block, ours never runs; for one compiled graph "
+                "per model use enable_ascend_compile(compile='model')",
+            )
+        )
     # A block that fell back to eager has no compiled call at all: that is not another compile.
     replaced = [m for m in state.compiled if m._compiled_call_impl is not None and not is_ours(m, state)]
     hooked = [(m, h) for m in state.compiled if m not in replaced for h in _compile_disabling_hooks(m)]
     if hooked:
-        found.append((_prefixed(name, f"<{type(hooked[0][0]).__name__}>"),
-                      f"{len({id(m) for m, _ in hooked})} compiled block(s) run eager: diffusers' "
-                      f"{type(hooked[0][1]).__name__} wraps their forward in torch.compiler.disable, so dynamo never "
-                      "compiles them (no graph, no fusion); remove the hook (e.g. disable_cache()) to get them back"))
+        found.append(
+            (
+                _prefixed(name, f"<{type(hooked[0][0]).__name__}>"),
+                f"{len({id(m) for m, _ in hooked})} compiled block(s) run eager: diffusers' "
+                f"{type(hooked[0][1]).__name__} wraps their forward in torch.compiler.disable, so dynamo never "
+                "compiles them (no graph, no fusion); remove the hook (e.g. disable_cache()) to get them back",
+            )
+        )
     patched: dict[tuple[type, type], list] = {}
     for obj, cls in state.swapped:
         patched.setdefault((cls, type(obj)), []).append(obj)
     for (cls, fused), objs in patched.items():
         patch = _patched(cls, fused)
         if patch is not None:
-            found.append((_prefixed(name, f"<{cls.__name__}>"),
-                          f"{len(objs)} {cls.__name__} object(s) run our {fused.__name__}, which replaces {patch}, "
-                          "patched in after enabling (e.g. cache-dit's async Ulysses): that code never runs on them; "
-                          "enable again to keep it (the swap is then left out)"))
+            found.append(
+                (
+                    _prefixed(name, f"<{cls.__name__}>"),
+                    f"{len(objs)} {cls.__name__} object(s) run our {fused.__name__}, which replaces {patch}, "
+                    "patched in after enabling (e.g. cache-dit's async Ulysses): that code never runs on them; "
+                    "enable again to keep it (the swap is then left out)",
+                )
+            )
     if replaced:
-        found.append((_prefixed(name, f"<{type(replaced[0]).__name__}>"),
-                      f"{len(replaced)} compiled block(s) were compiled again after enabling (Module.compile() or "
-                      "compile_repeated_blocks()): that compile replaced ours, which no longer runs on them; "
-                      "enable_ascend_compile compiles the blocks itself (enable again to restore it)"))
+        found.append(
+            (
+                _prefixed(name, f"<{type(replaced[0]).__name__}>"),
+                f"{len(replaced)} compiled block(s) were compiled again after enabling (Module.compile() or "
+                "compile_repeated_blocks()): that compile replaced ours, which no longer runs on them; "
+                "enable_ascend_compile compiles the blocks itself (enable again to restore it)",
+            )
+        )
     ours = [m for m in state.compiled if is_ours(m, state)]
     if not found and ours and state.marker is not None and state.marker.ran and not state.compiled_ran:
-        found.append((name or type(model).__name__, "it ran, but none of its compiled modules' calls did: another "
-                      "torch.compile traced it, most likely a torch.compile(model) wrapper (OptimizedModule) around "
-                      "it, whose dynamo traces the blocks into its own graph with its own backend: our backend "
-                      "compiles nothing (no graph fusions; layer swaps and attention still apply). Call the model "
-                      "itself, with compile='model' for one graph per model"))
+        found.append(
+            (
+                name or type(model).__name__,
+                "it ran, but none of its compiled modules' calls did: another "
+                "torch.compile traced it, most likely a torch.compile(model) wrapper (OptimizedModule) around "
+                "it, whose dynamo traces the blocks into its own graph with its own backend: our backend "
+                "compiles nothing (no graph fusions; layer swaps and attention still apply). Call the model "
+                "itself, with compile='model' for one graph per model",
+            )
+        )
     for module, reason in found:
         note_once(state, module, reason)
 
@@ -116,16 +143,25 @@ def recompile_limit_reached(model: torch.nn.Module, name: str, state: EnabledMod
         return
     graphs, limit = compiled_code_entries(state.compiled_call.code), dynamo_recompile_limit()
     if graphs >= limit:
-        note_once(state, name or type(model).__name__, (
-            f"{graphs} graphs compiled for this config reach dynamo's recompile limit ({limit}): a call of a new shape "
-            "runs uncompiled, without fusion. Use dynamic=None (the default) or True for varying resolutions, or a "
-            "higher recompile_limit"))
+        note_once(
+            state,
+            name or type(model).__name__,
+            (
+                f"{graphs} graphs compiled for this config reach dynamo's recompile limit ({limit}): a call of a new shape "
+                "runs uncompiled, without fusion. Use dynamic=None (the default) or True for varying resolutions, or a "
+                "higher recompile_limit"
+            ),
+        )
 
 
 def _compile_disabling_hooks(module: torch.nn.Module) -> list:
     """The diffusers hooks on `module` whose ``new_forward`` (which runs the block's forward) is
     ``torch.compiler.disable``d: MagCache's block hooks."""
-    return [h for h in dc.module_hooks(module) if getattr(getattr(type(h), "new_forward", None), "_torchdynamo_disable", False)]
+    return [
+        h
+        for h in dc.module_hooks(module)
+        if getattr(getattr(type(h), "new_forward", None), "_torchdynamo_disable", False)
+    ]
 
 
 def foreign_processors(model, adapter, fusions, swapped, skipped) -> list[tuple[str, str, str, str]]:
@@ -145,24 +181,35 @@ def foreign_processors(model, adapter, fusions, swapped, skipped) -> list[tuple[
         if swap is None or proc is None or id(proc) in done or f"{n}.processor" in reported:
             continue
         cls = type(proc)
-        out.append((swap.fusion, f"{n}.processor", cls.__name__,
-                    f"{cls.__module__}.{cls.__qualname__} is not diffusers' {swap.source}, which the swap replaces"))
+        out.append(
+            (
+                swap.fusion,
+                f"{n}.processor",
+                cls.__name__,
+                f"{cls.__module__}.{cls.__qualname__} is not diffusers' {swap.source}, which the swap replaces",
+            )
+        )
     return out
 
 
-def note_unswapped(state: EnabledModel, model: torch.nn.Module, name: str,
-                   unswapped: list[tuple[str, str, str, Any]]) -> None:
+def note_unswapped(
+    state: EnabledModel, model: torch.nn.Module, name: str, unswapped: list[tuple[str, str, str, Any]]
+) -> None:
     """One warning and fallback entry per (fusion, reason) for the modules a swap left as they were."""
     for fusion, patch in dict.fromkeys((f, p) for f, _, _, p in unswapped):
         mods = [(n, c) for f, n, c, p in unswapped if f == fusion and p == patch]
         if patch is None:
-            reason = (f"{len(mods)} {mods[0][1]} module(s) not fused by {fusion!r} (first: {mods[0][0] or '<root>'}): "
-                      "their `forward` is an instance attribute (a hook applied before enabling, e.g. leaf-level group "
-                      "offloading) that calls the original class's forward. Apply the hook after "
-                      "enable_ascend_compile, or use block-level offloading.")
+            reason = (
+                f"{len(mods)} {mods[0][1]} module(s) not fused by {fusion!r} (first: {mods[0][0] or '<root>'}): "
+                "their `forward` is an instance attribute (a hook applied before enabling, e.g. leaf-level group "
+                "offloading) that calls the original class's forward. Apply the hook after "
+                "enable_ascend_compile, or use block-level offloading."
+            )
         else:
-            reason = (f"{len(mods)} {mods[0][1]} object(s) kept, not fused by the {fusion!r} swap (first: "
-                      f"{mods[0][0] or '<root>'}): {patch}; the fused class would replace that code")
+            reason = (
+                f"{len(mods)} {mods[0][1]} object(s) kept, not fused by the {fusion!r} swap (first: "
+                f"{mods[0][0] or '<root>'}): {patch}; the fused class would replace that code"
+            )
         warn(f"{name or type(model).__name__}: {reason}")
         state.fallbacks.append(Fallback(_prefixed(name, f"<{fusion} swaps>"), reason, {fusion: len(mods)}))
 
@@ -170,7 +217,9 @@ def note_unswapped(state: EnabledModel, model: torch.nn.Module, name: str,
 def note_missing_blocks(state: EnabledModel, model: torch.nn.Module, name: str, adapter, missing: list[str]) -> None:
     """One warning and fallback entry per block class the adapter names that matches no submodule."""
     for block in missing:  # e.g. a `_repeated_blocks` name this config does not build
-        reason = (f"block class {block!r} named by the {adapter.name!r} adapter matches no submodule of "
-                  f"{type(model).__name__}: nothing of it is compiled")
+        reason = (
+            f"block class {block!r} named by the {adapter.name!r} adapter matches no submodule of "
+            f"{type(model).__name__}: nothing of it is compiled"
+        )
         warn(f"{name or type(model).__name__}: {reason}")
         state.fallbacks.append(Fallback(_prefixed(name, f"<{block}>"), reason))

@@ -25,8 +25,9 @@ _LOADING_PIPELINE = contextvars.ContextVar("diffusers_ascend_loading_pipeline", 
 class AscendAccelerationMixin:
     """Methods added to `diffusers.DiffusionPipeline` and `diffusers.ModelMixin` by `import diffusers_ascend`."""
 
-    def enable_ascend_compile(self, config: AscendConfig | dict[str, Any] | str | os.PathLike[str] | None = None,
-                              **overrides: Any):
+    def enable_ascend_compile(
+        self, config: AscendConfig | dict[str, Any] | str | os.PathLike[str] | None = None, **overrides: Any
+    ):
         """See `diffusers_ascend.enable_ascend_compile`."""
         return enable_ascend_compile(self, config, **overrides)
 

@@ -76,16 +76,18 @@ def enabled_models(pipe_or_model: DiffusionPipeline | ModelMixin) -> list[Enable
             continue
         backend = state.backend
         capture = backend.graph_capture if backend is not None else None
-        out.append(EnabledModelInfo(
-            name=name,
-            model=model,
-            config=state.config,
-            executor=backend.executor if backend is not None else None,
-            compiled=tuple(state.compiled),
-            block_classes=tuple(dict.fromkeys(type(m).__name__ for m in state.compiled)),
-            signatures=types.MappingProxyType({k: len(v) for k, v in state.signatures.items()}),
-            packages=types.MappingProxyType({k: len(v) for k, v in state.aot_blocks.items()}),
-            captured_graphs=capture.num_graphs if capture is not None else None,
-            capture_stats=types.MappingProxyType(dict(capture.stats)) if capture is not None else None,
-        ))
+        out.append(
+            EnabledModelInfo(
+                name=name,
+                model=model,
+                config=state.config,
+                executor=backend.executor if backend is not None else None,
+                compiled=tuple(state.compiled),
+                block_classes=tuple(dict.fromkeys(type(m).__name__ for m in state.compiled)),
+                signatures=types.MappingProxyType({k: len(v) for k, v in state.signatures.items()}),
+                packages=types.MappingProxyType({k: len(v) for k, v in state.aot_blocks.items()}),
+                captured_graphs=capture.num_graphs if capture is not None else None,
+                capture_stats=types.MappingProxyType(dict(capture.stats)) if capture is not None else None,
+            )
+        )
     return out

@@ -22,7 +22,15 @@ below this package), by component name; warm start never reaches back into the e
 """
 
 from ..integration.state import EnabledModel
-from .load import LoadedCache, LoadedPackage, TorchCaches, cache_info, count_packages, install_packages, load_ascend_cache
+from .load import (
+    LoadedCache,
+    LoadedPackage,
+    TorchCaches,
+    cache_info,
+    count_packages,
+    install_packages,
+    load_ascend_cache,
+)
 from .manifest import (
     ARTIFACTS_NAME,
     EAGER_MECHANISM,

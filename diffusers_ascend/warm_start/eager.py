@@ -32,20 +32,38 @@ from typing import Any
 
 import torch
 
-from ..errors import warn
 from ..compilation import _compat
+from ..errors import warn
 from ..integration.state import EnabledModel
-from .packages import AotBlock, CallSignature, PackageMismatchError, fused_graph, package_binding, parse_outputs, parse_state
+from .packages import (
+    AotBlock,
+    CallSignature,
+    PackageMismatchError,
+    fused_graph,
+    package_binding,
+    parse_outputs,
+    parse_state,
+)
 
 # The call targets an eager package may hold: an overload of these op namespaces, or tuple indexing.
 _TARGET = re.compile(r"^torch\.ops\.(aten|prims|ascend_kernels)\.[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
 _GETITEM = "_operator.getitem"
 # Schema fields no package of ours holds: symbolic values (parsed by sympy), custom objects,
 # subgraphs of higher-order ops, operators passed as arguments.
-_REFUSED_FIELDS = frozenset({
-    "as_sym_int", "as_sym_ints", "as_sym_float", "as_sym_floats", "as_sym_bool", "as_sym_bools", "as_expr",
-    "as_custom_obj", "as_graph", "as_operator",
-})
+_REFUSED_FIELDS = frozenset(
+    {
+        "as_sym_int",
+        "as_sym_ints",
+        "as_sym_float",
+        "as_sym_floats",
+        "as_sym_bool",
+        "as_sym_bools",
+        "as_expr",
+        "as_custom_obj",
+        "as_graph",
+        "as_operator",
+    }
+)
 _PAYLOAD_KEYS = {"binding", "program"}
 
 
@@ -63,8 +81,10 @@ def build_eager_package(block: torch.nn.Module, signature: CallSignature, manage
     with torch.no_grad(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r".*LeafSpec.* is deprecated", category=FutureWarning)
         program = _compat.export_program(gm, inputs)
-    payload = {"binding": package_binding(signature.to_json(), fields["state"], fields["outputs"]),
-               "program": json.loads(_compat.export_to_json(program))}
+    payload = {
+        "binding": package_binding(signature.to_json(), fields["state"], fields["outputs"]),
+        "program": json.loads(_compat.export_to_json(program)),
+    }
     for node in payload["program"]["graph_module"]["graph"]["nodes"]:
         node["metadata"] = {}  # source locations and module paths: not needed to run, names resolved by torch
     check_program(payload["program"])
@@ -100,18 +120,26 @@ def check_program(program: Any) -> None:
     for node in graph["nodes"]:
         target = node.get("target") if isinstance(node, dict) else None
         if not isinstance(target, str) or not (target == _GETITEM or _TARGET.match(target)):
-            raise ValueError(f"the package's program calls {target!r}: only aten, prims and ascend_kernels ops "
-                             "and tuple indexing are allowed")
+            raise ValueError(
+                f"the package's program calls {target!r}: only aten, prims and ascend_kernels ops "
+                "and tuple indexing are allowed"
+            )
         if node.get("metadata"):
-            raise ValueError("the package's program holds node metadata (torch resolves names in it); a package has none")
+            raise ValueError(
+                "the package's program holds node metadata (torch resolves names in it); a package has none"
+            )
     signature = graph_module.get("signature")
-    specs = (signature.get("input_specs"), signature.get("output_specs")) if isinstance(signature, dict) else (None, None)
+    specs = (
+        (signature.get("input_specs"), signature.get("output_specs")) if isinstance(signature, dict) else (None, None)
+    )
     if not all(isinstance(s, list) for s in specs):
         raise ValueError("the package's program has no input and output specs")
     for spec, kind in zip(specs, ("user_input", "user_output")):
         if not all(isinstance(s, dict) and set(s) == {kind} for s in spec):
-            raise ValueError(f"the package's program has inputs or outputs other than {kind}s (parameters, "
-                             "buffers, constants, mutations): a package takes its weights as inputs")
+            raise ValueError(
+                f"the package's program has inputs or outputs other than {kind}s (parameters, "
+                "buffers, constants, mutations): a package takes its weights as inputs"
+            )
     for key in ("sym_int_values", "sym_bool_values", "sym_float_values", "custom_obj_values"):
         if graph.get(key):
             raise ValueError(f"the package's program holds {key}; a package has none")
@@ -172,8 +200,10 @@ class EagerBlock(AotBlock):
         if not isinstance(payload, dict) or set(payload) != _PAYLOAD_KEYS or not isinstance(payload["binding"], str):
             raise ValueError(f"the package must be a JSON object of the keys {sorted(_PAYLOAD_KEYS)}")
         if payload["binding"] != package_binding(signature, state, outputs):
-            raise PackageMismatchError("the package was built for another call signature, state or output than its "
-                                       "manifest entry says (entries swapped or edited?)")
+            raise PackageMismatchError(
+                "the package was built for another call signature, state or output than its "
+                "manifest entry says (entries swapped or edited?)"
+            )
         try:
             check_program(payload["program"])
         except ValueError as e:  # matching sha256 and binding, yet not ours: a crafted cache, refused whole
@@ -196,8 +226,10 @@ def save_eager_cache(models: dict[str, EnabledModel], target: str, owner: str, k
 
     cfg = next(iter(models.values())).config
     if cfg.compile != "blocks":
-        raise ValueError("executor='eager' saves one package per compiled block class: enable with compile='blocks' "
-                         f"(compile={cfg.compile!r} has none).")
+        raise ValueError(
+            "executor='eager' saves one package per compiled block class: enable with compile='blocks' "
+            f"(compile={cfg.compile!r} has none)."
+        )
     if not any(m.backend is not None and m.backend.report.graphs_compiled for m in models.values()):
         raise ValueError(f"{owner} has compiled no graph yet: call it once, then save.")
     blobs: dict[str, bytes] = {}
@@ -213,12 +245,17 @@ def save_eager_cache(models: dict[str, EnabledModel], target: str, owner: str, k
             try:
                 data, info = build_eager_package(block, signature, m.backend.manager)
             except Exception as e:  # noqa: BLE001 - that class compiles in the warm process
-                warn(f"{model_name or m.model_class}.{label} was not packaged "
-                     f"({describe_failure(e)}); a process loading this cache compiles it.", stacklevel=3)
+                warn(
+                    f"{model_name or m.model_class}.{label} was not packaged "
+                    f"({describe_failure(e)}); a process loading this cache compiles it.",
+                    stacklevel=3,
+                )
                 continue
             name = f"ascend_export_{len(entries)}.json"
             blobs[name] = data
-            entries.append({"model": model_name, "class": label, "file": name, "signature": signature.to_json(), **info})
+            entries.append(
+                {"model": model_name, "class": label, "file": name, "signature": signature.to_json(), **info}
+            )
     if not entries:
         raise ValueError(f"{owner}: no block call could be packaged (see the warnings), so there is nothing to save.")
     manifest = new_manifest(EAGER_MECHANISM, keys, blobs, entries)

@@ -51,7 +51,7 @@ def isa_probes(root: str) -> list[str]:
             if not name.endswith(".so") or os.path.getmtime(path) < start - 1:
                 continue
             try:
-                with open(path[:-len(".so")] + ".cpp", encoding="utf-8") as f:
+                with open(path[: -len(".so")] + ".cpp", encoding="utf-8") as f:
                     if f.read(longest + 1) in probes:
                         out.append(path)
             except (OSError, UnicodeDecodeError):
@@ -90,20 +90,32 @@ def check_kernels(data: bytes) -> list[tarfile.TarInfo]:
             for m in tar:  # iterated, so a long member list is refused as it is read
                 members.append(m)
                 if len(members) > MAX_KERNEL_MEMBERS:
-                    raise ValueError(f"{KERNELS_NAME} holds more than {MAX_KERNEL_MEMBERS} members (tampered?); "
-                                     "nothing was loaded.")
+                    raise ValueError(
+                        f"{KERNELS_NAME} holds more than {MAX_KERNEL_MEMBERS} members (tampered?); nothing was loaded."
+                    )
     except tarfile.TarError as e:
-        raise ValueError(f"{KERNELS_NAME} is not a readable tar archive ({e}; tampered?): nothing was loaded.") from None
+        raise ValueError(
+            f"{KERNELS_NAME} is not a readable tar archive ({e}; tampered?): nothing was loaded."
+        ) from None
     names = set()
     for m in members:
         parts = m.name.split("/")
-        if (m.type not in (tarfile.REGTYPE, tarfile.AREGTYPE) or m.issparse() or not m.name.endswith(".so")
-                or m.name.startswith("/") or any(p in ("", ".", "..") or not _FILE_NAME.match(p) for p in parts)):
-            raise ValueError(f"{KERNELS_NAME} holds {m.name!r}: only regular .so files at plain relative paths are "
-                             "allowed (tampered?); nothing was loaded.")
+        if (
+            m.type not in (tarfile.REGTYPE, tarfile.AREGTYPE)
+            or m.issparse()
+            or not m.name.endswith(".so")
+            or m.name.startswith("/")
+            or any(p in ("", ".", "..") or not _FILE_NAME.match(p) for p in parts)
+        ):
+            raise ValueError(
+                f"{KERNELS_NAME} holds {m.name!r}: only regular .so files at plain relative paths are "
+                "allowed (tampered?); nothing was loaded."
+            )
         if m.size > MAX_KERNEL_BYTES or m.offset_data + m.size > len(data) or m.name in names:
-            raise ValueError(f"{KERNELS_NAME} holds {m.name!r} of {m.size} bytes: a member must be stored whole in "
-                             f"the archive, at most {MAX_KERNEL_BYTES} bytes, once (tampered?); nothing was loaded.")
+            raise ValueError(
+                f"{KERNELS_NAME} holds {m.name!r} of {m.size} bytes: a member must be stored whole in "
+                f"the archive, at most {MAX_KERNEL_BYTES} bytes, once (tampered?); nothing was loaded."
+            )
         names.add(m.name)
     return members
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
-from ..integration.state import EnabledModel
 from ..errors import warn
+from ..integration.state import EnabledModel
 from .kernels import check_kernels, install_kernels
 from .manifest import (
     ARTIFACTS_NAME,
@@ -112,8 +113,14 @@ def load_ascend_cache(source, cfg, *, trust_remote_artifacts: bool = False, **hu
             diffs.append(f"torch {torch.__version__} cannot load portable compile caches (torch 2.7+)")
         if diffs:  # made for another setup: no artifact is read
             return manifest, diffs, None
-        return manifest, diffs, {name: read_verified(resolve(source, name, **hub_kwargs), entry)
-                                 for name, entry in manifest["files"].items()}
+        return (
+            manifest,
+            diffs,
+            {
+                name: read_verified(resolve(source, name, **hub_kwargs), entry)
+                for name, entry in manifest["files"].items()
+            },
+        )
 
     if is_remote(source):
         manifest, diffs, blobs = read()
@@ -163,8 +170,11 @@ class TorchCaches:
             except Exception as e:  # noqa: BLE001 - the graphs still compile, without the caches
                 from ..compilation.backend import describe_failure
 
-                warn(f"torch did not take the compile caches of {self.source!r} "
-                     f"({describe_failure(e)}); compiling without them.", stacklevel=2)
+                warn(
+                    f"torch did not take the compile caches of {self.source!r} "
+                    f"({describe_failure(e)}); compiling without them.",
+                    stacklevel=2,
+                )
 
 
 def _load_packages(entries: list[dict[str, Any]], blobs: dict[str, bytes], source) -> list[LoadedPackage]:
@@ -178,14 +188,27 @@ def _load_packages(entries: list[dict[str, Any]], blobs: dict[str, bytes], sourc
         try:
             block = _load_package(entry, blobs[entry["file"]])
         except PackageMismatchError as e:
-            raise ValueError(f"{entry['file']} at {source!r}, the package of {entry['class']}: {e} "
-                             "(tampered?): nothing was loaded.") from None
+            raise ValueError(
+                f"{entry['file']} at {source!r}, the package of {entry['class']}: {e} (tampered?): nothing was loaded."
+            ) from None
         except Exception as e:  # noqa: BLE001 - the JIT caches still serve this class
-            warn(f"the package of {entry['class']} at {source!r} did not load "
-                 f"({describe_failure(e)}); it compiles normally.", stacklevel=4)
+            warn(
+                f"the package of {entry['class']} at {source!r} did not load "
+                f"({describe_failure(e)}); it compiles normally.",
+                stacklevel=4,
+            )
             continue
-        out.append(LoadedPackage(entry["model"], entry["class"], entry["file"], entry["matches"], entry["ops_before"],
-                                 entry["ops_after"], block))
+        out.append(
+            LoadedPackage(
+                entry["model"],
+                entry["class"],
+                entry["file"],
+                entry["matches"],
+                entry["ops_before"],
+                entry["ops_after"],
+                block,
+            )
+        )
     return out
 
 
@@ -198,7 +221,9 @@ def _load_package(entry: dict[str, Any], data: bytes) -> AotBlock:
         return AotBlock.load(path, entry["signature"], entry["state"], entry["outputs"])
 
 
-def install_packages(models: dict[str, EnabledModel], blocks: Sequence[LoadedPackage], caches: TorchCaches | None) -> None:
+def install_packages(
+    models: dict[str, EnabledModel], blocks: Sequence[LoadedPackage], caches: TorchCaches | None
+) -> None:
     """Puts each loaded package (`LoadedCache.blocks`) before the compiled path of its
     model's block class and lists it in the model's report; the backends hand `caches` to torch
     before their first compile."""
@@ -223,9 +248,16 @@ def install_packages(models: dict[str, EnabledModel], blocks: Sequence[LoadedPac
         if listed:  # a backend reused from an earlier enable lists it already (moved last: see `attach`)
             report.graphs.append(report.graphs.pop(listed[0]))
         else:
-            report.add_graph(name, entry.matches, entry.ops_before, entry.ops_after,
-                             executor="eager" if eager else "aoti", package=entry.file, training=False,
-                             dynamic=False)
+            report.add_graph(
+                name,
+                entry.matches,
+                entry.ops_before,
+                entry.ops_after,
+                executor="eager" if eager else "aoti",
+                package=entry.file,
+                training=False,
+                dynamic=False,
+            )
         if eager:
             block.attach(m.backend)
 
@@ -233,8 +265,11 @@ def install_packages(models: dict[str, EnabledModel], blocks: Sequence[LoadedPac
 def count_packages(models: dict[str, EnabledModel]) -> dict[str, int]:
     """`package_counters` of these models."""
     blocks = [b for m in models.values() for v in m.aot_blocks.values() for b in v]
-    return {"packages": len(blocks), "calls": sum(b.hits for b in blocks),
-            "passed_on": sum(m.packages_passed_on for m in models.values())}
+    return {
+        "packages": len(blocks),
+        "calls": sum(b.hits for b in blocks),
+        "passed_on": sum(m.packages_passed_on for m in models.values()),
+    }
 
 
 def cache_info(source, cfg=None, **hub_kwargs) -> dict[str, Any]:

@@ -25,8 +25,10 @@ MECHANISM = "inductor-mega-cache+aoti-blocks"
 EAGER_MECHANISM = "eager-export-blocks"
 PACKAGE_NAME = re.compile(r"^(ascend_aoti_[0-9]{1,4}\.pt2|ascend_export_[0-9]{1,4}\.json)$")
 # The package file names of each mechanism.
-_PACKAGE_NAMES = {MECHANISM: (re.compile(r"^ascend_aoti_[0-9]{1,4}\.pt2$"), "ascend_aoti_<n>.pt2"),
-                  EAGER_MECHANISM: (re.compile(r"^ascend_export_[0-9]{1,4}\.json$"), "ascend_export_<n>.json")}
+_PACKAGE_NAMES = {
+    MECHANISM: (re.compile(r"^ascend_aoti_[0-9]{1,4}\.pt2$"), "ascend_aoti_<n>.pt2"),
+    EAGER_MECHANISM: (re.compile(r"^ascend_export_[0-9]{1,4}\.json$"), "ascend_export_<n>.json"),
+}
 # Manifest key -> its meaning, as a mismatch warning names it.
 KEY_FIELDS = {
     "torch": "torch version",
@@ -79,7 +81,7 @@ def expected_keys(cfg) -> dict[str, str]:
         "platform": plat,
         "machine": host.machine(),
         "device": device_capability(plat),
-        "python": "%d.%d" % sys.version_info[:2],
+        "python": "{}.{}".format(*sys.version_info[:2]),
         "diffusers_ascend": __version__,
         "config_hash": cfg.cache_key(),
         "pass_hash": FusionPassManager(ordered_fusions(cfg.resolved_fusions(plat))).uuid(),
@@ -106,8 +108,10 @@ def read_manifest(path: str) -> dict[str, Any]:
         missing, extra = sorted(_MANIFEST_KEYS - set(data)), sorted(set(data) - _MANIFEST_KEYS)
         raise ValueError(f"{where}: missing keys {missing}, unknown keys {extra}")
     if data["format"] != FORMAT or data["mechanism"] not in _PACKAGE_NAMES:
-        raise ValueError(f"{where}: format {data['format']!r} / mechanism {data['mechanism']!r}; "
-                         f"this diffusers-ascend reads format {FORMAT} / {' or '.join(map(repr, _PACKAGE_NAMES))}")
+        raise ValueError(
+            f"{where}: format {data['format']!r} / mechanism {data['mechanism']!r}; "
+            f"this diffusers-ascend reads format {FORMAT} / {' or '.join(map(repr, _PACKAGE_NAMES))}"
+        )
     eager = data["mechanism"] == EAGER_MECHANISM
     if eager and data["executor"] != "eager":
         raise ValueError(f"{where}: mechanism {data['mechanism']!r} with executor {data['executor']!r}")
@@ -123,16 +127,30 @@ def read_manifest(path: str) -> dict[str, Any]:
     if eager:  # the packages alone: the eager executor leaves nothing in torch's caches
         if not isinstance(files, dict) or set(files) != packages or len(packages) != len(blocks) or not blocks:
             raise ValueError(f"{where}: 'files' must name each block's package exactly once, and nothing else")
-    elif (not isinstance(files, dict) or ARTIFACTS_NAME not in files or not set(files) <= {ARTIFACTS_NAME, KERNELS_NAME} | packages
-            or not packages <= set(files) or len(packages) != len(blocks)):
-        raise ValueError(f"{where}: 'files' must name {ARTIFACTS_NAME!r}, optionally {KERNELS_NAME!r}, and each "
-                         "block's package exactly once")
+    elif (
+        not isinstance(files, dict)
+        or ARTIFACTS_NAME not in files
+        or not set(files) <= {ARTIFACTS_NAME, KERNELS_NAME} | packages
+        or not packages <= set(files)
+        or len(packages) != len(blocks)
+    ):
+        raise ValueError(
+            f"{where}: 'files' must name {ARTIFACTS_NAME!r}, optionally {KERNELS_NAME!r}, and each "
+            "block's package exactly once"
+        )
     for name, entry in files.items():
-        if (not isinstance(entry, dict) or set(entry) != {"sha256", "size"} or not isinstance(entry["sha256"], str)
-                or not _SHA.match(entry["sha256"]) or type(entry["size"]) is not int
-                or not 0 <= entry["size"] <= MAX_ARTIFACT_BYTES):
-            raise ValueError(f"{where}: files[{name!r}] must be {{'sha256': <64 hex digits>, 'size': <bytes, at most "
-                             f"{MAX_ARTIFACT_BYTES}>}}")
+        if (
+            not isinstance(entry, dict)
+            or set(entry) != {"sha256", "size"}
+            or not isinstance(entry["sha256"], str)
+            or not _SHA.match(entry["sha256"])
+            or type(entry["size"]) is not int
+            or not 0 <= entry["size"] <= MAX_ARTIFACT_BYTES
+        ):
+            raise ValueError(
+                f"{where}: files[{name!r}] must be {{'sha256': <64 hex digits>, 'size': <bytes, at most "
+                f"{MAX_ARTIFACT_BYTES}>}}"
+            )
     return data
 
 
@@ -146,7 +164,9 @@ def _check_block_entry(block: Any, package_name: tuple[re.Pattern, str], where: 
     if not package_name[0].match(block["file"]):
         raise ValueError(f"{where}: package file {block['file']!r} is not named {package_name[1]}")
     matches = block["matches"]
-    if not isinstance(matches, dict) or not all(isinstance(k, str) and type(v) is int and v >= 0 for k, v in matches.items()):
+    if not isinstance(matches, dict) or not all(
+        isinstance(k, str) and type(v) is int and v >= 0 for k, v in matches.items()
+    ):
         raise ValueError(f"{where}: 'matches' must map fusion names to counts")
     if not all(type(block[k]) is int and block[k] >= 0 for k in ("ops_before", "ops_after")):
         raise ValueError(f"{where}: 'ops_before' and 'ops_after' must be counts")
@@ -161,8 +181,10 @@ def _check_block_entry(block: Any, package_name: tuple[re.Pattern, str], where: 
 def mismatches(manifest: dict[str, Any], cfg) -> list[str]:
     """``"<meaning>: saved X, here Y"`` for each key of `manifest` that differs from this process."""
     if manifest.get("format") != FORMAT:
-        return [f"manifest format: saved {manifest.get('format')!r} by diffusers-ascend "
-                f"{manifest.get('diffusers_ascend')!r}, here {FORMAT}"]
+        return [
+            f"manifest format: saved {manifest.get('format')!r} by diffusers-ascend "
+            f"{manifest.get('diffusers_ascend')!r}, here {FORMAT}"
+        ]
     here = expected_keys(cfg)
     diffs = [f"{KEY_FIELDS[k]}: saved {manifest[k]!r}, here {here[k]!r}" for k in KEY_FIELDS if manifest[k] != here[k]]
     if (manifest["mechanism"] == EAGER_MECHANISM) != (here["executor"] == "eager"):

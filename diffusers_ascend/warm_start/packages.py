@@ -29,8 +29,8 @@ from typing import Any
 
 import torch
 
-from ..errors import warn
 from ..compilation import _compat
+from ..errors import warn
 
 MISS = object()  # `AotBlock.__call__`: not this package's call; compile it normally
 # The package's own record of the manifest entry it was built for (AOTInductor string metadata).
@@ -88,8 +88,12 @@ class CallSignature:
         return cls(spec, tuple(keys), training)
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, CallSignature) and self.leaves == other.leaves and self.training == other.training
-                and self.spec == other.spec)
+        return (
+            isinstance(other, CallSignature)
+            and self.leaves == other.leaves
+            and self.training == other.training
+            and self.spec == other.spec
+        )
 
     def __hash__(self) -> int:
         return hash((self.leaves, self.training))
@@ -111,8 +115,11 @@ class CallSignature:
 
     def example_tensors(self) -> list[torch.Tensor]:
         """Zero tensors of the recorded layouts, for `torch.export` (which traces with fake values)."""
-        return [torch.empty_strided(k[3], k[4], dtype=_dtype(k[1]), device=k[2]).zero_()
-                for k in self.leaves if k[0] == "tensor"]
+        return [
+            torch.empty_strided(k[3], k[4], dtype=_dtype(k[1]), device=k[2]).zero_()
+            for k in self.leaves
+            if k[0] == "tensor"
+        ]
 
     def rebuild(self, tensors) -> tuple[tuple, dict]:
         """``(args, kwargs)`` with `tensors` at the tensor leaves and the recorded values elsewhere."""
@@ -122,15 +129,22 @@ class CallSignature:
 
     # -- JSON (a manifest field: data only) ---------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        return {"tree": _compat.treespec_dumps(self.spec), "training": self.training,
-                "leaves": [_json_key(k) for k in self.leaves]}
+        return {
+            "tree": _compat.treespec_dumps(self.spec),
+            "training": self.training,
+            "leaves": [_json_key(k) for k in self.leaves],
+        }
 
     @classmethod
     def from_json(cls, data: Any) -> CallSignature:
         """Parses `to_json` output; raises ValueError naming what is malformed."""
         if not isinstance(data, dict) or set(data) != {"tree", "training", "leaves"}:
             raise ValueError("a block signature must be {'tree': str, 'training': bool, 'leaves': list}")
-        if not isinstance(data["tree"], str) or type(data["training"]) is not bool or not isinstance(data["leaves"], list):
+        if (
+            not isinstance(data["tree"], str)
+            or type(data["training"]) is not bool
+            or not isinstance(data["leaves"], list)
+        ):
             raise ValueError("a block signature must be {'tree': str, 'training': bool, 'leaves': list}")
         spec = _parse_spec(data["tree"], "a block signature's 'tree'")
         leaves = [_parse_leaf(leaf) for leaf in data["leaves"]]
@@ -148,7 +162,7 @@ def _ints(v: Any) -> bool:
 
 
 def _dtype(name: str) -> torch.dtype:
-    dtype = getattr(torch, name[len("torch."):], None) if name.startswith("torch.") else None
+    dtype = getattr(torch, name[len("torch.") :], None) if name.startswith("torch.") else None
     if not isinstance(dtype, torch.dtype):
         raise ValueError(f"a block signature names dtype {name!r}, which is not a torch dtype")
     return dtype
@@ -167,14 +181,21 @@ def _parse_leaf(leaf: Any) -> tuple:
         return ("tensor", dtype, device, tuple(shape), tuple(stride))
     if isinstance(leaf, list) and len(leaf) == 2 and leaf[0] == "value" and _leaf_key(leaf[1]) is not None:
         return ("value", leaf[1])
-    raise ValueError(f"a block signature's leaf must be ['tensor', dtype, device, shape, stride] or ['value', v]: {leaf!r}")
+    raise ValueError(
+        f"a block signature's leaf must be ['tensor', dtype, device, shape, stride] or ['value', v]: {leaf!r}"
+    )
 
 
 def parse_state(data: Any) -> tuple[list[str], list[tuple]]:
     """The ``state`` entry of a manifest: ``{"names": [str], "keys": [tensor leaf]}``."""
-    if (not isinstance(data, dict) or set(data) != {"names", "keys"} or not isinstance(data["names"], list)
-            or not all(isinstance(n, str) for n in data["names"]) or not isinstance(data["keys"], list)
-            or len(data["keys"]) != len(data["names"])):
+    if (
+        not isinstance(data, dict)
+        or set(data) != {"names", "keys"}
+        or not isinstance(data["names"], list)
+        or not all(isinstance(n, str) for n in data["names"])
+        or not isinstance(data["keys"], list)
+        or len(data["keys"]) != len(data["names"])
+    ):
         raise ValueError("a block's 'state' must be {'names': [str], 'keys': [tensor leaf]} of equal lengths")
     keys = [_parse_leaf(k) for k in data["keys"]]
     if any(k[0] != "tensor" for k in keys):
@@ -274,8 +295,17 @@ def fused_graph(block: torch.nn.Module, signature: CallSignature, manager) -> tu
     matches = manager(gm.graph)
     gm.recompile()
     state_json = {"names": names, "keys": [_json_key(_tensor_key(t)) for t in state]}
-    return gm, inputs, {"state": state_json, "outputs": _compat.treespec_dumps(out["spec"]), "matches": matches,
-                        "ops_before": before, "ops_after": count_ops(gm.graph)}
+    return (
+        gm,
+        inputs,
+        {
+            "state": state_json,
+            "outputs": _compat.treespec_dumps(out["spec"]),
+            "matches": matches,
+            "ops_before": before,
+            "ops_after": count_ops(gm.graph),
+        },
+    )
 
 
 def package_binding(signature: Any, state: Any, outputs: Any) -> str:
@@ -315,8 +345,10 @@ def _check_package(path: str, gm: torch.fx.GraphModule, inputs: list[torch.Tenso
             got = _compat.aoti_load(path)(*args)
         except Exception as e:
             lines = str(e).strip().splitlines()
-            raise RuntimeError("the package fails on inputs of the signature it was built for "
-                               f"({type(e).__name__}: {lines[0] if lines else ''})") from e
+            raise RuntimeError(
+                "the package fails on inputs of the signature it was built for "
+                f"({type(e).__name__}: {lines[0] if lines else ''})"
+            ) from e
     for e, g in zip(expected, got, strict=True):
         tol = 1e-4 if e.dtype in (torch.float32, torch.float64) else 3e-2
         torch.testing.assert_close(g, e, rtol=tol, atol=tol, msg=lambda m: f"the package differs from its graph: {m}")
@@ -374,18 +406,25 @@ class AotBlock:
         if recorded is None:
             raise ValueError("the package records no call signature to check its manifest entry against")
         if recorded != package_binding(signature, state, outputs):
-            raise PackageMismatchError("the package was built for another call signature, state or output than its "
-                                       "manifest entry says (entries swapped or edited?)")
+            raise PackageMismatchError(
+                "the package was built for another call signature, state or output than its "
+                "manifest entry says (entries swapped or edited?)"
+            )
         return cls(runner, sig, names, keys, spec)
 
     def __call__(self, block: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
         """The block's output computed by the package, or `MISS`."""
-        tensors = (self.signature.tensors(args, kwargs)
-                   if not self.broken and block.training == self.signature.training else None)
+        tensors = (
+            self.signature.tensors(args, kwargs)
+            if not self.broken and block.training == self.signature.training
+            else None
+        )
         state = None
         if tensors is not None:
             names, state = _state(block)
-            if torch.is_grad_enabled() and (any(t.requires_grad for t in state) or any(t.requires_grad for t in tensors)):
+            if torch.is_grad_enabled() and (
+                any(t.requires_grad for t in state) or any(t.requires_grad for t in tensors)
+            ):
                 tensors = None  # needs autograd: the package is forward only
             elif names != self.state or [_tensor_key(t) for t in state] != self.state_keys:
                 tensors = None  # weights cast, moved or replaced since the package was built
@@ -403,9 +442,12 @@ class AotBlock:
             # Checked when it was saved, a package should not fail; if it does, it is retired
             # and every call of its class takes the compiled path (the runner is functional:
             # nothing was written to the block's inputs or weights).
-            warn(f"the ahead-of-time package of {type(block).__name__} failed "
-                 f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}); "
-                 "it is no longer used and the block compiles normally.", stacklevel=1)
+            warn(
+                f"the ahead-of-time package of {type(block).__name__} failed "
+                f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}); "
+                "it is no longer used and the block compiles normally.",
+                stacklevel=1,
+            )
             self.broken = True
             self.misses += 1
             return MISS
@@ -429,8 +471,13 @@ def plain_call(module: torch.nn.Module) -> bool:
     instance ``forward`` such as a diffusers hook or an offloading wrapper): a package runs only then."""
     from torch.nn.modules import module as nn_module
 
-    return not (module._forward_pre_hooks or module._forward_hooks or "forward" in module.__dict__
-                or nn_module._global_forward_pre_hooks or nn_module._global_forward_hooks)
+    return not (
+        module._forward_pre_hooks
+        or module._forward_hooks
+        or "forward" in module.__dict__
+        or nn_module._global_forward_pre_hooks
+        or nn_module._global_forward_hooks
+    )
 
 
 def record_signature(signatures: dict, label: str, module: torch.nn.Module, args, kwargs) -> None:

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from ..integration.state import EnabledModel
 from ..errors import warn
+from ..integration.state import EnabledModel
 from .kernels import isa_probes, pack_kernels
 from .manifest import ARTIFACTS_NAME, KERNELS_NAME, MECHANISM, expected_keys, new_manifest
 from .packages import build_package
@@ -27,7 +27,9 @@ def save_cache(models: dict[str, EnabledModel], save_directory: str | os.PathLik
     cfg = next(iter(models.values())).config
     keys = expected_keys(cfg)
     if cfg.compile == "none":
-        raise ValueError("compile='none' compiles nothing, so there is nothing to save; use compile='blocks' or 'model'.")
+        raise ValueError(
+            "compile='none' compiles nothing, so there is nothing to save; use compile='blocks' or 'model'."
+        )
     if keys["executor"] == "eager":
         from .eager import save_eager_cache
 
@@ -73,8 +75,10 @@ def build_packages(models: dict[str, EnabledModel], blobs: dict[str, bytes]) -> 
         if m.backend is None or not m.signatures:
             continue
         if _compat.aoti_api() is None:
-            warn(f"torch {torch.__version__} has no AOTInductor packaging: the cache holds "
-                 "torch's compile caches only.", stacklevel=3)
+            warn(
+                f"torch {torch.__version__} has no AOTInductor packaging: the cache holds torch's compile caches only.",
+                stacklevel=3,
+            )
             return entries
         m.backend.ensure_verified()
         for label, signature, ref in [(k, sig, ref) for k, v in sorted(m.signatures.items()) for sig, ref in v]:
@@ -87,11 +91,16 @@ def build_packages(models: dict[str, EnabledModel], blobs: dict[str, bytes]) -> 
                 try:
                     info = build_package(block, signature, m.backend.manager, path)
                 except Exception as e:  # noqa: BLE001 - any failure leaves the class to the JIT caches
-                    warn(f"{model_name or m.model_class}.{label} was not packaged "
-                         f"ahead of time ({describe_failure(e)}); a process loading this cache compiles it "
-                         "from torch's caches.", stacklevel=3)
+                    warn(
+                        f"{model_name or m.model_class}.{label} was not packaged "
+                        f"ahead of time ({describe_failure(e)}); a process loading this cache compiles it "
+                        "from torch's caches.",
+                        stacklevel=3,
+                    )
                     continue
                 with open(path, "rb") as f:
                     blobs[name] = f.read()
-            entries.append({"model": model_name, "class": label, "file": name, "signature": signature.to_json(), **info})
+            entries.append(
+                {"model": model_name, "class": label, "file": name, "signature": signature.to_json(), **info}
+            )
     return entries

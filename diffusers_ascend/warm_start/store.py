@@ -16,7 +16,8 @@ import secrets
 import shutil
 import stat
 import sys
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from .kernels import check_kernels
 from .manifest import ARTIFACTS_NAME, FORMAT, KERNELS_NAME, MANIFEST_NAME, PACKAGE_NAME, read_manifest, sha256
@@ -36,10 +37,14 @@ def save_target(save_directory) -> str:
         raise TypeError(f"save_directory must be a path, got {type(save_directory).__name__}")
     target = os.path.realpath(os.fspath(save_directory))  # a symlinked directory: swap what it points to
     if os.path.lexists(target) and not os.path.isdir(target):
-        raise ValueError(f"cannot save the compile artifacts to {os.fspath(save_directory)!r}: it exists and is not a "
-                         "directory (pass a new or existing directory)")
+        raise ValueError(
+            f"cannot save the compile artifacts to {os.fspath(save_directory)!r}: it exists and is not a "
+            "directory (pass a new or existing directory)"
+        )
     if os.path.dirname(target) == target:
-        raise ValueError(f"cannot save the compile artifacts to {target!r}: a cache directory cannot be a file system root")
+        raise ValueError(
+            f"cannot save the compile artifacts to {target!r}: a cache directory cannot be a file system root"
+        )
     if os.path.isdir(target):
         _foreign_entries(target)
     return target
@@ -54,16 +59,21 @@ def _foreign_entries(target: str) -> list[str]:
         if _owned(entry.name):
             continue
         if not (entry.is_symlink() or entry.is_file(follow_symlinks=False)):
-            raise ValueError(f"cannot save the compile artifacts to {target!r}: it holds {entry.name!r}, which is not a "
-                             "file; a save replaces the directory whole, carrying over only plain files (a model's "
-                             "save_pretrained output). Save the cache into its own directory.")
+            raise ValueError(
+                f"cannot save the compile artifacts to {target!r}: it holds {entry.name!r}, which is not a "
+                "file; a save replaces the directory whole, carrying over only plain files (a model's "
+                "save_pretrained output). Save the cache into its own directory."
+            )
         out.append(entry.name)
     return out
 
 
 def _owned(name: str) -> bool:
-    return (name in (MANIFEST_NAME, ARTIFACTS_NAME, KERNELS_NAME) or bool(PACKAGE_NAME.match(name))
-            or name.startswith(".tmp-"))  # what an older diffusers-ascend's killed save left
+    return (
+        name in (MANIFEST_NAME, ARTIFACTS_NAME, KERNELS_NAME)
+        or bool(PACKAGE_NAME.match(name))
+        or name.startswith(".tmp-")
+    )  # what an older diffusers-ascend's killed save left
 
 
 @contextlib.contextmanager
@@ -162,8 +172,9 @@ def commit(target: str, blobs: dict[str, bytes], manifest: dict[str, Any]) -> No
                     _carry_over(os.path.join(target, entry), os.path.join(staging, entry))
             for file_name, data in blobs.items():
                 _write_file(os.path.join(staging, file_name), data)
-            _write_file(os.path.join(staging, MANIFEST_NAME),
-                        (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+            _write_file(
+                os.path.join(staging, MANIFEST_NAME), (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+            )
             _fsync_dir(staging)
             if not exists:
                 os.rename(staging, target)
@@ -218,8 +229,10 @@ def read_one_save(directory: str, read: Callable[[], T]) -> T:
                     return result
             finally:
                 os.close(fd)
-    raise ValueError(f"{directory} was replaced while it was read, by something other than a diffusers-ascend save "
-                     "(which holds the lock it was read under): nothing was loaded; read it again")
+    raise ValueError(
+        f"{directory} was replaced while it was read, by something other than a diffusers-ascend save "
+        "(which holds the lock it was read under): nothing was loaded; read it again"
+    )
 
 
 def _same_directory(directory: str, held: os.stat_result) -> bool:
@@ -240,8 +253,10 @@ def local_source(source):
     if isinstance(source, (str, os.PathLike)) and os.path.isfile(source):
         path = os.fspath(source)
         if os.path.basename(path) != MANIFEST_NAME:
-            raise ValueError(f"{path!r} is a file: pass the directory that save_ascend_cache wrote (holding "
-                             f"{MANIFEST_NAME}), the manifest itself, or a Hub repo id")
+            raise ValueError(
+                f"{path!r} is a file: pass the directory that save_ascend_cache wrote (holding "
+                f"{MANIFEST_NAME}), the manifest itself, or a Hub repo id"
+            )
         return os.path.dirname(path) or "."
     return source
 
@@ -259,8 +274,9 @@ def read_verified(path: str, entry: dict[str, Any]) -> bytes:
         on_disk = os.fstat(f.fileno()).st_size
         data = f.read(entry["size"] + 1) if on_disk == entry["size"] else b""
     if on_disk != entry["size"] or len(data) != entry["size"] or sha256(data) != entry["sha256"]:
-        raise ValueError(f"{path} does not match the sha256/size in its {MANIFEST_NAME} (tampered or corrupt?): "
-                         "nothing was loaded.")
+        raise ValueError(
+            f"{path} does not match the sha256/size in its {MANIFEST_NAME} (tampered or corrupt?): nothing was loaded."
+        )
     return data
 
 
@@ -279,8 +295,7 @@ def trusted_opt_in(value) -> bool:
         return True
     if value is False or value is None:
         return False
-    raise TypeError(f"trust_remote_artifacts must be True or False (or None), got {value!r} "
-                    f"({type(value).__name__})")
+    raise TypeError(f"trust_remote_artifacts must be True or False (or None), got {value!r} ({type(value).__name__})")
 
 
 # -- the Hub --------------------------------------------------------------------------------------
@@ -309,8 +324,10 @@ def push_ascend_cache(save_directory: str | os.PathLike, repo_id: str, **kwargs)
             files: dict[str, str | bytes] = {MANIFEST_NAME: f.read()}
         manifest = read_manifest(manifest_path)
         if manifest["format"] != FORMAT:
-            raise ValueError(f"{manifest_path} is of format {manifest['format']!r}, written by diffusers-ascend "
-                             f"{manifest['diffusers_ascend']!r}: no process of this version loads it; save it again")
+            raise ValueError(
+                f"{manifest_path} is of format {manifest['format']!r}, written by diffusers-ascend "
+                f"{manifest['diffusers_ascend']!r}: no process of this version loads it; save it again"
+            )
         if json.loads(files[MANIFEST_NAME]) != manifest:
             raise ValueError(f"{manifest_path} changed while it was read: nothing was uploaded")
         for name, entry in manifest["files"].items():
@@ -324,8 +341,9 @@ def push_ascend_cache(save_directory: str | os.PathLike, repo_id: str, **kwargs)
     return upload_files(files, repo_id, **kwargs)
 
 
-def pull_ascend_cache(repo_id: str, save_directory: str | os.PathLike, *, trust_remote_artifacts: bool = False,
-                      **hub_kwargs) -> dict[str, Any]:
+def pull_ascend_cache(
+    repo_id: str, save_directory: str | os.PathLike, *, trust_remote_artifacts: bool = False, **hub_kwargs
+) -> dict[str, Any]:
     """Downloads a Hub repo's manifest and artifacts into `save_directory` after checking them
     (``trust_remote_artifacts=True`` is required, as for loading: the files hold compiled code).
     The directory is replaced whole, as a save replaces it. Nothing is loaded into torch.
@@ -333,15 +351,20 @@ def pull_ascend_cache(repo_id: str, save_directory: str | os.PathLike, *, trust_
     >>> pull_ascend_cache("me/flux-ascend", "flux-ascend-cache", trust_remote_artifacts=True)  # doctest: +SKIP
     """
     if not trusted_opt_in(trust_remote_artifacts):
-        raise ValueError(f"refusing to download compile artifacts from {repo_id!r} without trust_remote_artifacts=True: "
-                         "they contain compiled code that runs when loaded.")
+        raise ValueError(
+            f"refusing to download compile artifacts from {repo_id!r} without trust_remote_artifacts=True: "
+            "they contain compiled code that runs when loaded."
+        )
     target = save_target(save_directory)
     manifest = read_manifest(resolve(repo_id, MANIFEST_NAME, **hub_kwargs))
     if manifest["format"] != FORMAT:
-        raise ValueError(f"{repo_id}'s {MANIFEST_NAME} is of format {manifest['format']!r}; this diffusers-ascend "
-                         f"reads format {FORMAT}: nothing was written.")
-    blobs = {name: read_verified(resolve(repo_id, name, **hub_kwargs), entry)
-             for name, entry in manifest["files"].items()}
+        raise ValueError(
+            f"{repo_id}'s {MANIFEST_NAME} is of format {manifest['format']!r}; this diffusers-ascend "
+            f"reads format {FORMAT}: nothing was written."
+        )
+    blobs = {
+        name: read_verified(resolve(repo_id, name, **hub_kwargs), entry) for name, entry in manifest["files"].items()
+    }
     if KERNELS_NAME in blobs:
         check_kernels(blobs[KERNELS_NAME])
     commit(target, blobs, manifest)

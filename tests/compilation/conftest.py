@@ -44,6 +44,7 @@ def as_tuple(out) -> tuple:
 
 def to_fp64(inputs: dict) -> dict:
     """Block kwargs with every floating tensor (also inside tuples, e.g. rotary tables) in fp64."""
+
     def cast(v):
         if isinstance(v, tuple):
             return tuple(cast(t) for t in v)

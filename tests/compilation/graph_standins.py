@@ -41,7 +41,7 @@ _pools = itertools.count()
 
 
 class _Recorder(TorchDispatchMode):
-    def __init__(self, graph: "StandInGraph") -> None:
+    def __init__(self, graph: StandInGraph) -> None:
         super().__init__()
         self.graph = graph
 
@@ -119,8 +119,15 @@ def _current_stream() -> StandInStream:
 
 def standin_graph_api() -> GraphAPI:
     """A `GraphAPI` over `StandInGraph` for tensors on the CPU (``device_type="cpu"``)."""
-    return GraphAPI(device_type="cpu", graph_class=StandInGraph, capture=_capture, pool_handle=_pool,
-                    new_stream=StandInStream, use_stream=_use_stream, current_stream=_current_stream)
+    return GraphAPI(
+        device_type="cpu",
+        graph_class=StandInGraph,
+        capture=_capture,
+        pool_handle=_pool,
+        new_stream=StandInStream,
+        use_stream=_use_stream,
+        current_stream=_current_stream,
+    )
 
 
 # -- torch.npu.graph, as torch_npu/npu/graphs.py and libtorch_npu.so of the wheels do it ----------------
@@ -152,8 +159,10 @@ def _unsafe_action(what: str, capturing_thread_ok: bool) -> None:
             own = ident == me
             if (own and not capturing_thread_ok and cap.mode != "relaxed") or (not own and cap.mode == "global"):
                 cap.invalidated_by = f"{what} in {'the capturing' if own else 'another'} thread"
-                raise RuntimeError(f"{what} is not permitted while an NPU graph capture is under way "
-                                   f"(capture_error_mode={cap.mode!r}); the capture is invalidated")
+                raise RuntimeError(
+                    f"{what} is not permitted while an NPU graph capture is under way "
+                    f"(capture_error_mode={cap.mode!r}); the capture is invalidated"
+                )
 
 
 def check_aclop(name: str) -> None:
@@ -209,11 +218,13 @@ class NpuRuntime:
             self.host_empty_cache()
         # NPUGraph::capture_begin (libtorch_npu.so, both wheels).
         if capture_error_mode not in CAPTURE_ERROR_MODES:
-            raise RuntimeError("Unknown capture error mode. Expected `global`, `thread_local`, or `relaxed`, "
-                               f"got {capture_error_mode}")
+            raise RuntimeError(
+                f"Unknown capture error mode. Expected `global`, `thread_local`, or `relaxed`, got {capture_error_mode}"
+            )
         if os.environ.get("TASK_QUEUE_ENABLE") == "2":
-            raise RuntimeError("Do not support TASK_QUEUE_ENABLE = 2 during NPU graph capture, please export "
-                               "TASK_QUEUE_ENABLE=1/0.")
+            raise RuntimeError(
+                "Do not support TASK_QUEUE_ENABLE = 2 during NPU graph capture, please export TASK_QUEUE_ENABLE=1/0."
+            )
         cap = _Capture(capture_error_mode)
         me = threading.get_ident()
         with _captures_lock:
@@ -229,8 +240,10 @@ class NpuRuntime:
             with _captures_lock:
                 del _captures[me]
         if cap.invalidated_by is not None:  # capture_end reports the broken capture
-            raise RuntimeError(f"NPU graph capture failed: invalidated by {cap.invalidated_by} "
-                               f"(capture_error_mode={capture_error_mode!r})")
+            raise RuntimeError(
+                f"NPU graph capture failed: invalidated by {cap.invalidated_by} "
+                f"(capture_error_mode={capture_error_mode!r})"
+            )
 
 
 def standin_torch_npu_graphs(release: str = "2.14.0") -> types.SimpleNamespace:
@@ -239,8 +252,16 @@ def standin_torch_npu_graphs(release: str = "2.14.0") -> types.SimpleNamespace:
     reads), and ``synchronize``, ``empty_cache``, ``caching_allocator_alloc`` of one `NpuRuntime`
     (``runtime``)."""
     runtime = NpuRuntime(release)
-    return types.SimpleNamespace(NPUGraph=StandInGraph, graph=runtime.graph, graph_pool_handle=_pool,
-                                 Stream=StandInStream, stream=_use_stream, current_stream=_current_stream,
-                                 is_available=lambda: True, synchronize=runtime.synchronize,
-                                 empty_cache=runtime.empty_cache, caching_allocator_alloc=runtime.caching_allocator_alloc,
-                                 runtime=runtime)
+    return types.SimpleNamespace(
+        NPUGraph=StandInGraph,
+        graph=runtime.graph,
+        graph_pool_handle=_pool,
+        Stream=StandInStream,
+        stream=_use_stream,
+        current_stream=_current_stream,
+        is_available=lambda: True,
+        synchronize=runtime.synchronize,
+        empty_cache=runtime.empty_cache,
+        caching_allocator_alloc=runtime.caching_allocator_alloc,
+        runtime=runtime,
+    )

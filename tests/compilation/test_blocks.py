@@ -8,8 +8,14 @@ import copy
 import pytest
 import torch
 
-from diffusers_ascend.tiny import (flux_block_inputs, flux_model_inputs, tiny_flux_blocks, tiny_wan_block, wan_block_inputs,
-                                   wan_model_inputs)
+from diffusers_ascend.tiny import (
+    flux_block_inputs,
+    flux_model_inputs,
+    tiny_flux_blocks,
+    tiny_wan_block,
+    wan_block_inputs,
+    wan_model_inputs,
+)
 
 from .conftest import (
     EXPECTED_BLOCK_COUNTS,

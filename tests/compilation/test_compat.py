@@ -38,8 +38,15 @@ def test_floor_is_stated_once_pyproject_agrees():
 
 @pytest.mark.parametrize(
     "version, status",
-    [("2.5.1", "too old"), ("2.6.0", "supported"), ("2.8.0+cu128", "supported"), ("2.14.1", "supported"),
-     ("2.15.0", "supported"), ("2.16.0", "newer than verified"), ("3.0.0a0+git", "newer than verified")],
+    [
+        ("2.5.1", "too old"),
+        ("2.6.0", "supported"),
+        ("2.8.0+cu128", "supported"),
+        ("2.14.1", "supported"),
+        ("2.15.0", "supported"),
+        ("2.16.0", "newer than verified"),
+        ("3.0.0a0+git", "newer than verified"),
+    ],
 )
 def test_support_status(version, status):
     got, sentence = _compat.support_status(version)
@@ -72,9 +79,17 @@ def test_a_given_search_pattern_is_matched_as_given():
 
     matcher = _compat.pattern_matcher_pass("test_given_pattern")
     example = [torch.randn(2), torch.randn(2)]
-    _compat.register_replacement(lambda a, b: a - b, lambda a, b: a * b, example, base.trace_functional, matcher,
-                                 get_decomp_fn=base.no_decompositions, extra_check=check, search_fn_pattern=given,
-                                 skip_duplicates=True)
+    _compat.register_replacement(
+        lambda a, b: a - b,
+        lambda a, b: a * b,
+        example,
+        base.trace_functional,
+        matcher,
+        get_decomp_fn=base.no_decompositions,
+        extra_check=check,
+        search_fn_pattern=given,
+        skip_duplicates=True,
+    )
     graph = _compat.one_op_graph(aten.atan2.default, example)
     assert matcher.apply(graph) == 1 and seen == [["a", "b"]]
     targets = [n.target for n in graph.nodes if n.op == "call_function"]
@@ -125,8 +140,12 @@ def test_broken_pattern_matcher_api_raises_at_enable_and_changes_nothing(monkeyp
     monkeypatch.setattr(_compat, "register_replacement", broken)
     model = tiny_flux_transformer()
     before = _state(model)
-    with pytest.raises(TorchCompatError, match=r"(?s)'rms_norm' fusion pass cannot work on torch "
-                       + re.escape(torch.__version__) + r".*register.*get_decomp_fn.*Supported torch: 2\.6 to 2\.15"):
+    with pytest.raises(
+        TorchCompatError,
+        match=r"(?s)'rms_norm' fusion pass cannot work on torch "
+        + re.escape(torch.__version__)
+        + r".*register.*get_decomp_fn.*Supported torch: 2\.6 to 2\.15",
+    ):
         diffusers_ascend.enable_ascend_compile(model, fusions="all", executor="eager")
     assert _state(model) == before
 
@@ -165,7 +184,10 @@ def test_fallback_reason_names_the_inner_cause(monkeypatch):
 
     monkeypatch.setattr(AscendBackend, "_execute", exploding)
     torch.compiler.reset()
-    with pytest.warns(UserWarning, match=r"running eager \(ValueError: executor exploded on this block\)"), torch.no_grad():
+    with (
+        pytest.warns(UserWarning, match=r"running eager \(ValueError: executor exploded on this block\)"),
+        torch.no_grad(),
+    ):
         out = model(**flux_model_inputs(4, 4))[0]
     torch.testing.assert_close(out, ref)
     reasons = {f["reason"] for f in diffusers_ascend.ascend_report(model).fallbacks}
@@ -175,7 +197,9 @@ def test_fallback_reason_names_the_inner_cause(monkeypatch):
 
 def test_too_old_torch_is_refused_with_the_range(monkeypatch):
     monkeypatch.setattr(torch, "__version__", "2.4.1")
-    with pytest.raises(TorchCompatError, match=r"torch 2\.4\.1 is older than the supported range \(torch 2\.6 to 2\.15\.x\)"):
+    with pytest.raises(
+        TorchCompatError, match=r"torch 2\.4\.1 is older than the supported range \(torch 2\.6 to 2\.15\.x\)"
+    ):
         AscendBackend(fusions=["rms_norm"], executor="eager")
 
 
@@ -193,8 +217,11 @@ def test_newer_untested_torch_warns_once(monkeypatch):
 
 
 def test_private_torch_apis_only_in_the_compat_module():
-    private = re.compile(r"^\s*(from|import)\s+torch\._(inductor|dynamo|functorch|subclasses|guards)\b"
-                         r"|torch\._(inductor|dynamo|functorch|subclasses|guards)\.\w+\(", re.M)
+    private = re.compile(
+        r"^\s*(from|import)\s+torch\._(inductor|dynamo|functorch|subclasses|guards)\b"
+        r"|torch\._(inductor|dynamo|functorch|subclasses|guards)\.\w+\(",
+        re.M,
+    )
     offenders = []
     for path in (REPO / "diffusers_ascend").rglob("*.py"):
         if path.name == "_compat.py":
@@ -269,8 +296,11 @@ def example_inputs_of_pattern(pattern):
 
 def _pass_of(form):
     # A new class per test: registration and the self-check are cached per class.
-    return type(f"SiluTimesTwoPass_{form}", (base.FusionPass,),
-                {"fusion": f"silu_x2_{form}", "patterns": classmethod(lambda cls: [SiluTimesTwo(form)])})
+    return type(
+        f"SiluTimesTwoPass_{form}",
+        (base.FusionPass,),
+        {"fusion": f"silu_x2_{form}", "patterns": classmethod(lambda cls: [SiluTimesTwo(form)])},
+    )
 
 
 def test_a_sound_pattern_passes_its_self_check():
@@ -280,24 +310,42 @@ def test_a_sound_pattern_passes_its_self_check():
     assert cls().__call__(graph) == 1
 
 
-@pytest.mark.parametrize("form, detail", [
-    ("raises", r"failed: registering it with Inductor's pattern matcher raised ValueError: a bug in the search "
-               r"function \(at .*test_compat\.py:\d+ in search\)"),
-    ("raises_in_torch", r"failed: registering it with Inductor's pattern matcher raised RuntimeError: .*\(inside "
-                        r"torch, called at .*test_compat\.py:\d+ in search: check that call against torch's API\)"),
-    ("refuses", r"replaced its own form 0 times instead of once \(expected 1, found 0\): the matcher found its "
-                r"structure and the pattern refused it: SiluTimesTwo\[refuses,float32\]: SiluTimesTwo\.check\(\) refused it"),
-    ("wrong_dtype", r"replaced its own form 0 times instead of once \(expected 1, found 0\): .*: the replacement "
-                    r"returns \['float16\(2, 8\)'\] where the matched code returns \['float32\(2, 8\)'\]"),
-    ("matches_twice", r"replaced its own form 2 times instead of once \(expected 1, found 2\)"),
-])
+@pytest.mark.parametrize(
+    "form, detail",
+    [
+        (
+            "raises",
+            r"failed: registering it with Inductor's pattern matcher raised ValueError: a bug in the search "
+            r"function \(at .*test_compat\.py:\d+ in search\)",
+        ),
+        (
+            "raises_in_torch",
+            r"failed: registering it with Inductor's pattern matcher raised RuntimeError: .*\(inside "
+            r"torch, called at .*test_compat\.py:\d+ in search: check that call against torch's API\)",
+        ),
+        (
+            "refuses",
+            r"replaced its own form 0 times instead of once \(expected 1, found 0\): the matcher found its "
+            r"structure and the pattern refused it: SiluTimesTwo\[refuses,float32\]: SiluTimesTwo\.check\(\) refused it",
+        ),
+        (
+            "wrong_dtype",
+            r"replaced its own form 0 times instead of once \(expected 1, found 0\): .*: the replacement "
+            r"returns \['float16\(2, 8\)'\] where the matched code returns \['float32\(2, 8\)'\]",
+        ),
+        ("matches_twice", r"replaced its own form 2 times instead of once \(expected 1, found 2\)"),
+    ],
+)
 def test_a_pattern_at_fault_is_named_and_torch_is_not_blamed(form, detail):
     with pytest.raises(base.FusionSelfCheckError) as info:
         _pass_of(form).verify()
     message = str(info.value)
     assert not isinstance(info.value, TorchCompatError)
-    assert re.search(rf"the 'silu_x2_{form}' fusion failed its self-check: pattern SiluTimesTwo\[{form},float32\] "
-                     rf"\(form '{form}'\) ", message), message
+    assert re.search(
+        rf"the 'silu_x2_{form}' fusion failed its self-check: pattern SiluTimesTwo\[{form},float32\] "
+        rf"\(form '{form}'\) ",
+        message,
+    ), message
     assert re.search(detail, message), message
     assert "is at fault, not torch " + torch.__version__ in message
 
@@ -312,18 +360,23 @@ def test_a_torch_that_traces_the_pattern_otherwise_is_blamed_with_the_ops_that_d
         _pass_of("ok").verify()
     message = str(info.value)
     assert "'silu_x2_ok' fusion pass cannot work on torch " + torch.__version__ in message
-    assert re.search(r"pattern SiluTimesTwo\[ok,float32\] replaced its own form 0 times instead of once \(form 'ok', "
-                     r"expected 1, found 0: torch traces the search function for its pattern matcher otherwise than "
-                     r"aot_autograd presents the form; the pattern's trace has \[.*aten\.sigmoid\.default.*\] that the "
-                     r"form's graph lacks, and the form's graph has \['aten\.silu\.default'\] that the trace lacks\)",
-                     message), message
+    assert re.search(
+        r"pattern SiluTimesTwo\[ok,float32\] replaced its own form 0 times instead of once \(form 'ok', "
+        r"expected 1, found 0: torch traces the search function for its pattern matcher otherwise than "
+        r"aot_autograd presents the form; the pattern's trace has \[.*aten\.sigmoid\.default.*\] that the "
+        r"form's graph lacks, and the form's graph has \['aten\.silu\.default'\] that the trace lacks\)",
+        message,
+    ), message
 
 
 def test_a_registration_that_registers_nothing_is_torchs(monkeypatch):
     monkeypatch.setattr(_compat, "register_replacement", lambda *a, **k: None)
-    with pytest.raises(TorchCompatError, match=r"pattern SiluTimesTwo\[ok,float32\] replaced its own form 0 times "
-                       r"instead of once \(form 'ok': register_replacement returned and left the pattern matcher "
-                       r"without a pattern\)"):
+    with pytest.raises(
+        TorchCompatError,
+        match=r"pattern SiluTimesTwo\[ok,float32\] replaced its own form 0 times "
+        r"instead of once \(form 'ok': register_replacement returned and left the pattern matcher "
+        r"without a pattern\)",
+    ):
         _pass_of("ok").verify()
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
@@ -173,8 +171,9 @@ def mul_add_compiler_op(monkeypatch):
     from ascend_kernels import registry
 
     native = registry._REGISTRY["mul_add"]["native"]
-    monkeypatch.setitem(registry._REGISTRY["mul_add"], "native",
-                        dataclasses.replace(native, compiler_op=lambda device_type: STAND_IN))
+    monkeypatch.setitem(
+        registry._REGISTRY["mul_add"], "native", dataclasses.replace(native, compiler_op=lambda device_type: STAND_IN)
+    )
 
 
 def _compile_double(on_error="fallback"):

@@ -69,7 +69,11 @@ def test_signature_keys_shape_stride_dtype_device_values_and_parameter_addresses
     x, w = torch.randn(2, 3), torch.randn(3)
     shape, params, activations = call.signature([x, w, 1])
     assert activations == [0] and params == ((1, w.data_ptr()),)
-    assert shape == ((0, (2, 3), (3, 1), torch.float32, x.device), (1, (3,), (1,), torch.float32, w.device), (2, "int", 1))
+    assert shape == (
+        (0, (2, 3), (3, 1), torch.float32, x.device),
+        (1, (3,), (1,), torch.float32, w.device),
+        (2, "int", 1),
+    )
     key = lambda *a: call.signature(list(a))[:2]  # noqa: E731
     base = key(x, w, 1)
     assert key(torch.randn(2, 3), w, 1) == base  # another activation tensor: same graph
@@ -86,7 +90,7 @@ def test_warmup_then_one_capture_then_replays_only():
     mgr = _manager()
     call = mgr.wrap(fn, static_indices=[1])
     w = torch.randn(3)
-    for i in range(4):
+    for _ in range(4):
         x = torch.randn(2, 3)
         (out,) = call([x, w, 1])
         torch.testing.assert_close(out, x * w + 1)
@@ -239,11 +243,16 @@ def test_timestep_is_an_input_not_a_baked_constant():
     gen = torch.Generator().manual_seed(0)
     hidden = torch.randn(1, 16, 4, generator=gen)
     kw = dict(
-        encoder_hidden_states=torch.randn(1, 8, 32, generator=gen), pooled_projections=torch.randn(1, 32, generator=gen),
-        img_ids=torch.zeros(16, 3), txt_ids=torch.zeros(8, 3), return_dict=False,
+        encoder_hidden_states=torch.randn(1, 8, 32, generator=gen),
+        pooled_projections=torch.randn(1, 32, generator=gen),
+        img_ids=torch.zeros(16, 3),
+        txt_ids=torch.zeros(8, 3),
+        return_dict=False,
     )
     refs = [model(hidden, timestep=torch.tensor([t]), **kw)[0] for t in (1.0, 0.5, 0.25)]
-    diffusers_ascend.enable_ascend_compile(model, compile="model", fusions=["rms_norm", "mul_add"], attention=None, **CAPTURE)
+    diffusers_ascend.enable_ascend_compile(
+        model, compile="model", fusions=["rms_norm", "mul_add"], attention=None, **CAPTURE
+    )
     outs = [model(hidden, timestep=torch.tensor([t]), **kw)[0] for t in (1.0, 0.5, 0.25)]
     for o, r in zip(outs, refs):
         assert_close(o, r)
@@ -420,8 +429,14 @@ def test_platform_supplies_the_documented_npu_graph_api(monkeypatch):
         seen.update(npu_graph=npu_graph, pool=pool, stream=stream, capture_error_mode=capture_error_mode)
         return contextlib.nullcontext()
 
-    npu = types.SimpleNamespace(NPUGraph=NPUGraph, graph=graph, graph_pool_handle=lambda: "pool", Stream=object,
-                                stream=lambda s: contextlib.nullcontext(), current_stream=lambda: None)
+    npu = types.SimpleNamespace(
+        NPUGraph=NPUGraph,
+        graph=graph,
+        graph_pool_handle=lambda: "pool",
+        Stream=object,
+        stream=lambda s: contextlib.nullcontext(),
+        current_stream=lambda: None,
+    )
     monkeypatch.setattr(torch, "npu", npu, raising=False)
     api = _ORIGINAL_GRAPH_API("npu")
     assert isinstance(api, P.GraphAPI) and api.device_type == "npu" and api.graph_class is NPUGraph
@@ -461,13 +476,20 @@ def test_bucketed_flux_transformer_matches_the_unpadded_one():
     gen = torch.Generator().manual_seed(0)
     n, txt = 12, 8
     hidden, img_ids = torch.randn(1, n, 4, generator=gen), torch.randn(n, 3, generator=gen)
-    kw = dict(encoder_hidden_states=torch.randn(1, txt, 32, generator=gen), pooled_projections=torch.randn(1, 32, generator=gen),
-              txt_ids=torch.zeros(txt, 3), timestep=torch.tensor([0.5]), return_dict=False)
+    kw = dict(
+        encoder_hidden_states=torch.randn(1, txt, 32, generator=gen),
+        pooled_projections=torch.randn(1, 32, generator=gen),
+        txt_ids=torch.zeros(txt, 3),
+        timestep=torch.tensor([0.5]),
+        return_dict=False,
+    )
     ref = model(hidden, img_ids=img_ids, **kw)[0]
     buckets = TokenBuckets([16, 64])
     padded, length = buckets.pad(hidden)
     mask = buckets.attention_mask(length, prefix=txt)
-    out = model(padded, img_ids=buckets.pad(img_ids, dim=0)[0], joint_attention_kwargs={"attention_mask": mask}, **kw)[0]
+    out = model(padded, img_ids=buckets.pad(img_ids, dim=0)[0], joint_attention_kwargs={"attention_mask": mask}, **kw)[
+        0
+    ]
     assert out.shape[1] == 16
     assert_close(buckets.unpad(out, length), ref)
 
@@ -489,7 +511,9 @@ def test_bucketing_example_replays_one_graph_per_bucket():
     buckets = TokenBuckets([16, 64])
     requests = [(2, 3), (4, 4), (5, 6), (8, 8), (3, 4)]
     refs = [model(**example.flux_inputs(h, w, 8, "cpu"), return_dict=False)[0] for h, w in requests]
-    diffusers_ascend.enable_ascend_compile(model, compile="model", dynamic=False, fusions="none", attention=None, **CAPTURE)
+    diffusers_ascend.enable_ascend_compile(
+        model, compile="model", dynamic=False, fusions="none", attention=None, **CAPTURE
+    )
     for (h, w), ref in zip(requests, refs):
         assert_close(example.bucketed_call(model, buckets, example.flux_inputs(h, w, 8, "cpu")), ref)
     mgr = model._ascend_state.backend.graph_capture
@@ -554,18 +578,25 @@ def test_threads_with_different_inputs_get_their_own_results():
     assert backend.graph_capture.stats["captures"] == 1
 
 
-@pytest.mark.parametrize("kwargs, error, needle", [
-    # The config's rules (config.check_field), so the manager and AscendConfig say the same.
-    (dict(max_captured_graphs=0), ValueError, "max_captured_graphs=0 is invalid; it must be >= 1"),
-    (dict(max_captured_graphs=-1), ValueError, "max_captured_graphs=-1 is invalid; it must be >= 1"),
-    (dict(max_captured_graphs=2.0), TypeError, "max_captured_graphs must be an int >= 1, got 2.0"),
-    (dict(max_captured_graphs=True), TypeError, "max_captured_graphs must be an int >= 1, got True"),
-    (dict(warmup=-1), ValueError, "warmup must be an int >= 0"),
-    (dict(safe_output="yes"), TypeError, "safe_output must be True or False"),
-    (dict(on_error="ignore"), ValueError, "on_error='ignore' is invalid; valid: 'fallback', 'raise'"),
-    (dict(mode="graph"), ValueError, "graph_capture='graph' is invalid; valid: None, 'graph_only', 'graph_with_compile'"),
-    (dict(mode=None), ValueError, "needs a graph_capture mode; valid: 'graph_only', 'graph_with_compile'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, needle",
+    [
+        # The config's rules (config.check_field), so the manager and AscendConfig say the same.
+        (dict(max_captured_graphs=0), ValueError, "max_captured_graphs=0 is invalid; it must be >= 1"),
+        (dict(max_captured_graphs=-1), ValueError, "max_captured_graphs=-1 is invalid; it must be >= 1"),
+        (dict(max_captured_graphs=2.0), TypeError, "max_captured_graphs must be an int >= 1, got 2.0"),
+        (dict(max_captured_graphs=True), TypeError, "max_captured_graphs must be an int >= 1, got True"),
+        (dict(warmup=-1), ValueError, "warmup must be an int >= 0"),
+        (dict(safe_output="yes"), TypeError, "safe_output must be True or False"),
+        (dict(on_error="ignore"), ValueError, "on_error='ignore' is invalid; valid: 'fallback', 'raise'"),
+        (
+            dict(mode="graph"),
+            ValueError,
+            "graph_capture='graph' is invalid; valid: None, 'graph_only', 'graph_with_compile'",
+        ),
+        (dict(mode=None), ValueError, "needs a graph_capture mode; valid: 'graph_only', 'graph_with_compile'"),
+    ],
+)
 def test_manager_arguments_are_validated(kwargs, error, needle):
     # max_captured_graphs=0 used to be accepted and fail with IndexError at the first call.
     with pytest.raises(error, match=needle.replace("(", r"\(").replace(")", r"\)")):

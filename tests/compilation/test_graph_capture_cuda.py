@@ -93,7 +93,9 @@ def test_replay_equals_the_uncaptured_compiled_block(executor):
     dtype = torch.bfloat16
     block = tiny_wan_block(dtype=dtype).cuda()
     plain = torch.compile(block, backend=AscendBackend(executor=executor))
-    captured = torch.compile(copy.deepcopy(block), backend=AscendBackend(executor=executor, graph_capture="graph_with_compile"))
+    captured = torch.compile(
+        copy.deepcopy(block), backend=AscendBackend(executor=executor, graph_capture="graph_with_compile")
+    )
     for seed in range(3):
         x = _cuda(wan_block_inputs(seed=seed, dtype=dtype))
         assert_close(captured(**x), plain(**x), dtype, atol=2e-3, rtol=2e-3)
@@ -102,8 +104,11 @@ def test_replay_equals_the_uncaptured_compiled_block(executor):
 @pytest.mark.parametrize("compile_scope", ["blocks", "model"])
 def test_flux_pipeline_across_steps_equals_eager(compile_scope):
     pipe = tiny_flux_pipeline(num_layers=2, num_single_layers=2).to("cuda")
-    inputs = lambda: {**flux_pipeline_inputs(steps=4), "prompt_embeds": flux_pipeline_inputs()["prompt_embeds"].cuda(),  # noqa: E731
-                      "pooled_prompt_embeds": flux_pipeline_inputs()["pooled_prompt_embeds"].cuda()}
+    inputs = lambda: {  # noqa: E731
+        **flux_pipeline_inputs(steps=4),
+        "prompt_embeds": flux_pipeline_inputs()["prompt_embeds"].cuda(),
+        "pooled_prompt_embeds": flux_pipeline_inputs()["pooled_prompt_embeds"].cuda(),
+    }
     ref = pipe(**inputs()).images
     pipe.enable_ascend_compile(compile=compile_scope, graph_capture="graph_with_compile")
     out = pipe(**inputs()).images  # 4 steps: 4 timesteps through the same graphs
@@ -169,6 +174,8 @@ def test_enable_on_cuda_records_capture_in_the_report():
     pipe = tiny_flux_pipeline().to("cuda")
     pipe.enable_ascend_compile(graph_capture="graph_only")
     kw = flux_pipeline_inputs()
-    pipe(**{**kw, "prompt_embeds": kw["prompt_embeds"].cuda(), "pooled_prompt_embeds": kw["pooled_prompt_embeds"].cuda()})
+    pipe(
+        **{**kw, "prompt_embeds": kw["prompt_embeds"].cuda(), "pooled_prompt_embeds": kw["pooled_prompt_embeds"].cuda()}
+    )
     graphs = pipe.ascend_report().graphs
     assert graphs and all(g.get("graph_capture") == "graph_only" for g in graphs)

@@ -30,8 +30,10 @@ def test_flux_block_replays_on_npu_and_equals_eager(mode):
     backend = AscendBackend(executor="eager", graph_capture=mode, attention=None)
     compiled = torch.compile(block, backend=backend)
     for seed in range(3):
-        x = {k: (v.to("npu") if isinstance(v, torch.Tensor) else tuple(t.to("npu") for t in v))
-             for k, v in flux_block_inputs(seed=seed, dtype=dtype).items()}
+        x = {
+            k: (v.to("npu") if isinstance(v, torch.Tensor) else tuple(t.to("npu") for t in v))
+            for k, v in flux_block_inputs(seed=seed, dtype=dtype).items()
+        }
         for o, r in zip(compiled(**x), block(**x)):
             assert_close(o, r, dtype)
     assert backend.graph_capture.stats["captures"] == 1 and not backend.report.fallbacks
@@ -51,16 +53,25 @@ def test_full_width_flux_block_with_npu_fia_replays_equal_eager(mode):
     for p in processors(block):
         p._attention_backend = backend_for("npu_fia")
     txt, side = 512, 32
-    ids = torch.cat([torch.zeros(txt, 3), torch.stack(torch.meshgrid(torch.zeros(1), torch.arange(side * 1.0),
-                                                                     torch.arange(side * 1.0), indexing="ij"), -1).reshape(-1, 3)])
+    ids = torch.cat(
+        [
+            torch.zeros(txt, 3),
+            torch.stack(
+                torch.meshgrid(torch.zeros(1), torch.arange(side * 1.0), torch.arange(side * 1.0), indexing="ij"), -1
+            ).reshape(-1, 3),
+        ]
+    )
     rotary = tuple(t.to(dev) for t in FluxPosEmbed(theta=10000, axes_dim=[16, 56, 56])(ids))
     backend = AscendBackend(executor="eager", graph_capture=mode, attention="npu_fia")
     compiled = torch.compile(block, backend=backend)
     for seed in range(3):
         g = torch.Generator().manual_seed(seed)
-        x = dict(hidden_states=torch.randn(1, side * side, 3072, generator=g).to(dev, dtype),
-                 encoder_hidden_states=torch.randn(1, txt, 3072, generator=g).to(dev, dtype),
-                 temb=torch.randn(1, 3072, generator=g).to(dev, dtype), image_rotary_emb=rotary)
+        x = dict(
+            hidden_states=torch.randn(1, side * side, 3072, generator=g).to(dev, dtype),
+            encoder_hidden_states=torch.randn(1, txt, 3072, generator=g).to(dev, dtype),
+            temb=torch.randn(1, 3072, generator=g).to(dev, dtype),
+            image_rotary_emb=rotary,
+        )
         for o, r in zip(compiled(**x), block(**x)):
             assert_close(o, r, dtype)
     assert backend.graph_capture.stats["captures"] == 1 and backend.graph_capture.stats["replays"] >= 3

@@ -43,9 +43,10 @@ def _register(cls):
 def _patterns(passes) -> dict[str, list[str]]:
     from torch._inductor.pattern_matcher import PatternPrettyPrinter
 
-    return {group: sorted(PatternPrettyPrinter.run(entry.pattern) for entries in pm.patterns.values()
-                          for entry in entries)
-            for group, pm in passes.items()}
+    return {
+        group: sorted(PatternPrettyPrinter.run(entry.pattern) for entries in pm.patterns.values() for entry in entries)
+        for group, pm in passes.items()
+    }
 
 
 def _replacements_of_own_forms(cls, passes) -> dict[str, int]:
@@ -82,8 +83,16 @@ def test_a_real_block_fuses_alike_from_cached_patterns(cache_dir, initial_traces
     the expected replacements and gives eager's numbers."""
     import copy
 
-    from .conftest import (ALL as DEFAULT, EXPECTED_BLOCK_COUNTS, SnapshotBackend, as_tuple,
-                           assert_as_accurate_as_eager, assert_close, compile_module, to_fp64)
+    from .conftest import ALL as DEFAULT
+    from .conftest import (
+        EXPECTED_BLOCK_COUNTS,
+        SnapshotBackend,
+        as_tuple,
+        assert_as_accurate_as_eager,
+        assert_close,
+        compile_module,
+        to_fp64,
+    )
     from .test_blocks import make_block
 
     for fusion in DEFAULT:  # the first process: traces and writes
@@ -108,8 +117,9 @@ def test_a_real_block_fuses_alike_from_cached_patterns(cache_dir, initial_traces
         base._registered_impl.cache_clear()  # later tests register as usual
 
 
-@pytest.mark.parametrize("edit", ["not json", "another key", "foreign target", "unknown op", "extra field",
-                                  "code in a literal"])
+@pytest.mark.parametrize(
+    "edit", ["not json", "another key", "foreign target", "unknown op", "extra field", "code in a literal"]
+)
 def test_a_file_that_is_not_ours_is_ignored_and_the_process_traces(cache_dir, initial_traces, edit):
     cls = get_pass_class("rms_norm")
     traced = _register(cls)
@@ -165,16 +175,19 @@ def test_the_cache_turned_off_writes_nothing(tmp_path, monkeypatch, initial_trac
 def test_graph_json_round_trips_every_literal_kind():
     graph = torch.fx.Graph()
     x = graph.placeholder("x")
-    y = graph.call_function(torch.ops.aten.to.dtype_layout, (x,), {
-        "dtype": torch.bfloat16, "layout": torch.strided, "device": torch.device("cpu"), "pin_memory": None})
-    z = graph.call_function(torch.ops.aten.add.Tensor, (y, y), {"alpha": 2.0 ** -20})
+    y = graph.call_function(
+        torch.ops.aten.to.dtype_layout,
+        (x,),
+        {"dtype": torch.bfloat16, "layout": torch.strided, "device": torch.device("cpu"), "pin_memory": None},
+    )
+    z = graph.call_function(torch.ops.aten.add.Tensor, (y, y), {"alpha": 2.0**-20})
     w = graph.call_function(torch.ops.aten.view.default, (z, [2, -1]))
     graph.output((w, float("inf")))
     gm = torch.fx.GraphModule(torch.nn.Module(), graph)
     back = pretraced.graph_from_json(json.loads(json.dumps(pretraced.graph_to_json(gm))))
     assert str(back.graph) == str(gm.graph)
     nodes = list(back.graph.nodes)
-    assert nodes[1].kwargs["dtype"] is torch.bfloat16 and nodes[2].kwargs["alpha"] == 2.0 ** -20
+    assert nodes[1].kwargs["dtype"] is torch.bfloat16 and nodes[2].kwargs["alpha"] == 2.0**-20
 
 
 def test_a_graph_with_a_tensor_constant_is_not_stored():

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from diffusers_ascend.compilation._compat import compiled_blocks_share_graphs
-
 from diffusers_ascend.compilation import AscendBackend
+from diffusers_ascend.compilation._compat import compiled_blocks_share_graphs
 from diffusers_ascend.tiny import flux_block_inputs, tiny_flux_blocks, tiny_flux_transformer, tiny_wan_transformer
 from diffusers_ascend.tiny import flux_model_inputs as _flux_inputs
 from diffusers_ascend.tiny import wan_model_inputs as _wan_inputs
@@ -110,8 +109,9 @@ def test_the_twentieth_config_enabled_compiles_like_the_first():
 
     def enable(i):
         # max_captured_graphs changes nothing without graph_capture: configs equal but for it
-        return diffusers_ascend.enable_ascend_compile(model, fusions=["adaln"], executor="eager",
-                                                      max_captured_graphs=i + 1)
+        return diffusers_ascend.enable_ascend_compile(
+            model, fusions=["adaln"], executor="eager", max_captured_graphs=i + 1
+        )
 
     for i in range(20):
         enable(i)
@@ -119,11 +119,14 @@ def test_the_twentieth_config_enabled_compiles_like_the_first():
             out = model(**inputs)[0]
         report = model.ascend_report()
         assert (report.graphs_compiled, report.matches, report.fallbacks) == (
-            1, {"adaln": EXPECTED_BLOCK_COUNTS["wan"]["adaln"]}, []), i
+            1,
+            {"adaln": EXPECTED_BLOCK_COUNTS["wan"]["adaln"]},
+            [],
+        ), i
         assert_close(out, ref, dtype=torch.float32)
         diffusers_ascend.disable_ascend_compile(model)
-    from diffusers_ascend.integration import block_compile
     from diffusers_ascend.compilation._compat import compiled_code_entries
+    from diffusers_ascend.integration import block_compile
 
     kept = list(model._ascend_backends.entries.values())
     assert len(kept) == block_compile.KEPT_CONFIGS and [compiled_code_entries(c.code) for c in kept] == [1] * len(kept)
@@ -156,12 +159,12 @@ def _limit_per_model(limit):
 
     import diffusers_ascend
     from ascend_kernels.testing import assert_close
-
     from diffusers_ascend.compilation import _compat
 
     model, stock = (tiny_flux_transformer(num_layers=3, num_single_layers=3) for _ in range(2))  # same seed
-    diffusers_ascend.enable_ascend_compile(model, fusions=["mul_add"], executor="eager", dynamic=False,
-                                           recompile_limit=limit)
+    diffusers_ascend.enable_ascend_compile(
+        model, fusions=["mul_add"], executor="eager", dynamic=False, recompile_limit=limit
+    )
     assert _compat.dynamo_recompile_limit() == limit
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -173,9 +176,10 @@ def _limit_per_model(limit):
         report = model.ascend_report()
     assert report.graphs_compiled == limit
     if _compat.compiled_blocks_share_graphs():
-        assert len(report.fallbacks) == 1 and f"reach dynamo's recompile limit ({limit})" in report.fallbacks[0]["reason"]
+        assert (
+            len(report.fallbacks) == 1 and f"reach dynamo's recompile limit ({limit})" in report.fallbacks[0]["reason"]
+        )
         assert sum("reach dynamo's recompile limit" in str(w.message) for w in caught) == 1
     else:  # torch < 2.8 counts per block instance: the model-wide "limit reached" entry is not written there
         assert report.fallbacks == [] and not any("reach dynamo's recompile limit" in str(w.message) for w in caught)
     diffusers_ascend.disable_ascend_compile(model)
-

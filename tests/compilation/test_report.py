@@ -97,9 +97,14 @@ def test_report_keeps_diffusers_own_fusions_apart():
 def _documented(cls) -> list[str]:
     """The fields of `cls` its docstring's ``Attributes:`` section leaves out."""
     doc = cls.__doc__.split("Attributes:")[1]
-    return [f.name for f in dataclasses.fields(cls)
-            if not any(line.strip().startswith((f"{f.name}:", f"{f.name} /")) or f"/ {f.name}:" in line
-                       for line in doc.splitlines())]
+    return [
+        f.name
+        for f in dataclasses.fields(cls)
+        if not any(
+            line.strip().startswith((f"{f.name}:", f"{f.name} /")) or f"/ {f.name}:" in line
+            for line in doc.splitlines()
+        )
+    ]
 
 
 def test_every_record_field_is_documented():
@@ -116,9 +121,17 @@ def test_graph_entries_carry_their_compile_id_and_read_like_their_json():
         torch.compile(torch.nn.RMSNorm(8), backend=backend)(torch.randn(2, 8))
     (g,) = backend.report.graphs
     assert isinstance(g, GraphEntry) and g.compile_id == "0/0" and g.name == "g000[0/0]"
-    assert g.to_dict() == {"name": "g000[0/0]", "matches": {"rms_norm": 1}, "ops_before": g.ops_before,
-                           "ops_after": g.ops_after, "executor": "eager", "training": False, "dynamic": False,
-                           "compile_id": "0/0", "bound_providers": g.bound_providers}
+    assert g.to_dict() == {
+        "name": "g000[0/0]",
+        "matches": {"rms_norm": 1},
+        "ops_before": g.ops_before,
+        "ops_after": g.ops_after,
+        "executor": "eager",
+        "training": False,
+        "dynamic": False,
+        "compile_id": "0/0",
+        "bound_providers": g.bound_providers,
+    }
     assert backend.report.to_dict()["graphs"] == [g.to_dict()]
     # Read by key as the dict entries were (docs/troubleshooting.md): unset optional keys are absent.
     assert g["compile_id"] == "0/0" and g.get("fell_back") is None and g.get("package", "-") == "-"
@@ -146,9 +159,20 @@ def test_fallbacks_are_frozen_records():
 
 
 def test_report_from_json_builds_records_and_refuses_unknown_keys():
-    d = {"matches": {"rope": 1}, "graphs": [{"name": "g000", "matches": {"rope": 1}, "ops_before": 3, "ops_after": 2,
-                                             "executor": "eager", "package": "ascend_export_0.json"}],
-         "fallbacks": [{"module": "m", "reason": "r", "lost": {"rope": 1}}]}
+    d = {
+        "matches": {"rope": 1},
+        "graphs": [
+            {
+                "name": "g000",
+                "matches": {"rope": 1},
+                "ops_before": 3,
+                "ops_after": 2,
+                "executor": "eager",
+                "package": "ascend_export_0.json",
+            }
+        ],
+        "fallbacks": [{"module": "m", "reason": "r", "lost": {"rope": 1}}],
+    }
     r = FusionReport.from_dict(d)
     assert isinstance(r.graphs[0], GraphEntry) and r.graphs[0].package == "ascend_export_0.json"
     assert r.fallbacks == [Fallback("m", "r", {"rope": 1})]

@@ -15,7 +15,6 @@ from diffusers_ascend.processors import share_processors, unshare_processors
 from diffusers_ascend.tiny import flux_model_inputs, tiny_flux_transformer, tiny_wan_transformer, wan_model_inputs
 
 
-
 def _ids(blocks, attr="attn1"):
     return [id(getattr(b, attr).processor) for b in blocks]
 

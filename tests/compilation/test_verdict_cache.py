@@ -93,8 +93,12 @@ def test_a_verdict_file_is_read_as_data_and_must_name_its_key(verdicts, counted)
     manager = FusionPassManager(FUSIONS)
     key = verdict.verdict_key(manager, True)
     verdicts.mkdir()
-    for content in ("not json", json.dumps({"key": "0" * 64, "torch": torch.__version__}),
-                    json.dumps({"key": key, "torch": "2.0.0"}), json.dumps([key])):
+    for content in (
+        "not json",
+        json.dumps({"key": "0" * 64, "torch": torch.__version__}),
+        json.dumps({"key": key, "torch": "2.0.0"}),
+        json.dumps([key]),
+    ):
         (verdicts / f"{key}.json").write_text(content)
         assert manager.ensure_verified() is True
         os.unlink(verdicts / f"{key}.json")

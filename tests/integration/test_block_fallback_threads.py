@@ -91,7 +91,8 @@ def test_a_failing_block_does_not_discard_another_threads_graph():
     assert not report.graphs[0].get("fell_back")  # the double block's graph runs
     assert report.matches == report.graphs[0]["matches"]
     assert [(fb["module"], "lost" in fb) for fb in report.to_dict()["fallbacks"]] == [
-        ("single_transformer_blocks.0", False)]
+        ("single_transformer_blocks.0", False)
+    ]
 
 
 def test_two_threads_failing_on_one_block_record_one_fallback():

@@ -9,7 +9,6 @@ import contextlib
 import pytest
 import torch
 
-import diffusers_ascend
 from ascend_kernels.testing import assert_close
 from diffusers_ascend.compilation import _compat
 from diffusers_ascend.tiny import flux_pipeline_inputs, tiny_flux_pipeline
@@ -114,7 +113,9 @@ def test_group_offload_then_enable():
     pipe = tiny_flux_pipeline()
     ref = _run(pipe)
     pipe.transformer.enable_group_offload(
-        onload_device=torch.device("cpu"), offload_device=torch.device("cpu"), offload_type="block_level",
+        onload_device=torch.device("cpu"),
+        offload_device=torch.device("cpu"),
+        offload_type="block_level",
         num_blocks_per_group=1,
     )
     pipe.enable_ascend_compile(**FAST)
@@ -139,7 +140,9 @@ def _lora_dir(tmp_path):
     from peft.utils import get_peft_model_state_dict
 
     donor = tiny_flux_pipeline(seed=1)
-    donor.transformer.add_adapter(LoraConfig(r=4, lora_alpha=4, target_modules=["to_q", "to_k", "to_v"], init_lora_weights=False))
+    donor.transformer.add_adapter(
+        LoraConfig(r=4, lora_alpha=4, target_modules=["to_q", "to_k", "to_v"], init_lora_weights=False)
+    )
     layers = get_peft_model_state_dict(donor.transformer)
     type(donor).save_lora_weights(tmp_path, transformer_lora_layers=layers)
     return tmp_path
@@ -224,14 +227,16 @@ def test_leaf_level_group_offload_before_enable_is_not_counted_as_fused():
     class's forward: the RMSNorm swaps were counted (6) and never ran."""
     pipe = tiny_flux_pipeline()
     ref = _run(pipe)
-    pipe.transformer.enable_group_offload(onload_device=torch.device("cpu"), offload_device=torch.device("cpu"),
-                                          offload_type="leaf_level")
+    pipe.transformer.enable_group_offload(
+        onload_device=torch.device("cpu"), offload_device=torch.device("cpu"), offload_type="leaf_level"
+    )
     with pytest.warns(UserWarning, match=r"6 RMSNorm module\(s\) not fused by 'rms_norm'.*instance attribute"):
         pipe.enable_ascend_compile(fusions=["rms_norm"], compile="none")
     report = pipe.ascend_report()
     assert report.swaps.get("rms_norm", 0) == 0
     assert [(fb["module"], fb["lost"]) for fb in report.to_dict()["fallbacks"]] == [
-        ("transformer.<rms_norm swaps>", {"rms_norm": 6})]
+        ("transformer.<rms_norm swaps>", {"rms_norm": 6})
+    ]
     assert not any(type(m).__name__ == "FusedRMSNorm" for m in pipe.transformer.modules())
     assert_close(_run(pipe), ref, dtype=torch.float32)
 
@@ -331,12 +336,17 @@ def test_a_foreign_attention_processor_is_kept_and_reported():
     ref = _run(pipe)
     proc = _CountingFluxProcessor()
     pipe.transformer.set_attn_processor(proc)
-    with pytest.warns(UserWarning, match=r"2 _CountingFluxProcessor object\(s\) kept, not fused by the 'rope' swap.*"
-                                         r"is not diffusers' FluxAttnProcessor"):
+    with pytest.warns(
+        UserWarning,
+        match=r"2 _CountingFluxProcessor object\(s\) kept, not fused by the 'rope' swap.*"
+        r"is not diffusers' FluxAttnProcessor",
+    ):
         pipe.enable_ascend_compile(**SWAPS_ONLY)
     report = pipe.ascend_report()
     assert "rope" not in report.swaps
-    assert [(fb["module"], fb["lost"]) for fb in report.to_dict()["fallbacks"]] == [("transformer.<rope swaps>", {"rope": 2})]
+    assert [(fb["module"], fb["lost"]) for fb in report.to_dict()["fallbacks"]] == [
+        ("transformer.<rope swaps>", {"rope": 2})
+    ]
     assert {type(p) for p in pipe.transformer.attn_processors.values()} == {_CountingFluxProcessor}
     assert_close(_run(pipe), ref, dtype=torch.float32)
     assert proc.calls > 0  # the user's processor ran
@@ -361,19 +371,27 @@ def test_a_processor_method_patched_in_from_elsewhere_is_kept(order, monkeypatch
     ref = _run(pipe)
     if order == "before":
         monkeypatch.setattr(FluxAttnProcessor, "__call__", patched)
-        with pytest.warns(UserWarning, match=r"2 FluxAttnProcessor object\(s\) kept.*FluxAttnProcessor.__call__ from "
-                                             r".*test_composition.py"):
+        with pytest.warns(
+            UserWarning,
+            match=r"2 FluxAttnProcessor object\(s\) kept.*FluxAttnProcessor.__call__ from "
+            r".*test_composition.py",
+        ):
             pipe.enable_ascend_compile(**SWAPS_ONLY)
         report = pipe.ascend_report()
-        assert [(fb["module"], fb["lost"]) for fb in report.to_dict()["fallbacks"]] == [("transformer.<rope swaps>", {"rope": 2})]
+        assert [(fb["module"], fb["lost"]) for fb in report.to_dict()["fallbacks"]] == [
+            ("transformer.<rope swaps>", {"rope": 2})
+        ]
         assert "rope" not in report.swaps
         assert_close(_run(pipe), ref, dtype=torch.float32)
         assert calls  # the patch ran
     else:
         pipe.enable_ascend_compile(**SWAPS_ONLY)
         monkeypatch.setattr(FluxAttnProcessor, "__call__", patched)
-        with pytest.warns(UserWarning, match=r"2 FluxAttnProcessor object\(s\) run our FusedRopeFluxAttnProcessor.*"
-                                             r"patched in after enabling"):
+        with pytest.warns(
+            UserWarning,
+            match=r"2 FluxAttnProcessor object\(s\) run our FusedRopeFluxAttnProcessor.*"
+            r"patched in after enabling",
+        ):
             report = pipe.ascend_report()
         assert [fb["module"] for fb in report.to_dict()["fallbacks"]] == ["transformer.<FluxAttnProcessor>"]
         with pytest.warns(UserWarning, match=r"2 FluxAttnProcessor object\(s\) kept"):
@@ -413,12 +431,15 @@ def test_cache_dit_async_ulysses_processor_is_kept():
     # classes for the rest of the process.
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-c", _CACHE_DIT_ASYNC_ULYSSES], capture_output=True, text=True, env=env,
-                          cwd=root, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _CACHE_DIT_ASYNC_ULYSSES], capture_output=True, text=True, env=env, cwd=root, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["processors"] == ["FluxAttnProcessor"]  # cache-dit's patched class, not our fused one
     assert "rope" not in got["swaps"]
     assert [fb["module"] for fb in got["fallbacks"]] == ["<rope swaps>"]
-    assert "cache_dit" in got["fallbacks"][0]["reason"] and "FluxAttnProcessor.__call__" in got["fallbacks"][0]["reason"]
+    assert (
+        "cache_dit" in got["fallbacks"][0]["reason"] and "FluxAttnProcessor.__call__" in got["fallbacks"][0]["reason"]
+    )
     assert any("kept, not fused by the 'rope' swap" in w for w in got["warnings"])

@@ -38,7 +38,7 @@ def test_views_are_read_only_snapshots():
     diffusers_ascend.enable_ascend_compile(model, fusions=["adaln"], executor="eager")
     with torch.no_grad():
         model(**flux_model_inputs(config=dict(model.config)))
-    info, = enabled_models(model)
+    (info,) = enabled_models(model)
     assert info.name == "" and info.model is model
     # Each compiled block class recorded the signature of the call that compiled its graph.
     assert dict(info.signatures) == {"FluxTransformerBlock": 1, "FluxSingleTransformerBlock": 1}
@@ -47,7 +47,7 @@ def test_views_are_read_only_snapshots():
     with pytest.raises(TypeError):
         info.signatures["FluxTransformerBlock"] = 0
     diffusers_ascend.enable_ascend_compile(model, fusions="none", compile="none")
-    again, = enabled_models(model)
+    (again,) = enabled_models(model)
     assert (again.executor, again.compiled, again.block_classes) == (None, (), ())
     assert info.config.fusions == ("adaln",) and len(info.compiled) == 2  # the earlier snapshot is unchanged
 
@@ -58,5 +58,5 @@ def test_a_model_inside_a_torch_compile_wrapper_is_seen_unwrapped():
     outer = r"^diffusers-ascend: FluxTransformer2DModel: it runs inside a torch.compile\(model\) wrapper"
     with pytest.warns(AscendWarning, match=outer):
         diffusers_ascend.enable_ascend_compile(wrapped, fusions="none", executor="eager")
-    info, = enabled_models(wrapped)
+    (info,) = enabled_models(wrapped)
     assert info.model is model and info.name == ""

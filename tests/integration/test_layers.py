@@ -53,9 +53,7 @@ def test_swaps_count_numerics_and_restore(kind, dtype):
     undo, counts = apply_swaps(block, ALL, extra=adapter_swaps())
     expected = dict(EXPECTED[kind])
     if kind == "wan":
-        expected["gelu_tanh"] = sum(
-            1 for m in block.modules() if type(m).__name__ == "FusedGELU"
-        )
+        expected["gelu_tanh"] = sum(1 for m in block.modules() if type(m).__name__ == "FusedGELU")
         assert expected["gelu_tanh"] == 1  # Wan's FeedForward("gelu-approximate")
     assert counts == expected
     assert {k: id(p) for k, p in block.named_parameters()} == params  # same objects, same names
@@ -84,8 +82,13 @@ def test_swapped_forward_calls_the_fused_ops():
 
 @pytest.mark.parametrize(
     "fusions,expected",
-    [(["rms_norm"], {"rms_norm": 4}), (["rope"], {"rope": 1}), (["gelu_tanh"], {"gelu_tanh": 2}),
-     (["fast_gelu"], {"fast_gelu": 2}), (["adaln", "mul_add"], {})],
+    [
+        (["rms_norm"], {"rms_norm": 4}),
+        (["rope"], {"rope": 1}),
+        (["gelu_tanh"], {"gelu_tanh": 2}),
+        (["fast_gelu"], {"fast_gelu": 2}),
+        (["adaln", "mul_add"], {}),
+    ],
 )
 def test_swaps_honour_fusions(fusions, expected):
     double, _ = tiny_flux_blocks()

@@ -57,7 +57,9 @@ def test_each_capture_synchronizes_and_empties_the_cache(release):
 
 def test_an_unknown_mode_and_task_queue_2_are_refused(monkeypatch):
     runtime = NpuRuntime()
-    with pytest.raises(RuntimeError, match="Unknown capture error mode. Expected `global`, `thread_local`, or `relaxed`"):
+    with pytest.raises(
+        RuntimeError, match="Unknown capture error mode. Expected `global`, `thread_local`, or `relaxed`"
+    ):
         with runtime.graph(npu_graph=StandInGraph(), capture_error_mode="local"):
             pass
     monkeypatch.setenv("TASK_QUEUE_ENABLE", "2")
@@ -69,8 +71,10 @@ def test_an_unknown_mode_and_task_queue_2_are_refused(monkeypatch):
         pass
 
 
-@pytest.mark.parametrize("mode, other_thread_fails, own_sync_fails",
-                         [("global", True, True), ("thread_local", False, True), ("relaxed", False, False)])
+@pytest.mark.parametrize(
+    "mode, other_thread_fails, own_sync_fails",
+    [("global", True, True), ("thread_local", False, True), ("relaxed", False, False)],
+)
 def test_capture_error_modes(mode, other_thread_fails, own_sync_fails):
     """graphs.py: "global" errors on unsafe actions in other threads, "thread_local" only on the
     capturing thread's, "relaxed" on none; a broken capture fails at its end."""
@@ -101,7 +105,9 @@ def test_acl_op_kernels_are_refused_during_capture(monkeypatch):
     x, gamma = torch.randn(2, 4, 8, dtype=BF16), torch.ones(8, dtype=BF16)
     torch_npu.npu_rms_norm(x, gamma)  # outside a capture: runs
     runtime = NpuRuntime()
-    with pytest.raises(RuntimeError, match="Cannot run aclop operators during NPU graph capture. Current working aclop is RmsNorm"):
+    with pytest.raises(
+        RuntimeError, match="Cannot run aclop operators during NPU graph capture. Current working aclop is RmsNorm"
+    ):
         with runtime.graph(npu_graph=StandInGraph()):
             torch_npu.npu_rms_norm(x, gamma)
     assert _in_thread(lambda: torch_npu.npu_rms_norm(x, gamma)) == []  # another thread captures nothing
@@ -155,8 +161,11 @@ def test_cache_emptying_is_one_per_captured_block_graph(simulated_npu, fresh_dyn
     n_blocks = LAYERS["num_layers"] + LAYERS["num_single_layers"]
 
     def expected(captures):
-        return {"synchronize": captures, "empty_cache": captures,
-                **({"host_empty_cache": captures} if release == "2.14.0" else {})}
+        return {
+            "synchronize": captures,
+            "empty_cache": captures,
+            **({"host_empty_cache": captures} if release == "2.14.0" else {}),
+        }
 
     _call(model)
     assert stats["captures"] == n_blocks and runtime.calls == expected(n_blocks)

@@ -27,30 +27,62 @@ FIA = "npu_fused_infer_attention_score_v2"
 def tiny_qwenimage_pipeline(dtype=BF16):
     """A `QwenImagePipeline` with a tiny transformer and VAE (diffusers' own test sizes, head dim
     16) and no text encoder (pass ``prompt_embeds``)."""
-    from diffusers import AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImagePipeline, QwenImageTransformer2DModel
+    from diffusers import (
+        AutoencoderKLQwenImage,
+        FlowMatchEulerDiscreteScheduler,
+        QwenImagePipeline,
+        QwenImageTransformer2DModel,
+    )
 
     torch.manual_seed(0)
     transformer = QwenImageTransformer2DModel(
-        patch_size=2, in_channels=16, out_channels=4, num_layers=2, attention_head_dim=16, num_attention_heads=2,
-        joint_attention_dim=16, guidance_embeds=False, axes_dims_rope=(8, 4, 4)).eval()
-    vae = AutoencoderKLQwenImage(base_dim=24, z_dim=4, dim_mult=[1, 2, 4], num_res_blocks=1,
-                                 temperal_downsample=[False, True], latents_mean=[0.0] * 4, latents_std=[1.0] * 4).eval()
-    pipe = QwenImagePipeline(scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae, text_encoder=None, tokenizer=None,
-                             transformer=transformer)
+        patch_size=2,
+        in_channels=16,
+        out_channels=4,
+        num_layers=2,
+        attention_head_dim=16,
+        num_attention_heads=2,
+        joint_attention_dim=16,
+        guidance_embeds=False,
+        axes_dims_rope=(8, 4, 4),
+    ).eval()
+    vae = AutoencoderKLQwenImage(
+        base_dim=24,
+        z_dim=4,
+        dim_mult=[1, 2, 4],
+        num_res_blocks=1,
+        temperal_downsample=[False, True],
+        latents_mean=[0.0] * 4,
+        latents_std=[1.0] * 4,
+    ).eval()
+    pipe = QwenImagePipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae, text_encoder=None, tokenizer=None, transformer=transformer
+    )
     return pipe.to(dtype)
 
 
 def qwenimage_pipeline_inputs(dtype=BF16):
     g = torch.Generator().manual_seed(0)
-    return dict(prompt_embeds=torch.randn(1, 8, 16, generator=g).to(dtype), prompt_embeds_mask=torch.ones(1, 8, dtype=torch.long),
-                height=32, width=32, num_inference_steps=2, true_cfg_scale=1.0,
-                generator=torch.Generator().manual_seed(0), output_type="pt")
+    return dict(
+        prompt_embeds=torch.randn(1, 8, 16, generator=g).to(dtype),
+        prompt_embeds_mask=torch.ones(1, 8, dtype=torch.long),
+        height=32,
+        width=32,
+        num_inference_steps=2,
+        true_cfg_scale=1.0,
+        generator=torch.Generator().manual_seed(0),
+        output_type="pt",
+    )
 
 
 PIPELINES = {
     "flux": (lambda: tiny_flux_pipeline(dtype=BF16), lambda: flux_pipeline_inputs(dtype=BF16), "images"),
     # head dim 16: FIA's D must be a multiple of 16 (the default tiny Wan has 12)
-    "wan": (lambda: tiny_wan_pipeline(dtype=BF16, attention_head_dim=16), lambda: wan_pipeline_inputs(dtype=BF16), "frames"),
+    "wan": (
+        lambda: tiny_wan_pipeline(dtype=BF16, attention_head_dim=16),
+        lambda: wan_pipeline_inputs(dtype=BF16),
+        "frames",
+    ),
     "qwenimage": (tiny_qwenimage_pipeline, qwenimage_pipeline_inputs, "images"),
 }
 
@@ -88,14 +120,19 @@ def test_fia_capture_replays_equal_eager(simulated_npu, fresh_dynamo, kind):
 
 def test_fia_capture_refuses_native_npu(simulated_npu):
     with pytest.raises(ValueError, match="npu_fusion_attention.*attention='auto' or 'npu_fia'"):
-        diffusers_ascend.enable_ascend_compile(tiny_flux_pipeline(dtype=BF16), attention="_native_npu",
-                                               graph_capture="graph_with_compile")
+        diffusers_ascend.enable_ascend_compile(
+            tiny_flux_pipeline(dtype=BF16), attention="_native_npu", graph_capture="graph_with_compile"
+        )
 
 
-@pytest.mark.parametrize("dtype, overrides, path", [
-    (torch.float32, {}, "sdpa"),
-    (torch.bfloat16, dict(attention_head_dim=24, axes_dims_rope=[8, 8, 8]), "npu_fusion_attention"),
-], ids=["fp32", "bf16_head_dim_24"])
+@pytest.mark.parametrize(
+    "dtype, overrides, path",
+    [
+        (torch.float32, {}, "sdpa"),
+        (torch.bfloat16, dict(attention_head_dim=24, axes_dims_rope=[8, 8, 8]), "npu_fusion_attention"),
+    ],
+    ids=["fp32", "bf16_head_dim_24"],
+)
 def test_fia_out_of_contract_falls_back_exactly_under_capture(simulated_npu, fresh_dynamo, dtype, overrides, path):
     """Calls outside FIA's limits fall back, equal to eager, and the report says why. The graph
     holding npu_fusion_attention (documented as not capturable) runs uncaptured, the rest of the
@@ -109,7 +146,9 @@ def test_fia_out_of_contract_falls_back_exactly_under_capture(simulated_npu, fre
         if path == "npu_fusion_attention":
             stack.enter_context(pytest.warns(UserWarning, match="runs without graph capture.*npu_fusion_attention"))
         out = pipe(**flux_pipeline_inputs(dtype=dtype)).images
-    torch.testing.assert_close(out.float(), ref.float(), **(TOL if dtype == torch.bfloat16 else dict(atol=1e-4, rtol=1e-4)))
+    torch.testing.assert_close(
+        out.float(), ref.float(), **(TOL if dtype == torch.bfloat16 else dict(atol=1e-4, rtol=1e-4))
+    )
     reasons = [f["reason"] for f in pipe.ascend_report().fallbacks]
     why = "dtype torch.float32" if dtype == torch.float32 else "multiple of 16"
     assert any("call(s) fell back: " in r and why in r and r.endswith(f"-> {path}") for r in reasons), reasons

@@ -48,9 +48,20 @@ ULYSSES_REFUSED = {"value_head_dim_32": "shape"}
 # (24 heads x 128, 2+2 blocks) on 2 NPUs. Ulysses splits heads across ranks: heads % degree == 0.
 SIZES = {
     "tiny": dict(side=4, txt=8, config={}),
-    "wide": dict(side=32, txt=256, config=dict(in_channels=64, num_layers=2, num_single_layers=2, attention_head_dim=128,
-                                                num_attention_heads=24, joint_attention_dim=4096,
-                                                pooled_projection_dim=768, axes_dims_rope=[16, 56, 56])),
+    "wide": dict(
+        side=32,
+        txt=256,
+        config=dict(
+            in_channels=64,
+            num_layers=2,
+            num_single_layers=2,
+            attention_head_dim=128,
+            num_attention_heads=24,
+            joint_attention_dim=4096,
+            pooled_projection_dim=768,
+            axes_dims_rope=[16, 56, 56],
+        ),
+    ),
 }
 
 
@@ -62,11 +73,17 @@ def _inputs(size: str = "tiny", device: str = "cpu", seed: int = 0) -> dict:
     img = side * side  # img and txt divisible by the degree 2: diffusers splits them along the sequence
     g = torch.Generator().manual_seed(seed)
     r = lambda *shape: torch.randn(*shape, generator=g).to(device, BF16)  # noqa: E731
-    grid = torch.stack(torch.meshgrid(torch.zeros(1), torch.arange(side * 1.0), torch.arange(side * 1.0), indexing="ij"), -1)
+    grid = torch.stack(
+        torch.meshgrid(torch.zeros(1), torch.arange(side * 1.0), torch.arange(side * 1.0), indexing="ij"), -1
+    )
     return dict(
-        hidden_states=r(1, img, cfg["in_channels"]), encoder_hidden_states=r(1, txt, cfg["joint_attention_dim"]),
-        pooled_projections=r(1, cfg["pooled_projection_dim"]), timestep=torch.tensor([0.5], dtype=BF16, device=device),
-        img_ids=grid.reshape(img, 3).to(device), txt_ids=torch.zeros(txt, 3, device=device), return_dict=False,
+        hidden_states=r(1, img, cfg["in_channels"]),
+        encoder_hidden_states=r(1, txt, cfg["joint_attention_dim"]),
+        pooled_projections=r(1, cfg["pooled_projection_dim"]),
+        timestep=torch.tensor([0.5], dtype=BF16, device=device),
+        img_ids=grid.reshape(img, 3).to(device),
+        txt_ids=torch.zeros(txt, 3, device=device),
+        return_dict=False,
     )
 
 
@@ -77,15 +94,16 @@ def _model(size: str = "tiny", device: str = "cpu"):
 
 
 def _run_case(case, rank: int, size: str = "tiny", device: str = "cpu"):
-    import diffusers_ascend
     from diffusers import ContextParallelConfig
+
+    import diffusers_ascend
 
     name, cp, order, attention = case
     torch._dynamo.reset()
     model = _model(size, device)
     enable = lambda: diffusers_ascend.enable_ascend_compile(model, attention=attention, executor="eager")  # noqa: E731
     parallelize = lambda: model.enable_parallelism(config=ContextParallelConfig(**cp))  # noqa: E731
-    for step in ((enable, parallelize) if order == "enable_first" else (parallelize, enable)):
+    for step in (enable, parallelize) if order == "enable_first" else (parallelize, enable):
         step()
     backends = {p._attention_backend.value for p in diffusers_ascend.attention.processors(model)}
     assert backends == {"npu_fia"}, backends
@@ -123,9 +141,14 @@ def _worker(rank: int, world: int, port: int, outdir: str, device: str = "cpu") 
             for case in CASES:
                 try:
                     out, graphs, fallbacks = _run_case(case, rank, size, dev)
-                    lse = (sum(1 for c in host.calls("npu_fused_infer_attention_score_v2") if c["return_softmax_lse"])
-                           if host is not None else None)
-                    results[case[0]] = dict(out=out.detach().cpu().clone(), graphs=graphs, fallbacks=fallbacks, fia_lse=lse)
+                    lse = (
+                        sum(1 for c in host.calls("npu_fused_infer_attention_score_v2") if c["return_softmax_lse"])
+                        if host is not None
+                        else None
+                    )
+                    results[case[0]] = dict(
+                        out=out.detach().cpu().clone(), graphs=graphs, fallbacks=fallbacks, fia_lse=lse
+                    )
                 except Exception:
                     results[case[0]] = dict(error=traceback.format_exc())
                 if host is not None:
@@ -151,8 +174,12 @@ def _ulysses_fallback_cases(rank: int, world: int) -> dict:
 
     cp = ContextParallelConfig(ulysses_degree=world)
     config = ParallelConfig(context_parallel_config=cp)
-    config.setup(rank, world, torch.device("cpu"),
-                 mesh=init_device_mesh("cpu", mesh_shape=cp.mesh_shape, mesh_dim_names=cp.mesh_dim_names))
+    config.setup(
+        rank,
+        world,
+        torch.device("cpu"),
+        mesh=init_device_mesh("cpu", mesh_shape=cp.mesh_shape, mesh_dim_names=cp.mesh_dim_names),
+    )
     out = {}
     for name, mask_kind, causal in CASES:
         if name in ULYSSES_SKIPPED:
@@ -174,7 +201,9 @@ def _ulysses_fallback_cases(rank: int, world: int) -> dict:
 def _spawn(outdir: str, device: str) -> dict:
     import torch.multiprocessing as mp
 
-    ctx = mp.start_processes(_worker, args=(2, _free_port(), outdir, device), nprocs=2, join=False, start_method="spawn")
+    ctx = mp.start_processes(
+        _worker, args=(2, _free_port(), outdir, device), nprocs=2, join=False, start_method="spawn"
+    )
     deadline = time.monotonic() + TIMEOUT_S
     while not ctx.join(timeout=5):
         if time.monotonic() > deadline:
@@ -228,8 +257,11 @@ def _ulysses_cases():
     return [c for c in CASES if c[0] not in ULYSSES_SKIPPED]
 
 
-@pytest.mark.parametrize("name, mask_kind, causal", _ulysses_cases(),
-                         ids=[f"{r}-{m}-{'causal' if c else 'full'}" for r, m, c in _ulysses_cases()])
+@pytest.mark.parametrize(
+    "name, mask_kind, causal",
+    _ulysses_cases(),
+    ids=[f"{r}-{m}-{'causal' if c else 'full'}" for r, m, c in _ulysses_cases()],
+)
 def test_fia_fallback_under_ulysses_equals_sdpa(parallel_results, name, mask_kind, causal):
     """Under Ulysses a fallback (on each rank's heads, the whole sequence) equals SDPA on the whole
     call, or the call raises: SDPA refuses it, or diffusers' templated attention refuses is_causal /

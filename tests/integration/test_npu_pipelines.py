@@ -29,24 +29,30 @@ def _npu_inputs(make):
 
 
 def test_platform_and_auto_resolution():
+    from ascend_kernels.npu import kernels, mindiesd_available
     from diffusers_ascend import AscendConfig
     from diffusers_ascend.platform import current_platform
-
-    from ascend_kernels.npu import kernels, mindiesd_available
 
     assert current_platform() == "npu"
     # From the provider registry: gelu_tanh is one kernel unfused on NPU; adaLN needs MindIE SD; swiglu
     # Atlas A2 with aclnnSwiGlu.
-    expected = (("rms_norm", "rope") + (("adaln",) if mindiesd_available() else ()) + ("mul_add",)
-                + (("swiglu",) if kernels.swiglu_kernel() else ()))
+    expected = (
+        ("rms_norm", "rope")
+        + (("adaln",) if mindiesd_available() else ())
+        + ("mul_add",)
+        + (("swiglu",) if kernels.swiglu_kernel() else ())
+    )
     assert AscendConfig().resolved_fusions() == expected
     assert AscendConfig().resolved_executor() == "eager"
 
 
 @pytest.mark.parametrize("kind", ["flux", "wan"])
 def test_auto_on_npu_matches_eager(kind):
-    build, inputs, attr = ((tiny_flux_pipeline, flux_pipeline_inputs, "images") if kind == "flux"
-                           else (tiny_wan_pipeline, wan_pipeline_inputs, "frames"))
+    build, inputs, attr = (
+        (tiny_flux_pipeline, flux_pipeline_inputs, "images")
+        if kind == "flux"
+        else (tiny_wan_pipeline, wan_pipeline_inputs, "frames")
+    )
     eager, pipe = _on_npu(build()), _on_npu(build())
     ref = getattr(eager(**_npu_inputs(inputs)), attr)
     pipe.enable_ascend_compile()  # fusions="auto", attention="auto", executor="auto" (eager on NPU)
@@ -56,7 +62,9 @@ def test_auto_on_npu_matches_eager(kind):
     assert not report.fallbacks
     assert {"rms_norm", "rope"} <= set(report.swaps) and "gelu_tanh" not in report.swaps
     procs = [m.processor for m in pipe.transformer.modules() if hasattr(m, "processor")]
-    assert procs and all(str(p._attention_backend) in ("_native_npu", "AttentionBackendName._NATIVE_NPU") for p in procs)
+    assert procs and all(
+        str(p._attention_backend) in ("_native_npu", "AttentionBackendName._NATIVE_NPU") for p in procs
+    )
 
 
 def test_all_fusions_and_freezing_on_npu():

@@ -15,8 +15,11 @@ def wan_apply_rotary_emb():
     rebuilt from its code object (it is not importable by name)."""
     from diffusers.models.transformers import transformer_wan
 
-    codes = [c for c in transformer_wan.WanAttnProcessor.__call__.__code__.co_consts
-             if isinstance(c, types.CodeType) and c.co_name == "apply_rotary_emb"]
+    codes = [
+        c
+        for c in transformer_wan.WanAttnProcessor.__call__.__code__.co_consts
+        if isinstance(c, types.CodeType) and c.co_name == "apply_rotary_emb"
+    ]
     assert len(codes) == 1, "diffusers' WanAttnProcessor no longer has a nested apply_rotary_emb"
     assert not codes[0].co_freevars, "Wan's apply_rotary_emb closes over variables now: rebuild differently"
     return types.FunctionType(codes[0], vars(transformer_wan), "apply_rotary_emb")

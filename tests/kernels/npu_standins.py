@@ -40,8 +40,8 @@ import json
 import re
 import sys
 import types
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -49,9 +49,24 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..compilation.graph_standins import check_aclop
 
-__all__ = ["A2_SOC", "A3_SOC", "CONTRACTS", "FIA_SCHEMAS", "FUSION_ATTENTION_SCHEMA", "KernelCounter", "MINDIESD",
-           "SCHEMAS", "StandInTorchNpu", "WHEELS", "api_signature", "documented_families", "install_torch_npu",
-           "mindiesd_standin", "npu_attention_ops", "soc_family"]
+__all__ = [
+    "A2_SOC",
+    "A3_SOC",
+    "CONTRACTS",
+    "FIA_SCHEMAS",
+    "FUSION_ATTENTION_SCHEMA",
+    "KernelCounter",
+    "MINDIESD",
+    "SCHEMAS",
+    "StandInTorchNpu",
+    "WHEELS",
+    "api_signature",
+    "documented_families",
+    "install_torch_npu",
+    "mindiesd_standin",
+    "npu_attention_ops",
+    "soc_family",
+]
 
 # Generated from the wheels (tools/npu_wheels.py -> npu_contracts.json): schemas, docs, SoC enum.
 CONTRACTS = json.loads((Path(__file__).with_name("npu_contracts.json")).read_text(encoding="utf-8"))
@@ -79,7 +94,7 @@ def soc_family(soc: int, wheel: str = NEWEST) -> str:
     return "unknown"
 
 
-def documented_families(op: str, scenario: str = "*", wheel: str = NEWEST) -> Optional[list]:
+def documented_families(op: str, scenario: str = "*", wheel: str = NEWEST) -> list | None:
     """SoC families the wheel's doc of ``op`` lists (for a jit_compile scenario where it splits them);
     None when the doc names no product."""
     products = CONTRACTS["torch_npu"][wheel]["docs"].get(op, {}).get("products", {})
@@ -106,15 +121,19 @@ _OURS = ("npu_rms_norm", "npu_add_rms_norm", "npu_rotary_mul", "npu_gelu", "npu_
 # range ships them) stay to test that the providers handle a stack without the rotary_mode keyword.
 SCHEMAS = {version: {op: CONTRACTS["torch_npu"][version]["schemas"][op] for op in _OURS} for version in WHEELS}
 SCHEMAS["6.0.0"] = {**SCHEMAS[NEWEST], "npu_rotary_mul": "npu_rotary_mul(Tensor self, Tensor r1, Tensor r2) -> Tensor"}
-SCHEMAS["7.0.0"] = {**SCHEMAS[NEWEST],
-                    "npu_rotary_mul": "npu_rotary_mul(Tensor self, Tensor r1, Tensor r2, str rotary_mode='half') -> Tensor"}
-ALL_ACLNN = frozenset({"aclnnRmsNorm", "aclnnAddRmsNorm", "aclnnRotaryPositionEmbedding", "aclnnAddcmul", "aclnnSwiGlu"})
+SCHEMAS["7.0.0"] = {
+    **SCHEMAS[NEWEST],
+    "npu_rotary_mul": "npu_rotary_mul(Tensor self, Tensor r1, Tensor r2, str rotary_mode='half') -> Tensor",
+}
+ALL_ACLNN = frozenset(
+    {"aclnnRmsNorm", "aclnnAddRmsNorm", "aclnnRotaryPositionEmbedding", "aclnnAddcmul", "aclnnSwiGlu"}
+)
 
 
 class _Packet:
     """``torch.ops.npu.<op>``-like: ``.default._schema`` and keyword checking against it."""
 
-    def __init__(self, owner: "StandInTorchNpu", schema: str, fn):
+    def __init__(self, owner: StandInTorchNpu, schema: str, fn):
         self.default = types.SimpleNamespace(_schema=torch._C.parse_schema(schema))
         self._owner, self._fn = owner, fn
 
@@ -149,8 +168,15 @@ class StandInTorchNpu(types.ModuleType):
             page says so, the wheels' doc says no: only a device settles it).
     """
 
-    def __init__(self, version: str = NEWEST, soc: int = A2_SOC, jit_compile: bool = False,
-                 aclnn: Iterable[str] = ALL_ACLNN, fia: Iterable[str] = ("v1", "v2"), fp32_gamma: bool = False):
+    def __init__(
+        self,
+        version: str = NEWEST,
+        soc: int = A2_SOC,
+        jit_compile: bool = False,
+        aclnn: Iterable[str] = ALL_ACLNN,
+        fia: Iterable[str] = ("v1", "v2"),
+        fp32_gamma: bool = False,
+    ):
         super().__init__("torch_npu")
         self.__spec__ = importlib.machinery.ModuleSpec("torch_npu", None)
         self.version, self.soc, self.jit, self.aclnn = version, soc, jit_compile, frozenset(aclnn)
@@ -160,12 +186,20 @@ class StandInTorchNpu(types.ModuleType):
         self.wheel = version if version in WHEELS else NEWEST
         self.family = soc_family(soc, self.wheel)
         self.api_calls: list[tuple[str, dict]] = []  # torch_npu.npu.<fn> calls, bound to the wheel's signature
-        impls = dict(get_soc_version=lambda: self.soc,
-                     get_device_name=lambda device_name=None: SOC_NAMES.get(self.soc, f"soc{self.soc}"),
-                     is_jit_compile_false=lambda: not self.jit)
+        impls = dict(
+            get_soc_version=lambda: self.soc,
+            get_device_name=lambda device_name=None: SOC_NAMES.get(self.soc, f"soc{self.soc}"),
+            is_jit_compile_false=lambda: not self.jit,
+        )
         self.npu = types.SimpleNamespace(**{name: self._api(name, fn) for name, fn in impls.items()})
-        impls = {"npu_rms_norm": self._rms_norm, "npu_add_rms_norm": self._add_rms_norm, "npu_rotary_mul": self._rotary_mul,
-                 "npu_gelu": self._gelu, "npu_fast_gelu": self._fast_gelu, "npu_swiglu": self._swiglu}
+        impls = {
+            "npu_rms_norm": self._rms_norm,
+            "npu_add_rms_norm": self._add_rms_norm,
+            "npu_rotary_mul": self._rotary_mul,
+            "npu_gelu": self._gelu,
+            "npu_fast_gelu": self._fast_gelu,
+            "npu_swiglu": self._swiglu,
+        }
         for name, schema in SCHEMAS[version].items():
             setattr(self, name, _Packet(self, schema, impls[name]))
         npu_attention_ops()
@@ -202,12 +236,14 @@ class StandInTorchNpu(types.ModuleType):
 
     def _check_dtype(self, t: torch.Tensor):
         assert t.dtype in _DTYPES, f"dtype {t.dtype} not supported"
-        assert t.dtype != torch.bfloat16 or self.soc >= _SOCS["Ascend910B1"], f"bf16 needs SocVersion >= Ascend910B1 ({_SOCS['Ascend910B1']})"
+        assert t.dtype != torch.bfloat16 or self.soc >= _SOCS["Ascend910B1"], (
+            f"bf16 needs SocVersion >= Ascend910B1 ({_SOCS['Ascend910B1']})"
+        )
 
     # -- ops ----------------------------------------------------------------------------------
     def _rms_norm(self, x, gamma, epsilon):
         self._check_dtype(x)
-        assert 2 <= x.dim() <= 8 and tuple(gamma.shape) == tuple(x.shape[x.dim() - gamma.dim():])
+        assert 2 <= x.dim() <= 8 and tuple(gamma.shape) == tuple(x.shape[x.dim() - gamma.dim() :])
         if gamma_must_match(self.wheel) and not self.fp32_gamma:  # the wheel's doc: gamma in self's dtype
             assert gamma.dtype == x.dtype, f"npu_rms_norm: gamma {gamma.dtype} must have self's dtype {x.dtype}"
         else:  # a device found (by probe.rms_norm_fp32_gamma) to take an fp32 gamma too
@@ -223,10 +259,11 @@ class StandInTorchNpu(types.ModuleType):
         # dtype, rstd fp32 over the dims gamma does not cover. One dtype and no broadcasting, as
         # aclnnAddRmsNorm takes them (the rule npu_rms_norm's doc states for gamma, kept here).
         self._check_dtype(x1)
-        assert x2.dtype == x1.dtype and gamma.dtype == x1.dtype, \
+        assert x2.dtype == x1.dtype and gamma.dtype == x1.dtype, (
             f"npu_add_rms_norm: x1 {x1.dtype}, x2 {x2.dtype} and gamma {gamma.dtype} must have one dtype"
+        )
         assert x1.shape == x2.shape, f"npu_add_rms_norm: x2 {tuple(x2.shape)} must have x1's shape {tuple(x1.shape)}"
-        assert 2 <= x1.dim() <= 8 and tuple(gamma.shape) == tuple(x1.shape[x1.dim() - gamma.dim():])
+        assert 2 <= x1.dim() <= 8 and tuple(gamma.shape) == tuple(x1.shape[x1.dim() - gamma.dim() :])
         if not self._op_api("aclnnAddRmsNorm"):
             check_aclop("AddRmsNorm")
         xf = x1.float() + x2.float()
@@ -240,8 +277,9 @@ class StandInTorchNpu(types.ModuleType):
         assert rotary_mode in ("half", "interleave"), "rotary_mode should be half or interleave"
         acl_op = self.soc < _SOCS["Ascend910B1"] or not self._op_api("aclnnRotaryPositionEmbedding")
         scenario = "jit_compile=True" if acl_op else "jit_compile=False"  # the doc's two tables
-        assert self.family in documented_families("npu_rotary_mul", scenario, self.wheel), \
+        assert self.family in documented_families("npu_rotary_mul", scenario, self.wheel), (
             f"npu_rotary_mul ({scenario}) is not documented for {SOC_NAMES.get(self.soc)} ({self.family})"
+        )
         if acl_op:
             # acl_op::npu_rotary_mul (RotaryMulKernelNpu.cpp) and the jit_compile=True doc.
             check_aclop("RotaryMul")
@@ -272,13 +310,13 @@ class StandInTorchNpu(types.ModuleType):
         xf = x.float()
         return (xf / (1 + torch.exp(-1.702 * xf))).to(x.dtype)  # A2/A3 formula
 
-
     def _swiglu(self, x, dim=-1):
         # op_api only (SwigluKernelNpuOpApi.cpp -> aclnnSwiGlu): no acl_op path, so jit_compile
         # does not matter, but the aclnn kernel must exist; the SoCs its doc lists (A2).
         assert "aclnnSwiGlu" in self.aclnn, "aclnnSwiGlu missing from CANN"
-        assert self.family in documented_families("npu_swiglu", wheel=self.wheel), \
+        assert self.family in documented_families("npu_swiglu", wheel=self.wheel), (
             f"npu_swiglu is documented for {documented_families('npu_swiglu', wheel=self.wheel)} only, not {self.family}"
+        )
         self._check_dtype(x)
         assert 1 <= x.dim() <= 8 and x.numel() > 0, "npu_swiglu: 1-8 dims, not empty"
         assert -x.dim() <= dim < x.dim() and x.shape[dim] % 2 == 0, "npu_swiglu: even size along dim"
@@ -308,7 +346,7 @@ _ADALN_SCHEMA = MINDIESD["schemas"]["adaln"]  # from MindIE SD 3.1.0's libPTAExt
 
 
 @contextlib.contextmanager
-def mindiesd_standin(calls: Optional[list] = None):
+def mindiesd_standin(calls: list | None = None):
     """Registers ``torch.ops.mindiesd.adaln`` (MindIE SD's schema, a contract-checking CPU kernel)
     and a ``mindiesd`` module in ``sys.modules`` for the duration of the block."""
     calls = [] if calls is None else calls
@@ -322,9 +360,12 @@ def mindiesd_standin(calls: Optional[list] = None):
         for t in (scale, shift, weight, bias):
             assert t is None or t.dtype == x.dtype, "aclnnAdaLayerNorm: every tensor in x's dtype"
         for t in (scale, shift):
-            assert tuple(t.shape) in (lead + (h,), lead + (1, h)), f"scale/shift {tuple(t.shape)} for x {tuple(x.shape)}"
-        y = F.layer_norm(x.float(), (h,), None if weight is None else weight.float(),
-                         None if bias is None else bias.float(), epsilon)
+            assert tuple(t.shape) in (lead + (h,), lead + (1, h)), (
+                f"scale/shift {tuple(t.shape)} for x {tuple(x.shape)}"
+            )
+        y = F.layer_norm(
+            x.float(), (h,), None if weight is None else weight.float(), None if bias is None else bias.float(), epsilon
+        )
         s = scale.float() if scale.dim() == x.dim() else scale.float().unsqueeze(-2)
         b = shift.float() if shift.dim() == x.dim() else shift.float().unsqueeze(-2)
         return (y * (1 + s) + b).to(x.dtype)
@@ -357,7 +398,7 @@ class KernelCounter(TorchDispatchMode):
     the stand-in's emulation, not calls the provider makes).
     """
 
-    def __init__(self, torch_npu: Optional[StandInTorchNpu] = None):
+    def __init__(self, torch_npu: StandInTorchNpu | None = None):
         super().__init__()
         self.torch_npu = torch_npu
         self.ops: list[str] = []
@@ -368,7 +409,7 @@ class KernelCounter(TorchDispatchMode):
         return super().__enter__()
 
     def npu_calls(self) -> list[str]:
-        return self.torch_npu.names()[self._start:] if self.torch_npu is not None else []
+        return self.torch_npu.names()[self._start :] if self.torch_npu is not None else []
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         if (self.torch_npu is None or self.torch_npu.depth == 0) and not func.is_view:
@@ -381,14 +422,16 @@ class KernelCounter(TorchDispatchMode):
 
 # -- attention -----------------------------------------------------------------------------------
 # torch_npu's schemas of the attention ops, from the newest wheel's libtorch_npu.so (npu_contracts.json).
-FIA_SCHEMAS = {v: CONTRACTS["torch_npu"][NEWEST]["schemas"][op]
-               for v, op in (("v1", "npu_fused_infer_attention_score"), ("v2", "npu_fused_infer_attention_score_v2"))}
+FIA_SCHEMAS = {
+    v: CONTRACTS["torch_npu"][NEWEST]["schemas"][op]
+    for v, op in (("v1", "npu_fused_infer_attention_score"), ("v2", "npu_fused_infer_attention_score_v2"))
+}
 # What diffusers' "_native_npu" backend calls.
 FUSION_ATTENTION_SCHEMA = CONTRACTS["torch_npu"][NEWEST]["schemas"]["npu_fusion_attention"]
 _NPU_LIB: list = []
 
 
-def _current() -> Optional["StandInTorchNpu"]:
+def _current() -> StandInTorchNpu | None:
     fake = sys.modules.get("torch_npu")
     return fake if isinstance(fake, StandInTorchNpu) else None
 
@@ -417,7 +460,9 @@ def _bsnd_attention(q, k, v, heads, kv_heads, scale, masked=None, bias=None, kv_
     return out.transpose(1, 2).contiguous(), lse  # ND format: a contiguous [B, S, N, D]
 
 
-def _check_fia(query, key, value, pse_shift, atten_mask, num_heads, num_key_value_heads, input_layout, actual_seq_lengths):
+def _check_fia(
+    query, key, value, pse_shift, atten_mask, num_heads, num_key_value_heads, input_layout, actual_seq_lengths
+):
     # torch_npu-npu_fused_infer_attention_score.md: parameters and constraints (Q_S > 1 path).
     if input_layout != "BSND":
         raise NotImplementedError(f"the stand-in models input_layout='BSND' only, got {input_layout!r}")
@@ -444,11 +489,15 @@ def _check_fia(query, key, value, pse_shift, atten_mask, num_heads, num_key_valu
         assert atten_mask.dtype in (torch.bool, torch.int8, torch.uint8), f"FIA atten_mask dtype {atten_mask.dtype}"
         assert atten_mask.is_contiguous()
         allowed = {(sq, skv), (b, sq, skv), (1, sq, skv), (b, 1, sq, skv), (1, 1, sq, skv)}
-        assert tuple(atten_mask.shape) in allowed, f"FIA atten_mask shape {tuple(atten_mask.shape)} not in {sorted(allowed)}"
+        assert tuple(atten_mask.shape) in allowed, (
+            f"FIA atten_mask shape {tuple(atten_mask.shape)} not in {sorted(allowed)}"
+        )
         masked = atten_mask.bool().reshape((1,) * (4 - atten_mask.dim()) + tuple(atten_mask.shape))  # True = masked out
     if pse_shift is not None:
         assert pse_shift.dtype == query.dtype, "FIA pse_shift: query's dtype"
-        assert tuple(pse_shift.shape) in {(b, n, sq, skv), (1, n, sq, skv)}, f"FIA pse_shift shape {tuple(pse_shift.shape)}"
+        assert tuple(pse_shift.shape) in {(b, n, sq, skv), (1, n, sq, skv)}, (
+            f"FIA pse_shift shape {tuple(pse_shift.shape)}"
+        )
     return kv_heads, masked
 
 
@@ -464,19 +513,47 @@ def _bound(name: str, args: tuple, kw: dict) -> dict:
 
 def _fia_v1(*args, **kw):
     b = _bound("npu_fused_infer_attention_score", args, kw)
-    return _fia_impl("npu_fused_infer_attention_score", b["query"], b["key"], b["value"], b["pse_shift"],
-                     b["atten_mask"], b["actual_seq_lengths"], b["actual_seq_lengths_kv"], b["num_heads"], b["scale"],
-                     b["input_layout"], b["num_key_value_heads"], b["softmax_lse_flag"], b)
+    return _fia_impl(
+        "npu_fused_infer_attention_score",
+        b["query"],
+        b["key"],
+        b["value"],
+        b["pse_shift"],
+        b["atten_mask"],
+        b["actual_seq_lengths"],
+        b["actual_seq_lengths_kv"],
+        b["num_heads"],
+        b["scale"],
+        b["input_layout"],
+        b["num_key_value_heads"],
+        b["softmax_lse_flag"],
+        b,
+    )
 
 
 def _fia_v2(*args, **kw):
     b = _bound("npu_fused_infer_attention_score_v2", args, kw)
-    return _fia_impl("npu_fused_infer_attention_score_v2", b["query"], b["key"], b["value"], b["pse_shift"],
-                     b["atten_mask"], b["actual_seq_qlen"], b["actual_seq_kvlen"], b["num_query_heads"],
-                     b["softmax_scale"], b["input_layout"], b["num_key_value_heads"], b["return_softmax_lse"], b)
+    return _fia_impl(
+        "npu_fused_infer_attention_score_v2",
+        b["query"],
+        b["key"],
+        b["value"],
+        b["pse_shift"],
+        b["atten_mask"],
+        b["actual_seq_qlen"],
+        b["actual_seq_kvlen"],
+        b["num_query_heads"],
+        b["softmax_scale"],
+        b["input_layout"],
+        b["num_key_value_heads"],
+        b["return_softmax_lse"],
+        b,
+    )
 
 
-def _fia_impl(name, query, key, value, pse_shift, atten_mask, seq, seq_kv, heads, scale, layout, kv_heads, lse_flag, bound):
+def _fia_impl(
+    name, query, key, value, pse_shift, atten_mask, seq, seq_kv, heads, scale, layout, kv_heads, lse_flag, bound
+):
     _record(name, bound)
     kv_heads, masked = _check_fia(query, key, value, pse_shift, atten_mask, heads, kv_heads, layout, seq)
     out, lse = _bsnd_attention(query, key, value, heads, kv_heads, scale, masked, pse_shift, seq_kv)
@@ -514,9 +591,13 @@ def _fusion_attention(*args, **kw):
     mask = b["atten_mask"]
     masked = None
     if mask is not None:
-        assert mask.dtype in (torch.bool, torch.uint8), f"npu_fusion_attention atten_mask dtype {mask.dtype} (bool/uint8)"
+        assert mask.dtype in (torch.bool, torch.uint8), (
+            f"npu_fusion_attention atten_mask dtype {mask.dtype} (bool/uint8)"
+        )
         allowed = {(bsz, n, sq, skv), (bsz, 1, sq, skv), (1, 1, sq, skv), (sq, skv)}
-        assert tuple(mask.shape) in allowed, f"npu_fusion_attention atten_mask shape {tuple(mask.shape)} not in {sorted(allowed)}"
+        assert tuple(mask.shape) in allowed, (
+            f"npu_fusion_attention atten_mask shape {tuple(mask.shape)} not in {sorted(allowed)}"
+        )
         masked = mask.bool().reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
         i, j = torch.arange(sq).reshape(-1, 1), torch.arange(skv)
         masked = masked | (i - j > b["pre_tockens"]) | (j - i > b["next_tockens"])
@@ -536,8 +617,11 @@ def npu_attention_ops() -> None:
     if _NPU_LIB:
         return
     lib = torch.library.Library("npu", "FRAGMENT")  # noqa: TOR901  (test-only stand-in of torch_npu's namespace)
-    for schema, impl, fake in ((FIA_SCHEMAS["v1"], _fia_v1, _fia_fake), (FIA_SCHEMAS["v2"], _fia_v2, _fia_fake),
-                               (FUSION_ATTENTION_SCHEMA, _fusion_attention, _fusion_attention_fake)):
+    for schema, impl, fake in (
+        (FIA_SCHEMAS["v1"], _fia_v1, _fia_fake),
+        (FIA_SCHEMAS["v2"], _fia_v2, _fia_fake),
+        (FUSION_ATTENTION_SCHEMA, _fusion_attention, _fusion_attention_fake),
+    ):
         name = schema.split("(", 1)[0]
         lib.define(schema)
         lib.impl(name, impl, "CPU")

@@ -49,22 +49,33 @@ CASES = {
     "fast_gelu": (ops.fast_gelu, lambda x: (x.float() * torch.sigmoid(1.702 * x.float())).to(x.dtype), [(2, 13, 77)]),
     "adaln_flux": (
         lambda x, sc, sh: ops.adaln_modulate(x, sc, sh, 1e-6),
-        lambda x, sc, sh: (F.layer_norm(x.float(), (x.shape[-1],), eps=1e-6) * (1 + sc[:, None].float())
-                           + sh[:, None].float()).to(x.dtype),
+        lambda x, sc, sh: (
+            F.layer_norm(x.float(), (x.shape[-1],), eps=1e-6) * (1 + sc[:, None].float()) + sh[:, None].float()
+        ).to(x.dtype),
         [(2, 13, 77), (2, 77), (2, 77)],
     ),
     "adaln_affine": (
         lambda x, sc, sh, w, b: ops.adaln_modulate(x, sc, sh, 1e-6, w, b),
-        lambda x, sc, sh, w, b: (F.layer_norm(x.float(), (x.shape[-1],), w.float(), b.float(), 1e-6)
-                                 * (1 + sc.float()) + sh.float()).to(x.dtype),
+        lambda x, sc, sh, w, b: (
+            F.layer_norm(x.float(), (x.shape[-1],), w.float(), b.float(), 1e-6) * (1 + sc.float()) + sh.float()
+        ).to(x.dtype),
         [(2, 13, 77), (2, 1, 77), (2, 1, 77), (77,), (77,)],
     ),
-    "swiglu_packed": (ops.swiglu, lambda h: (F.silu(h[..., :77].float()) * h[..., 77:].float()).to(h.dtype),
-                      [(2, 13, 154)]),
-    "swiglu_two_tensors": (ops.swiglu, lambda g, u: (F.silu(g.float()) * u.float()).to(g.dtype),
-                           [(2, 13, 77), (2, 13, 77)]),
-    "mul_add": (ops.mul_add, lambda x, y, z: (x.float() * y.float() + z.float()).to(x.dtype),
-                [(2, 1, 77), (2, 13, 77), (2, 13, 77)]),
+    "swiglu_packed": (
+        ops.swiglu,
+        lambda h: (F.silu(h[..., :77].float()) * h[..., 77:].float()).to(h.dtype),
+        [(2, 13, 154)],
+    ),
+    "swiglu_two_tensors": (
+        ops.swiglu,
+        lambda g, u: (F.silu(g.float()) * u.float()).to(g.dtype),
+        [(2, 13, 77), (2, 13, 77)],
+    ),
+    "mul_add": (
+        ops.mul_add,
+        lambda x, y, z: (x.float() * y.float() + z.float()).to(x.dtype),
+        [(2, 1, 77), (2, 13, 77), (2, 13, 77)],
+    ),
 }
 
 

@@ -35,7 +35,7 @@ from ascend_kernels.registry import auto_provider, available_providers, explain,
 from ascend_kernels.testing import assert_close
 
 from .conftest import flux_rope
-from .npu_standins import NEWEST, ALL_ACLNN, KernelCounter, StandInTorchNpu, install_torch_npu, mindiesd_standin
+from .npu_standins import ALL_ACLNN, NEWEST, KernelCounter, StandInTorchNpu, install_torch_npu, mindiesd_standin
 
 ops = torch.ops.ascend_kernels
 
@@ -137,7 +137,9 @@ def test_rms_norm_fp32_gamma_probe_asks_once_and_never_in_a_capture(monkeypatch,
     import types
 
     asked = []
-    monkeypatch.setattr(torch, "npu", types.SimpleNamespace(is_current_stream_capturing=lambda: capturing), raising=False)
+    monkeypatch.setattr(
+        torch, "npu", types.SimpleNamespace(is_current_stream_capturing=lambda: capturing), raising=False
+    )
     monkeypatch.setattr(probe, "_ask_device_fp32_gamma", lambda dtype: asked.append(dtype) or True)
     probe.cache_clear()
     try:
@@ -273,8 +275,11 @@ def test_rope_old_schema_has_half_only(npu_factory):
 def test_rope_acl_op_path_is_half_only_with_d128(npu_factory, version, variant):
     """SoC before 910B1, jit_compile=True or a CANN without aclnnRotaryPositionEmbedding: torch_npu
     runs acl_op::npu_rotary_mul, which raises for "interleave" (documented: half, D == 128)."""
-    kw = {"old_soc": dict(soc=OLD_SOC), "jit_compile": dict(jit_compile=True),
-          "no_aclnn": dict(aclnn={"aclnnRmsNorm", "aclnnAddcmul"})}[variant]
+    kw = {
+        "old_soc": dict(soc=OLD_SOC),
+        "jit_compile": dict(jit_compile=True),
+        "no_aclnn": dict(aclnn={"aclnnRmsNorm", "aclnnAddcmul"}),
+    }[variant]
     torch_npu = npu_factory(version=version, **kw)
     cos, sin = FLUX_ROPE_13_D128
     x = _randn(1, 13, 4, 128, dtype=torch.float16)
@@ -354,7 +359,11 @@ def test_mul_add_passes_the_full_shape_factor_as_tensor2(torch_npu):
 def test_mul_add_mixed_dtypes_need_aclnn(npu_factory, variant):
     """acl_op addcmul returns self's dtype: mixed dtypes would not promote like eager."""
     npu_factory(**({"jit_compile": True} if variant == "jit_compile" else {"aclnn": {"aclnnRmsNorm"}}))
-    gate, y, res = _randn(2, 1, 8, dtype=torch.float32), _randn(2, 5, 8, seed=1), _randn(2, 5, 8, dtype=torch.float32, seed=2)
+    gate, y, res = (
+        _randn(2, 1, 8, dtype=torch.float32),
+        _randn(2, 5, 8, seed=1),
+        _randn(2, 5, 8, dtype=torch.float32, seed=2),
+    )
     assert select_provider("mul_add", gate, y, res).name == "native"
     assert select_provider("mul_add", gate.bfloat16(), y, res.bfloat16()).name == "npu"  # one dtype: fine
 
@@ -381,7 +390,11 @@ def test_adaln_wan_form_computes_in_fp32(mindiesd, torch_npu):
     """Wan: bf16 x, fp32 scale/shift (B, 1, D), the eager code computes in fp32 and casts back.
     The kernel needs one dtype: it runs in fp32 on an upcast x (3 calls), never on rounded
     modulation."""
-    x, scale, shift = _randn(2, 13, 64), _randn(2, 1, 64, dtype=torch.float32, seed=1), _randn(2, 1, 64, dtype=torch.float32, seed=2)
+    x, scale, shift = (
+        _randn(2, 13, 64),
+        _randn(2, 1, 64, dtype=torch.float32, seed=1),
+        _randn(2, 1, 64, dtype=torch.float32, seed=2),
+    )
     args = (x, scale, shift, 1e-6, None, None, torch.bfloat16)
     name, out, counter = _run(torch_npu, "adaln_modulate", *args)
     assert name == "npu" and counter.ops == ["aten._to_copy", "mindiesd.adaln", "aten._to_copy"]
@@ -396,12 +409,19 @@ def test_adaln_per_token_modulation_is_one_call_on_rows(mindiesd, torch_npu, dty
     """Per-token scale/shift [B, S, H] (Wan 2.2 TI2V, Qwen-Image-Edit) are outside the kernel's
     [B.., H] / [B.., 1, H] contract: every token becomes a batch entry, x [B*S, 1, H] and
     scale/shift [B*S, H], one call; the result is x's shape and the native provider's numerics."""
-    x, scale, shift = _randn(2, 13, 64, dtype=dtype), _randn(2, 13, 64, dtype=dtype, seed=1), _randn(2, 13, 64, dtype=dtype, seed=2)
+    x, scale, shift = (
+        _randn(2, 13, 64, dtype=dtype),
+        _randn(2, 13, 64, dtype=dtype, seed=1),
+        _randn(2, 13, 64, dtype=dtype, seed=2),
+    )
     args = (x, scale, shift, 1e-6, None, None, None)
     name, out, counter = _run(torch_npu, "adaln_modulate", *args)
     assert name == "npu" and counter.ops == ["mindiesd.adaln"]  # the reshapes are views
     call = mindiesd[0]
-    assert tuple(call["x"].shape) == (26, 1, 64) and tuple(call["scale"].shape) == tuple(call["shift"].shape) == (26, 64)
+    assert tuple(call["x"].shape) == (26, 1, 64) and tuple(call["scale"].shape) == tuple(call["shift"].shape) == (
+        26,
+        64,
+    )
     assert out.shape == x.shape and out.dtype == dtype
     assert_close(out, adaln_modulate_native(*args), msg="npu adaln (per token) vs native")
 
@@ -489,7 +509,9 @@ def test_swiglu_outside_the_kernel_contract_goes_native(npu_factory):
     h = _randn(2, 13, 154)
     assert select_provider("swiglu", h.double(), None, -1).name == "native"  # fp64
     assert select_provider("swiglu", torch.empty(0, 154, dtype=torch.bfloat16), None, -1).name == "native"  # empty
-    assert select_provider("swiglu", torch.empty(*(1,) * 8, 2, dtype=torch.bfloat16), None, -1).name == "native"  # 9 dims
+    assert (
+        select_provider("swiglu", torch.empty(*(1,) * 8, 2, dtype=torch.bfloat16), None, -1).name == "native"
+    )  # 9 dims
     for kw in (dict(soc=OLD_SOC), dict(aclnn=ALL_ACLNN - {"aclnnSwiGlu"})):
         npu_factory(**kw)
         assert select_provider("swiglu", h, None, -1).name == "native", kw
@@ -519,8 +541,11 @@ def test_auto_on_npu_is_derived_from_the_registry(torch_npu):
     assert AscendConfig(fusions=["gelu_tanh"]).resolved_fusions("npu") == ("gelu_tanh",)  # by name
 
 
-@pytest.mark.parametrize("kw", [dict(version="6.0.0"), dict(jit_compile=True), dict(soc=OLD_SOC)],
-                         ids=["op_plugin_6", "jit_compile", "old_soc"])
+@pytest.mark.parametrize(
+    "kw",
+    [dict(version="6.0.0"), dict(jit_compile=True), dict(soc=OLD_SOC)],
+    ids=["op_plugin_6", "jit_compile", "old_soc"],
+)
 def test_auto_leaves_out_what_this_stack_would_run_as_a_composite(npu_factory, kw):
     """Flux/Wan rope is interleaved: a build or mode that runs only "half" gains nothing; the
     AdaLayerNorm and SwiGlu kernels exist on A2/A3 only (SwiGlu has no acl_op kernel, so
@@ -574,7 +599,8 @@ def mindiesd_raising_at_import(tmp_path, monkeypatch):
     pkg = tmp_path / "mindiesd"
     pkg.mkdir()
     (pkg / "__init__.py").write_text(
-        'raise ImportError("libPTAExtensionOPS.so: undefined symbol: _ZN3c1017RegisterOperatorsD1Ev")\n')
+        'raise ImportError("libPTAExtensionOPS.so: undefined symbol: _ZN3c1017RegisterOperatorsD1Ev")\n'
+    )
     dist = tmp_path / "mindiesd-3.1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mindiesd\nVersion: 3.1.0\n")
@@ -593,9 +619,11 @@ def test_mindiesd_raising_at_import_is_a_reason_not_an_error(torch_npu, mindiesd
     assert not mindiesd_available() and "mindiesd" not in sys.modules
     info, text = _env(capsys)
     assert info["providers"]["adaln_modulate"] == "native" and "adaln" not in info["auto_fusions"]
-    why = ("unavailable, because mindiesd 3.1.0 is installed but raised at import (ImportError: libPTAExtensionOPS.so: "
-           "undefined symbol: _ZN3c1017RegisterOperatorsD1Ev): its op plugin is built for some torch releases only and "
-           f"this is torch {torch.__version__}; install the MindIE SD build for this torch")
+    why = (
+        "unavailable, because mindiesd 3.1.0 is installed but raised at import (ImportError: libPTAExtensionOPS.so: "
+        "undefined symbol: _ZN3c1017RegisterOperatorsD1Ev): its op plugin is built for some torch releases only and "
+        f"this is torch {torch.__version__}; install the MindIE SD build for this torch"
+    )
     assert info["mindiesd"] == why and why in info["provider_reasons"]["adaln_modulate"]
     assert f"mindiesd                {why}" in text
     assert info["providers"]["rms_norm"] == "npu"  # the torch_npu kernels are unaffected
@@ -625,7 +653,9 @@ def test_npu_rope_supports_args_limits(torch_npu):
     assert npu_kernels.rope_supports(*ok, "interleaved") and npu_kernels.rope_supports(*ok, "half")
     # cos/sin given as (S, D) pad to 1S1D; BNSD with 11SD too.
     assert npu_kernels.rope_supports(ok[0], torch.empty(13, 1, 128), torch.empty(13, 1, 128), "interleaved")
-    assert npu_kernels.rope_supports(torch.empty(2, 24, 13, 128), torch.empty(13, 128), torch.empty(13, 128), "interleaved")
+    assert npu_kernels.rope_supports(
+        torch.empty(2, 24, 13, 128), torch.empty(13, 128), torch.empty(13, 128), "interleaved"
+    )
     assert not npu_kernels.rope_supports(*_rope_args(2, 13, 24, 77), "interleaved")  # odd D
     assert not npu_kernels.rope_supports(*_rope_args(2, 13, 24, 896), "interleaved")  # D >= 896
     assert not npu_kernels.rope_supports(*_rope_args(40, 13, 25, 64), "interleaved")  # B*N = 1000

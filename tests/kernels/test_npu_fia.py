@@ -13,10 +13,9 @@ import pickle
 import pytest
 import torch
 import torch.nn.functional as F
-
-from ascend_kernels.testing import TOLERANCES
 from diffusers.models.attention_dispatch import dispatch_attention_fn
 
+from ascend_kernels.testing import TOLERANCES
 from diffusers_ascend import AscendConfig
 from diffusers_ascend.attention import backend_for
 from diffusers_ascend.attention.npu_fia import fallbacks
@@ -77,9 +76,15 @@ def test_fia_matches_sdpa_with_masks(simulated_npu, mask, dtype):
         assert call["atten_mask"] is None and call["pse_shift"] is None
     elif m.dtype == torch.bool:  # FIA's polarity: True = masked out, one head, full query length
         assert call["pse_shift"] is None and call["atten_mask"].dtype == torch.bool
-        assert torch.equal(call["atten_mask"], (~m.reshape((1,) * (4 - m.dim()) + tuple(m.shape))).expand_as(call["atten_mask"]))
+        assert torch.equal(
+            call["atten_mask"], (~m.reshape((1,) * (4 - m.dim()) + tuple(m.shape))).expand_as(call["atten_mask"])
+        )
     else:  # additive: pse_shift, per head, in query's dtype
-        assert call["atten_mask"] is None and call["pse_shift"].shape == (2, 4, 32, 24) and call["pse_shift"].dtype == dtype
+        assert (
+            call["atten_mask"] is None
+            and call["pse_shift"].shape == (2, 4, 32, 24)
+            and call["pse_shift"].dtype == dtype
+        )
 
 
 def test_fia_v1_schema_when_no_v2(monkeypatch):
@@ -117,11 +122,14 @@ def test_fia_returns_lse_in_diffusers_form(simulated_npu, mask):
     assert simulated_npu.calls(FIA_V2)[0]["return_softmax_lse"] is True
 
 
-@pytest.mark.parametrize("kw, reason", [
-    (dict(dropout_p=0.1), "dropout_p=0.1"),
-    (dict(is_causal=True), "is_causal"),
-    (dict(attn_mask=torch.zeros(3, 1, 32, 24, dtype=torch.bool)), "does not broadcast"),
-])
+@pytest.mark.parametrize(
+    "kw, reason",
+    [
+        (dict(dropout_p=0.1), "dropout_p=0.1"),
+        (dict(is_causal=True), "is_causal"),
+        (dict(attn_mask=torch.zeros(3, 1, 32, 24, dtype=torch.bool)), "does not broadcast"),
+    ],
+)
 def test_fia_unsupported_reasons(simulated_npu, kw, reason):
     from ascend_kernels.npu.attention import fia_unsupported
 
@@ -131,12 +139,15 @@ def test_fia_unsupported_reasons(simulated_npu, kw, reason):
     assert fia_unsupported(q.detach(), k, v) is None
 
 
-@pytest.mark.parametrize("shape, reason", [
-    (dict(n=128, d=512), "N*D = 128*512 = 65536"),  # the wheel's doc: BSND needs N*D < 65535
-    (dict(n=127, d=512), None),  # 65024
-    (dict(d=12), "multiple of 16"),  # the doc: float16/bfloat16 need D 16-aligned
-    (dict(d=528), "D <= 512"),
-])
+@pytest.mark.parametrize(
+    "shape, reason",
+    [
+        (dict(n=128, d=512), "N*D = 128*512 = 65536"),  # the wheel's doc: BSND needs N*D < 65535
+        (dict(n=127, d=512), None),  # 65024
+        (dict(d=12), "multiple of 16"),  # the doc: float16/bfloat16 need D 16-aligned
+        (dict(d=528), "D <= 512"),
+    ],
+)
 def test_fia_limits_as_the_wheel_documents_them(simulated_npu, shape, reason):
     from ascend_kernels.npu.attention import fia_unsupported
 
@@ -194,6 +205,7 @@ def test_fia_compiles_into_one_graph_with_the_op(simulated_npu):
 
 # -- config -----------------------------------------------------------------------------------------
 
+
 def test_fia_config_value_round_trips(tmp_path):
     cfg = AscendConfig(attention="npu_fia")
     assert AscendConfig.from_pretrained(cfg.save_pretrained(tmp_path)) == cfg
@@ -202,19 +214,22 @@ def test_fia_config_value_round_trips(tmp_path):
         AscendConfig(attention="npu_fai")
 
 
-@pytest.mark.parametrize("attention, capture, ring, platform, expected", [
-    ("auto", None, False, "npu", "_native_npu"),
-    ("auto", None, False, "npu", "native"),  # a float32 model: diffusers declares _native_npu bf16/fp16 only
-    ("auto", "graph_only", False, "npu", "native"),  # float32: every FIA call would fall back to SDPA
-    ("auto", "graph_with_compile", False, "npu", "npu_fia"),
-    ("auto", "graph_only", False, "npu", "npu_fia"),
-    ("auto", None, True, "npu", "npu_fia"),
-    ("auto", "graph_with_compile", True, "cuda", None),
-    ("auto", None, True, "cpu", None),
-    ("npu_fia", None, False, "cpu", "npu_fia"),
-    ("_native_npu", "graph_with_compile", False, "npu", "_native_npu"),
-    (None, "graph_with_compile", False, "npu", None),
-])
+@pytest.mark.parametrize(
+    "attention, capture, ring, platform, expected",
+    [
+        ("auto", None, False, "npu", "_native_npu"),
+        ("auto", None, False, "npu", "native"),  # a float32 model: diffusers declares _native_npu bf16/fp16 only
+        ("auto", "graph_only", False, "npu", "native"),  # float32: every FIA call would fall back to SDPA
+        ("auto", "graph_with_compile", False, "npu", "npu_fia"),
+        ("auto", "graph_only", False, "npu", "npu_fia"),
+        ("auto", None, True, "npu", "npu_fia"),
+        ("auto", "graph_with_compile", True, "cuda", None),
+        ("auto", None, True, "cpu", None),
+        ("npu_fia", None, False, "cpu", "npu_fia"),
+        ("_native_npu", "graph_with_compile", False, "npu", "_native_npu"),
+        (None, "graph_with_compile", False, "npu", None),
+    ],
+)
 def test_fia_resolved_attention(attention, capture, ring, platform, expected):
     cfg = AscendConfig(attention=attention, graph_capture=capture)
     dtype = torch.float32 if expected == "native" else torch.bfloat16
@@ -254,18 +269,21 @@ def test_fia_refused_at_enable_without_torch_npu():
     assert diffusers_ascend.ascend_report(model) is None
 
 
-@pytest.mark.parametrize("dtype, capture, expected", [
-    (torch.bfloat16, None, "_native_npu"),
-    (torch.float32, None, "native"),
-    (torch.bfloat16, "graph_with_compile", "npu_fia"),
-    (torch.float32, "graph_with_compile", "native"),  # every FIA call would fall back to SDPA
-])
+@pytest.mark.parametrize(
+    "dtype, capture, expected",
+    [
+        (torch.bfloat16, None, "_native_npu"),
+        (torch.float32, None, "native"),
+        (torch.bfloat16, "graph_with_compile", "npu_fia"),
+        (torch.float32, "graph_with_compile", "native"),  # every FIA call would fall back to SDPA
+    ],
+)
 def test_fia_auto_on_simulated_npu(simulated_npu, monkeypatch, dtype, capture, expected):
     """attention="auto" picks a backend valid for the model's dtype: with diffusers' checks on
     (DIFFUSERS_ATTN_CHECKS=1), a float32 model on "_native_npu" raises at its first call."""
-    import diffusers_ascend
     from diffusers.models.attention_dispatch import _AttentionBackendRegistry
 
+    import diffusers_ascend
     from diffusers_ascend.tiny import flux_model_inputs, tiny_flux_transformer
 
     monkeypatch.setattr(_AttentionBackendRegistry, "_checks_enabled", True)
@@ -286,7 +304,9 @@ def test_fia_auto_on_simulated_npu(simulated_npu, monkeypatch, dtype, capture, e
 def _fia_entries(model) -> list[str]:
     import diffusers_ascend
 
-    return [f["reason"] for f in diffusers_ascend.ascend_report(model).fallbacks if f["module"] == "attention (npu_fia)"]
+    return [
+        f["reason"] for f in diffusers_ascend.ascend_report(model).fallbacks if f["module"] == "attention (npu_fia)"
+    ]
 
 
 @pytest.mark.parametrize("compile", ["none", "blocks", "model"])
@@ -304,7 +324,9 @@ def test_fia_report_tells_each_models_own_story(simulated_npu, compile):
             fp32(**flux_model_inputs())
             bf16(**flux_model_inputs(dtype=torch.bfloat16))
     calls = 2 * 2  # 2 forwards x (1 double-stream + 1 single-stream block), one attention each
-    assert _fia_entries(fp32) == [f"{calls} call(s) fell back: dtype torch.float32 (FIA takes float16/bfloat16) -> sdpa"]
+    assert _fia_entries(fp32) == [
+        f"{calls} call(s) fell back: dtype torch.float32 (FIA takes float16/bfloat16) -> sdpa"
+    ]
     assert _fia_entries(bf16) == []
     assert len(simulated_npu.calls("npu_fused_infer_attention_score_v2")) == calls
     # Counting a fallback (a graph break, outside the graph) recompiles nothing.
@@ -312,7 +334,9 @@ def test_fia_report_tells_each_models_own_story(simulated_npu, compile):
     with torch.no_grad():
         fp32(**flux_model_inputs())
     assert len(diffusers_ascend.ascend_report(fp32).graphs) == graphs
-    assert _fia_entries(fp32) == [f"{calls + 2} call(s) fell back: dtype torch.float32 (FIA takes float16/bfloat16) -> sdpa"]
+    assert _fia_entries(fp32) == [
+        f"{calls + 2} call(s) fell back: dtype torch.float32 (FIA takes float16/bfloat16) -> sdpa"
+    ]
     diffusers_ascend.disable_ascend_compile(fp32)
     diffusers_ascend.enable_ascend_compile(fp32, **kw)
     assert _fia_entries(fp32) == []  # a new enable reports its own calls
@@ -328,7 +352,9 @@ def test_fia_env_shows_the_decision_and_contract(simulated_npu):
 
     info = env_info()
     assert info["attention_backend"] == "_native_npu" and info["attention_with_capture"] == "npu_fia"
-    assert info["npu_fia"].startswith(f"torch_npu.{FIA_V2} (SoC Ascend910B2); calls outside Atlas A2/A3; float16/bfloat16")
+    assert info["npu_fia"].startswith(
+        f"torch_npu.{FIA_V2} (SoC Ascend910B2); calls outside Atlas A2/A3; float16/bfloat16"
+    )
 
 
 def test_fia_report_per_model_of_a_pipeline(simulated_npu):
@@ -349,5 +375,7 @@ def test_fia_report_per_model_of_a_pipeline(simulated_npu):
     for name in ("transformer", "transformer_2"):
         model = getattr(pipe, name)
         calls = forwards[name] * len(diffusers_ascend.attention.processors(model))  # one call per processor
-        assert _fia_entries(model) == [f"{calls} call(s) fell back: dtype torch.float32 (FIA takes float16/bfloat16) -> sdpa"]
+        assert _fia_entries(model) == [
+            f"{calls} call(s) fell back: dtype torch.float32 (FIA takes float16/bfloat16) -> sdpa"
+        ]
     assert len(_fia_entries(pipe)) == 2

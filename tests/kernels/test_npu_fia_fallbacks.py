@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 import torch
@@ -34,8 +34,8 @@ class Reason:
     host: dict = dataclasses.field(default_factory=dict)  # `StandInTorchNpu` kwargs
     npu_fa: bool = True  # npu_fusion_attention is exact here for no mask, a bool mask or is_causal alone
     masks: tuple = MASK_KINDS  # the mask kinds for which FIA refuses the call for this reason
-    mask_override: Optional[str] = None  # a mask of its own (see `mask_for`)
-    pse_cap: Optional[int] = None  # MAX_PSE_BYTES for the call
+    mask_override: str | None = None  # a mask of its own (see `mask_for`)
+    pse_cap: int | None = None  # MAX_PSE_BYTES for the call
 
 
 REASONS = {
@@ -55,7 +55,9 @@ REASONS = {
     "value_head_dim_32": Reason("differ", dict(dv=32), npu_fa=False),
     "per_head_bool_mask": Reason("per-head attn_mask", masks=("bool",), mask_override="per_head"),
     "int_mask": Reason("attn_mask dtype torch.int64", masks=("bool",), mask_override="int"),  # SDPA refuses it
-    "mask_not_broadcast": Reason("does not broadcast", masks=MASK_KINDS[1:], mask_override="batch_3"),  # SDPA refuses it
+    "mask_not_broadcast": Reason(
+        "does not broadcast", masks=MASK_KINDS[1:], mask_override="batch_3"
+    ),  # SDPA refuses it
 }
 CASES = [(r, m, c) for r, reason in REASONS.items() for m in MASK_KINDS for c in (False, True)]
 
@@ -68,7 +70,7 @@ def qkv(b=2, sq=16, skv=12, n=4, nkv=None, d=16, dv=None, dtype=torch.bfloat16, 
     return q.requires_grad_(grad), k, v
 
 
-def mask_for(kind: str, override: Optional[str], b: int, n: int, sq: int, skv: int, dtype) -> Optional[torch.Tensor]:
+def mask_for(kind: str, override: str | None, b: int, n: int, sq: int, skv: int, dtype) -> torch.Tensor | None:
     """A mask of ``kind`` broadcasting against ``[B, N, S, S_kv]``; key 0 is never masked out (a
     fully masked row is NaN in SDPA)."""
     g = torch.Generator().manual_seed(7)
@@ -126,7 +128,9 @@ def _seeded(seed: int):
 
 def expected_path(name: str, mask_kind: str, causal: bool) -> str:
     case = REASONS[name]
-    takes_mask = mask_kind == "none" or (mask_kind == "bool" and case.mask_override in (None, "per_head"))  # bool, broadcasting
+    takes_mask = mask_kind == "none" or (
+        mask_kind == "bool" and case.mask_override in (None, "per_head")
+    )  # bool, broadcasting
     causal = causal or case.kw.get("is_causal", False)
     return "npu_fusion_attention" if case.npu_fa and takes_mask and not (causal and mask_kind != "none") else "sdpa"
 
@@ -145,7 +149,9 @@ def run_case(name: str, mask_kind: str, causal: bool, attend) -> dict[str, Any]:
 
 def check(result: dict, name: str) -> None:
     if result["ref_error"] is not None:
-        assert result["error"] is not None, f"{name}: SDPA refuses this call ({result['ref_error']}) but npu_fia returned"
+        assert result["error"] is not None, (
+            f"{name}: SDPA refuses this call ({result['ref_error']}) but npu_fia returned"
+        )
         return
     assert result["error"] is None, f"{name}: {result['error']!r}"
     torch.testing.assert_close(result["out"].float(), result["ref"], **TOLERANCES[result["dtype"]])
@@ -164,7 +170,9 @@ def reason_host(monkeypatch, name: str):
         yield host
 
 
-@pytest.mark.parametrize("name, mask_kind, causal", CASES, ids=[f"{r}-{m}-{'causal' if c else 'full'}" for r, m, c in CASES])
+@pytest.mark.parametrize(
+    "name, mask_kind, causal", CASES, ids=[f"{r}-{m}-{'causal' if c else 'full'}" for r, m, c in CASES]
+)
 def test_fallback_equals_sdpa(monkeypatch, name, mask_kind, causal):
     from diffusers.models.attention_dispatch import dispatch_attention_fn
 
@@ -175,17 +183,29 @@ def test_fallback_equals_sdpa(monkeypatch, name, mask_kind, causal):
     case = REASONS[name]
     with reason_host(monkeypatch, name) as host:
         q, k, v, kw = call_args(name, mask_kind, causal)
-        reason = fia_unsupported(q, k, v, **{a: kw[a] for a in ("attn_mask", "is_causal")},
-                                 dropout_p=kw.get("dropout_p", 0.0), enable_gqa=kw.get("enable_gqa", False))
+        reason = fia_unsupported(
+            q,
+            k,
+            v,
+            **{a: kw[a] for a in ("attn_mask", "is_causal")},
+            dropout_p=kw.get("dropout_p", 0.0),
+            enable_gqa=kw.get("enable_gqa", False),
+        )
         before = fallbacks()
-        result = run_case(name, mask_kind, causal, lambda q, k, v, **kw: dispatch_attention_fn(
-            q, k, v, backend=backend_for("npu_fia"), **kw))
+        result = run_case(
+            name,
+            mask_kind,
+            causal,
+            lambda q, k, v, **kw: dispatch_attention_fn(q, k, v, backend=backend_for("npu_fia"), **kw),
+        )
         check(result, name)
         if mask_kind not in case.masks and not causal:  # FIA takes this one: the reason does not apply
             assert reason is None and host.calls("npu_fused_infer_attention_score_v2")
             return
         assert reason is not None and (case.reason in reason or causal and "is_causal" in reason), reason
-        assert not host.calls("npu_fused_infer_attention_score_v2") and not host.calls("npu_fused_infer_attention_score")
+        assert not host.calls("npu_fused_infer_attention_score_v2") and not host.calls(
+            "npu_fused_infer_attention_score"
+        )
         if result["error"] is not None:
             return
         path = expected_path(name, mask_kind, causal)

@@ -98,8 +98,13 @@ def _device_kernels(fn) -> dict:
         with open(path, encoding="utf-8") as f:
             trace = json.load(f)
         events = trace["traceEvents"] if isinstance(trace, dict) else trace
-        hw = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
-              and "Ascend Hardware" in str(e.get("args", {}).get("name", ""))}
+        hw = {
+            e["pid"]
+            for e in events
+            if e.get("ph") == "M"
+            and e.get("name") == "process_name"
+            and "Ascend Hardware" in str(e.get("args", {}).get("name", ""))
+        }
         names = [e["name"] for e in events if e.get("ph") == "X" and e.get("pid") in hw]
         return {"count": len(names), "names": names[:32]}
     except Exception as e:  # noqa: BLE001  (report, never fail the case on the profiler)
@@ -141,11 +146,16 @@ def _case(op: str, case: str, args: tuple, expect_provider: str = "npu", expect_
     diff = (out.float() - ref.float()).abs()
     bound = tol["atol"] + tol["rtol"] * ref.float().abs()
     record = {
-        "op": op, "case": case, "provider": provider.name,
+        "op": op,
+        "case": case,
+        "provider": provider.name,
         "args": [f"{tuple(a.shape)}:{_name(a.dtype)}" if isinstance(a, torch.Tensor) else repr(a) for a in args],
-        "out_dtype": _name(out.dtype), "dispatched": seen.ops,
-        "max_abs_err_vs_native": diff.max().item(), "within_tolerance": bool((diff <= bound).all()),
-        "tolerance": tol, "device_kernels": _device_kernels(lambda: provider.impl(*args)),
+        "out_dtype": _name(out.dtype),
+        "dispatched": seen.ops,
+        "max_abs_err_vs_native": diff.max().item(),
+        "within_tolerance": bool((diff <= bound).all()),
+        "tolerance": tol,
+        "device_kernels": _device_kernels(lambda: provider.impl(*args)),
         "provider_ms": _median_ms(lambda: provider.impl(*args)),
     }
     with use_providers(**{op: "native"}):
@@ -156,8 +166,10 @@ def _case(op: str, case: str, args: tuple, expect_provider: str = "npu", expect_
         _sync()
         t_diff = (t_out.float() - ref.float()).abs()
         record["triton"] = {
-            "max_abs_err_vs_native": t_diff.max().item(), "within_tolerance": bool((t_diff <= bound).all()),
-            "device_kernels": _device_kernels(lambda: triton.impl(*args)), "ms": _median_ms(lambda: triton.impl(*args)),
+            "max_abs_err_vs_native": t_diff.max().item(),
+            "within_tolerance": bool((t_diff <= bound).all()),
+            "device_kernels": _device_kernels(lambda: triton.impl(*args)),
+            "ms": _median_ms(lambda: triton.impl(*args)),
         }
     _RECORDS.append(record)
     assert provider.name == expect_provider, record
@@ -172,15 +184,19 @@ def _case(op: str, case: str, args: tuple, expect_provider: str = "npu", expect_
 @pytest.fixture(scope="module", autouse=True)
 def report():
     yield _RECORDS
+    import torch_npu
+
     from ascend_kernels.npu import mindiesd_available, probe
     from diffusers_ascend.cli import _cann_version
 
-    import torch_npu
-
     path = os.environ.get("ASCEND_KERNELS_NPU_REPORT", "npu-hardware-report.json")
     doc = {
-        "torch": torch.__version__, "torch_npu": getattr(torch_npu, "__version__", None), "cann": _cann_version(),
-        "soc": probe.soc_name(), "soc_version": probe.soc_version(), "jit_compile": probe.jit_compile(),
+        "torch": torch.__version__,
+        "torch_npu": getattr(torch_npu, "__version__", None),
+        "cann": _cann_version(),
+        "soc": probe.soc_name(),
+        "soc_version": probe.soc_version(),
+        "jit_compile": probe.jit_compile(),
         "mindiesd": mindiesd_available(),
         "providers": {op: dict(zip(("provider", "why"), explain(op, DEVICE))) for op in ascend_kernels.OPS},
         "cases": _RECORDS,
@@ -194,8 +210,9 @@ def test_provider_table():
     from ascend_kernels.npu import mindiesd_available
 
     chosen = {op: explain(op, DEVICE)[0] for op in ascend_kernels.OPS}
-    assert {op: chosen[op] for op in ("rms_norm", "rope", "gelu_tanh", "fast_gelu", "mul_add", "swiglu")} == dict.fromkeys(
-        ("rms_norm", "rope", "gelu_tanh", "fast_gelu", "mul_add", "swiglu"), "npu")
+    assert {
+        op: chosen[op] for op in ("rms_norm", "rope", "gelu_tanh", "fast_gelu", "mul_add", "swiglu")
+    } == dict.fromkeys(("rms_norm", "rope", "gelu_tanh", "fast_gelu", "mul_add", "swiglu"), "npu")
     assert chosen["adaln_modulate"] == ("npu" if mindiesd_available() else "native")
 
 
@@ -205,7 +222,11 @@ def test_provider_table():
 def test_rms_norm(model, w_fp32, dtype):
     s = SIZES[model]
     # Flux: per-head q/k norm over head_dim; Wan: norm across heads over dim.
-    shape, d = ((1, s["tokens"], s["heads"], s["head_dim"]), s["head_dim"]) if model == "flux" else ((1, s["tokens"], s["dim"]), s["dim"])
+    shape, d = (
+        ((1, s["tokens"], s["heads"], s["head_dim"]), s["head_dim"])
+        if model == "flux"
+        else ((1, s["tokens"], s["dim"]), s["dim"])
+    )
     x, w = _randn(*shape, dtype=dtype), _randn(d, dtype=torch.float32 if w_fp32 else dtype, seed=1)
     _case("rms_norm", f"{model} w_fp32={w_fp32}", (x, w, 1e-6, None), expect_ops=["npu.npu_rms_norm"])
 
@@ -227,9 +248,16 @@ def test_add_rms_norm(model, dtype):
     _sync()
     tol = tolerance(dtype)
     err = (y.float() - ref_y.float()).abs()
-    _RECORDS.append({"op": "add_rms_norm", "case": model, "provider": provider.name, "max_abs_err_vs_native":
-                     err.max().item(), "sum_exact": bool(torch.equal(total, ref_total)),
-                     "provider_ms": _median_ms(lambda: provider.impl(*args))})
+    _RECORDS.append(
+        {
+            "op": "add_rms_norm",
+            "case": model,
+            "provider": provider.name,
+            "max_abs_err_vs_native": err.max().item(),
+            "sum_exact": bool(torch.equal(total, ref_total)),
+            "provider_ms": _median_ms(lambda: provider.impl(*args)),
+        }
+    )
     assert provider.name == "npu" and torch.equal(total, ref_total)
     assert bool((err <= tol["atol"] + tol["rtol"] * ref_y.float().abs()).all()), _RECORDS[-1]
 
@@ -266,7 +294,7 @@ def test_swiglu(model, layout, dtype):
     # An FFN activation of the model's size: Flux 2's packed halves, or a separate gate (HiDream).
     s = SIZES[model]
     h = _randn(1, s["tokens"], s["ffn"], dtype=dtype)
-    gate, up = h[..., : s["ffn"] // 2].contiguous(), h[..., s["ffn"] // 2:].contiguous()
+    gate, up = h[..., : s["ffn"] // 2].contiguous(), h[..., s["ffn"] // 2 :].contiguous()
     if layout == "packed":
         _case("swiglu", f"{model} packed", (h, None, -1), expect_ops=["npu.npu_swiglu"])
     elif dtype == torch.float32:  # the composite, silu and mul without casts
@@ -274,9 +302,14 @@ def test_swiglu(model, layout, dtype):
     else:
         _case("swiglu", f"{model} two_tensors", (gate, up, -1), expect_ops=["aten.cat", "npu.npu_swiglu"])
     # What "auto" is weighed against: the unfused silu and mul of the same tensors.
-    _RECORDS.append({"op": "aten.silu*mul", "case": f"{model} {_name(dtype)} unfused",
-                     "device_kernels": _device_kernels(lambda: F.silu(gate) * up),
-                     "native_ms": _median_ms(lambda: F.silu(gate) * up)})
+    _RECORDS.append(
+        {
+            "op": "aten.silu*mul",
+            "case": f"{model} {_name(dtype)} unfused",
+            "device_kernels": _device_kernels(lambda: F.silu(gate) * up),
+            "native_ms": _median_ms(lambda: F.silu(gate) * up),
+        }
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=_name)
@@ -287,9 +320,14 @@ def test_gelu_tanh_and_fast_gelu(model, dtype):
     _case("gelu_tanh", model, (x,), expect_ops=["npu.npu_gelu"])
     _case("fast_gelu", model, (x,), expect_ops=["npu.npu_fast_gelu"])
     # The claim that keeps gelu_tanh out of "auto": the unfused tanh GELU is one kernel on NPU.
-    _RECORDS.append({"op": "aten.gelu(tanh)", "case": f"{model} {_name(dtype)} unfused",
-                     "device_kernels": _device_kernels(lambda: F.gelu(x, approximate="tanh")),
-                     "native_ms": _median_ms(lambda: F.gelu(x, approximate="tanh"))})
+    _RECORDS.append(
+        {
+            "op": "aten.gelu(tanh)",
+            "case": f"{model} {_name(dtype)} unfused",
+            "device_kernels": _device_kernels(lambda: F.gelu(x, approximate="tanh")),
+            "native_ms": _median_ms(lambda: F.gelu(x, approximate="tanh")),
+        }
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=_name)
@@ -298,12 +336,26 @@ def test_mul_add(model, dtype):
     s = SIZES[model]
     shape = (1, s["tokens"], s["dim"])
     if model == "flux":  # residual + gate * y, all in the pipeline dtype
-        gate, y, res = _randn(1, 1, s["dim"], dtype=dtype), _randn(*shape, dtype=dtype, seed=1), _randn(*shape, dtype=dtype, seed=2)
+        gate, y, res = (
+            _randn(1, 1, s["dim"], dtype=dtype),
+            _randn(*shape, dtype=dtype, seed=1),
+            _randn(*shape, dtype=dtype, seed=2),
+        )
     else:  # Wan: fp32 residual stream and gate, y in the pipeline dtype
-        gate, y, res = _randn(1, 1, s["dim"], dtype=torch.float32), _randn(*shape, dtype=dtype, seed=1), _randn(*shape, dtype=torch.float32, seed=2)
+        gate, y, res = (
+            _randn(1, 1, s["dim"], dtype=torch.float32),
+            _randn(*shape, dtype=dtype, seed=1),
+            _randn(*shape, dtype=torch.float32, seed=2),
+        )
     _case("mul_add", model, (gate, y, res), expect_ops=["aten.addcmul"])
-    _RECORDS.append({"op": "unfused x*y+z", "case": f"{model} {_name(dtype)}",
-                     "device_kernels": _device_kernels(lambda: gate * y + res), "native_ms": _median_ms(lambda: gate * y + res)})
+    _RECORDS.append(
+        {
+            "op": "unfused x*y+z",
+            "case": f"{model} {_name(dtype)}",
+            "device_kernels": _device_kernels(lambda: gate * y + res),
+            "native_ms": _median_ms(lambda: gate * y + res),
+        }
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=_name)
@@ -320,8 +372,13 @@ def test_adaln(model, dtype):
     args = (x, scale, shift, 1e-6, None, None, dtype)
     # MindIE SD's kernel first, else the Triton kernel (triton-ascend), else the native composite
     fallback = "triton" if _triton("adaln_modulate", args) is not None else "native"
-    _case("adaln_modulate", model, args, expect_provider="npu" if mindiesd_available() else fallback,
-          expect_ops=expect if mindiesd_available() else None)
+    _case(
+        "adaln_modulate",
+        model,
+        args,
+        expect_provider="npu" if mindiesd_available() else fallback,
+        expect_ops=expect if mindiesd_available() else None,
+    )
 
 
 # -- attention: npu_fia (npu_fused_infer_attention_score) vs diffusers' _native_npu (npu_fusion_attention)
@@ -349,10 +406,16 @@ def test_attention_fia_vs_native_npu(model, dtype, mask, return_lse):
     m = None
     if mask == "keys":  # padded keys, as TokenBuckets / Qwen-Image's text mask make them
         m = torch.ones(s["batch"], 1, 1, s["tokens"], dtype=torch.bool, device=DEVICE)
-        m[..., -s["tokens"] // 8:] = False
+        m[..., -s["tokens"] // 8 :] = False
     assert fia_unsupported(q, k, v, m) is None
-    fia = lambda: dispatch_attention_fn(q, k, v, attn_mask=m, backend=backend_for("npu_fia"),  # noqa: E731
-                                        attention_kwargs={"return_lse": True} if return_lse else None)
+    fia = lambda: dispatch_attention_fn(  # noqa: E731
+        q,
+        k,
+        v,
+        attn_mask=m,
+        backend=backend_for("npu_fia"),
+        attention_kwargs={"return_lse": True} if return_lse else None,
+    )
     native = lambda: dispatch_attention_fn(q, k, v, attn_mask=m, backend=AttentionBackendName._NATIVE_NPU)  # noqa: E731
     out, ref = fia(), native()
     if return_lse:
@@ -362,11 +425,16 @@ def test_attention_fia_vs_native_npu(model, dtype, mask, return_lse):
     tol = tolerance(dtype)
     diff = (out.float() - ref.float()).abs()
     record = {
-        "op": "attention", "case": f"{model}:{_name(dtype)}:{mask or 'no_mask'}:{'lse' if return_lse else 'out'}",
-        "provider": "npu_fia", "args": [f"{shape}:{_name(dtype)}"],
+        "op": "attention",
+        "case": f"{model}:{_name(dtype)}:{mask or 'no_mask'}:{'lse' if return_lse else 'out'}",
+        "provider": "npu_fia",
+        "args": [f"{shape}:{_name(dtype)}"],
         "max_abs_err_vs_native": diff.max().item(),
-        "within_tolerance": bool((diff <= tol["atol"] + tol["rtol"] * ref.float().abs()).all()), "tolerance": tol,
-        "device_kernels": _device_kernels(fia), "provider_ms": _median_ms(fia), "native_ms": _median_ms(native),
+        "within_tolerance": bool((diff <= tol["atol"] + tol["rtol"] * ref.float().abs()).all()),
+        "tolerance": tol,
+        "device_kernels": _device_kernels(fia),
+        "provider_ms": _median_ms(fia),
+        "native_ms": _median_ms(native),
     }
     _RECORDS.append(record)
     assert record["within_tolerance"], record

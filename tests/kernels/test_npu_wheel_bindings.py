@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 import torch
 
-import ascend_kernels
 from ascend_kernels.npu import attention as npu_attention
 from ascend_kernels.npu import probe
 
@@ -34,7 +33,7 @@ _ARG = re.compile(r"^(?P<type>[\w\[\]?().]+(?:\([a-z!]+\))?)\s+(?P<name>\w+)(?:=
 def schema_signature(schema: str) -> inspect.Signature:
     """An ``inspect.Signature`` of a torch schema string: names, defaults present or not, keyword-only
     after ``*`` (values are not typed: binding checks names, arity and keyword-only-ness)."""
-    args = schema[schema.index("(") + 1:schema.rindex(") ->")]
+    args = schema[schema.index("(") + 1 : schema.rindex(") ->")]
     params, kind, depth, part = [], inspect.Parameter.POSITIONAL_OR_KEYWORD, 0, ""
     pieces = []
     for ch in args + ",":  # split at top-level commas (defaults such as [128,128] contain commas)
@@ -127,8 +126,16 @@ def test_every_op_call_binds_to_the_wheel_schema(monkeypatch, wheel):
     calls, fake = _drive_package(monkeypatch, wheel)
     schemas = CONTRACTS["torch_npu"][wheel]["schemas"]
     names = {name for name, _, _ in calls}
-    assert names == {"npu_rms_norm", "npu_rotary_mul", "npu_gelu", "npu_fast_gelu", "npu_swiglu",
-                     "npu_fused_infer_attention_score", "npu_fused_infer_attention_score_v2", "adaln"}
+    assert names == {
+        "npu_rms_norm",
+        "npu_rotary_mul",
+        "npu_gelu",
+        "npu_fast_gelu",
+        "npu_swiglu",
+        "npu_fused_infer_attention_score",
+        "npu_fused_infer_attention_score_v2",
+        "adaln",
+    }
     signature = lambda n: schema_signature(MINDIESD["schemas"][n] if n == "adaln" else schemas[n])  # noqa: E731
     assert bind_all(calls, signature) == []
     # the torch_npu.npu calls bound in the stand-in against the wheel's def (a mismatch raises there)
@@ -162,7 +169,10 @@ def test_standin_outputs_have_the_wheel_meta_shapes(monkeypatch, wheel):
     x = _randn(2, 13, 64)
     cases = {
         "npu_rms_norm": ((x, _randn(64)), {"epsilon": 1e-6}),
-        "npu_rotary_mul": ((_randn(1, 13, 2, 16), _randn(1, 13, 1, 16), _randn(1, 13, 1, 16)), {"rotary_mode": "interleave"}),
+        "npu_rotary_mul": (
+            (_randn(1, 13, 2, 16), _randn(1, 13, 1, 16), _randn(1, 13, 1, 16)),
+            {"rotary_mode": "interleave"},
+        ),
         "npu_gelu": ((x,), {"approximate": "tanh"}),
         "npu_fast_gelu": ((x,), {}),
         "npu_swiglu": ((x,), {"dim": -1}),
@@ -187,19 +197,30 @@ def _call_sites():
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
                 continue
             owner = ast.unparse(node.func.value)
-            if owner in ("torch.npu", "npu", "_torch_npu().npu", "torch_npu.npu") or owner.startswith("getattr(torch, "):
+            if owner in ("torch.npu", "npu", "_torch_npu().npu", "torch_npu.npu") or owner.startswith(
+                "getattr(torch, "
+            ):
                 if owner == "npu" and node.func.attr not in CONTRACTS["torch_npu"][WHEELS[0]]["python_api"]:
                     continue  # a local named npu that is not torch.npu (e.g. the torch_npu module itself)
                 if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
                     continue
-                sites.append((f"{path.relative_to(ROOT)}:{node.lineno}", node.func.attr, len(node.args),
-                              [k.arg for k in node.keywords]))
+                sites.append(
+                    (
+                        f"{path.relative_to(ROOT)}:{node.lineno}",
+                        node.func.attr,
+                        len(node.args),
+                        [k.arg for k in node.keywords],
+                    )
+                )
     return sites
 
 
 def test_the_scan_finds_the_known_call_sites():
     found = {(site.split(":")[0], fn) for site, fn, _, _ in _call_sites()}
-    assert ("diffusers_ascend/platform.py", "graph") in found and ("ascend_kernels/npu/probe.py", "get_soc_version") in found
+    assert ("diffusers_ascend/platform.py", "graph") in found and (
+        "ascend_kernels/npu/probe.py",
+        "get_soc_version",
+    ) in found
     assert ("diffusers_ascend/platform.py", "is_available") in found
 
 
@@ -234,7 +255,9 @@ def test_probe_names_soc_families_as_the_wheel_does(wheel):
     assert probe.soc_family(104) == "910" and probe.is_a2(221) and not probe.is_a2(250) and probe.is_a2_a3(250)
 
 
-@pytest.mark.parametrize("soc, rope, swiglu", [(221, True, True), (250, True, False), (260, False, False), (240, False, False)])
+@pytest.mark.parametrize(
+    "soc, rope, swiglu", [(221, True, True), (250, True, False), (260, False, False), (240, False, False)]
+)
 def test_rope_and_swiglu_gated_to_the_socs_their_docs_list(monkeypatch, soc, rope, swiglu):
     """npu_rotary_mul's aclnn path: A2/A3 (its doc); npu_swiglu: A2 only. Not "SoC >= 220": an A5
     (Ascend950) or a 310B part goes native, with the reason in the provider's description."""
@@ -281,12 +304,15 @@ def mindiesd_310(tmp_path, monkeypatch):
 
     pkg = tmp_path / "mindiesd"
     pkg.mkdir()
-    (pkg / "_torch_variants.py").write_text(f"SUPPORTED_TORCH_PLUGIN_VARIANTS = {MINDIESD['torch_plugin_variants']!r}\n")
+    (pkg / "_torch_variants.py").write_text(
+        f"SUPPORTED_TORCH_PLUGIN_VARIANTS = {MINDIESD['torch_plugin_variants']!r}\n"
+    )
     message = MINDIESD["unsupported_torch_error"].split(": ", 1)[1]
     (pkg / "__init__.py").write_text(
         "import os, torch\n"
         "os.environ['ASCEND_CUSTOM_OPP_PATH'] = 'mindiesd-vendors:' + os.environ.get('ASCEND_CUSTOM_OPP_PATH', '')\n"
-        f"raise RuntimeError(f{message!r})\n")
+        f"raise RuntimeError(f{message!r})\n"
+    )
     dist = tmp_path / "mindiesd-3.1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mindiesd\nVersion: 3.1.0\n")
@@ -300,7 +326,9 @@ def mindiesd_310(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("torch_version, supported", [("2.14.0", False), ("2.13.0+cpu", True)])
-def test_mindiesd_310_on_torch_214_is_a_reason_and_a_fallback(monkeypatch, mindiesd_310, capsys, torch_version, supported):
+def test_mindiesd_310_on_torch_214_is_a_reason_and_a_fallback(
+    monkeypatch, mindiesd_310, capsys, torch_version, supported
+):
     """torch 2.14 (pinned): the reason names the torch releases MindIE SD 3.1.0 ships plugins for, the
     import (which raises and edits ASCEND_CUSTOM_OPP_PATH) never runs, adaln_modulate goes native."""
     import json
@@ -317,9 +345,11 @@ def test_mindiesd_310_on_torch_214_is_a_reason_and_a_fallback(monkeypatch, mindi
     if supported:  # a torch it ships: its import decides (here: it raises, reported as such)
         assert why.startswith("mindiesd 3.1.0 is installed but raised at import (RuntimeError: Unsupported torch")
         return
-    assert why == ("mindiesd 3.1.0 has op plugins for torch 2.7, 2.9, 2.10, 2.11, 2.12, 2.13 only and this is torch "
-                   "2.14.0 (its import raises RuntimeError('Unsupported torch version')); install a torch it supports "
-                   "or a MindIE SD release built for this torch")
+    assert why == (
+        "mindiesd 3.1.0 has op plugins for torch 2.7, 2.9, 2.10, 2.11, 2.12, 2.13 only and this is torch "
+        "2.14.0 (its import raises RuntimeError('Unsupported torch version')); install a torch it supports "
+        "or a MindIE SD release built for this torch"
+    )
     assert "mindiesd" not in sys.modules and "ASCEND_CUSTOM_OPP_PATH" not in os.environ
     with override_platform("cpu"):  # the stand-in's providers take CPU tensors; a CUDA host picks others
         assert main(["env", "--json"]) == 0
@@ -345,4 +375,6 @@ def test_rms_norm_fp32_gamma_settled_on_the_device(dtype):
     print(f"npu_rms_norm takes an fp32 gamma with {dtype} input on {probe.soc_name()}: {takes}")
     x = torch.randn(4, 256, 3072, generator=torch.Generator().manual_seed(0)).to(dtype).to("npu")
     w = torch.rand(3072, generator=torch.Generator().manual_seed(1)).to("npu")
-    assert_close(ops.rms_norm(x, w, 1e-6, None), rms_norm_native(x, w, 1e-6), msg=f"npu rms_norm, fp32 gamma taken: {takes}")
+    assert_close(
+        ops.rms_norm(x, w, 1e-6, None), rms_norm_native(x, w, 1e-6), msg=f"npu rms_norm, fp32 gamma taken: {takes}"
+    )

@@ -20,25 +20,42 @@ SAMPLES = {
     "rms_norm_out_dtype": lambda: (ops.rms_norm, (_r(3, 8), None, 1e-5, torch.float16)),
     "add_rms_norm": lambda: (ops.add_rms_norm, (_r(2, 5, 7), _r(2, 5, 7), _r(7), 1e-6, None)),
     "add_rms_norm_broadcast": lambda: (ops.add_rms_norm, (_r(2, 5, 8), _r(1, 5, 8), None, 1e-5, torch.float16)),
-    "add_rms_norm_backward": lambda: (ops.add_rms_norm_backward, (
-        _r(2, 5, 7, grad=False), _r(2, 5, 7, grad=False), _r(2, 5, 7, grad=False), _r(1, 5, 7, grad=False),
-        _r(7, grad=False), 1e-6, None)),
+    "add_rms_norm_backward": lambda: (
+        ops.add_rms_norm_backward,
+        (
+            _r(2, 5, 7, grad=False),
+            _r(2, 5, 7, grad=False),
+            _r(2, 5, 7, grad=False),
+            _r(1, 5, 7, grad=False),
+            _r(7, grad=False),
+            1e-6,
+            None,
+        ),
+    ),
     "rope_interleaved": lambda: (ops.rope, (_r(1, 5, 2, 8), _r(1, 5, 1, 8), _r(1, 5, 1, 8), "interleaved")),
     "rope_half": lambda: (ops.rope, (_r(1, 2, 5, 8), _r(1, 1, 5, 8), _r(1, 1, 5, 8), "half")),
     "gelu_tanh": lambda: (ops.gelu_tanh, (_r(3, 7),)),
     "fast_gelu": lambda: (ops.fast_gelu, (_r(3, 7),)),
     "adaln_modulate": lambda: (ops.adaln_modulate, (_r(2, 5, 8), _r(2, 8), _r(2, 8), 1e-6, None, None, None)),
     "adaln_modulate_affine": lambda: (
-        ops.adaln_modulate, (_r(2, 5, 8), _r(2, 1, 8), _r(2, 1, 8), 1e-6, _r(8), _r(8), torch.float64)),
+        ops.adaln_modulate,
+        (_r(2, 5, 8), _r(2, 1, 8), _r(2, 1, 8), 1e-6, _r(8), _r(8), torch.float64),
+    ),
     "mul_add": lambda: (ops.mul_add, (_r(2, 1, 8), _r(2, 5, 8), _r(2, 5, 8))),
     "swiglu_packed": lambda: (ops.swiglu, (_r(2, 5, 8), None, -1)),
     "swiglu_two_tensors": lambda: (ops.swiglu, (_r(2, 5, 4), _r(2, 5, 4), -1)),
-    "swiglu_backward": lambda: (ops.swiglu_backward, (_r(2, 5, 4, grad=False), _r(2, 5, 4, grad=False),
-                                                      _r(2, 5, 4, grad=False), -1)),
-    "mul_add_backward": lambda: (ops.mul_add_backward, (_r(2, 5, 8, grad=False), _r(2, 1, 8, grad=False),
-                                                        _r(2, 5, 8, grad=False), _r(5, 8, grad=False))),
-    "rms_norm_backward": lambda: (ops.rms_norm_backward, (_r(2, 5, 7, grad=False), _r(2, 5, 7, grad=False),
-                                                          _r(7, grad=False), 1e-6, None)),
+    "swiglu_backward": lambda: (
+        ops.swiglu_backward,
+        (_r(2, 5, 4, grad=False), _r(2, 5, 4, grad=False), _r(2, 5, 4, grad=False), -1),
+    ),
+    "mul_add_backward": lambda: (
+        ops.mul_add_backward,
+        (_r(2, 5, 8, grad=False), _r(2, 1, 8, grad=False), _r(2, 5, 8, grad=False), _r(5, 8, grad=False)),
+    ),
+    "rms_norm_backward": lambda: (
+        ops.rms_norm_backward,
+        (_r(2, 5, 7, grad=False), _r(2, 5, 7, grad=False), _r(7, grad=False), 1e-6, None),
+    ),
 }
 
 

@@ -192,7 +192,11 @@ def test_adaln_affine_weight_bias():
 
 
 def test_mul_add_flux_residual_gate(dtype):
-    h, attn, gate = randn(2, 13, 77, dtype=dtype), randn(2, 13, 77, dtype=dtype, seed=1), randn(2, 77, dtype=dtype, seed=2)
+    h, attn, gate = (
+        randn(2, 13, 77, dtype=dtype),
+        randn(2, 13, 77, dtype=dtype, seed=1),
+        randn(2, 77, dtype=dtype, seed=2),
+    )
     expected = h + gate.unsqueeze(1) * attn  # FluxTransformerBlock's residual
     out = ops.mul_add(gate.unsqueeze(1), attn, h)
     assert out.dtype == dtype and out.shape == h.shape
@@ -214,7 +218,11 @@ def test_mul_add_wan_mixed_dtype(dtype):
     [
         (torch.ones(3, dtype=torch.bfloat16), torch.ones(3, dtype=torch.float16), torch.ones(3, dtype=torch.bfloat16)),
         (torch.ones(3, dtype=torch.bfloat16), torch.tensor(2.0), torch.ones(3, dtype=torch.bfloat16)),
-        (torch.tensor(2.0, dtype=torch.float64), torch.ones(3, dtype=torch.float16), torch.ones(3, dtype=torch.float16)),
+        (
+            torch.tensor(2.0, dtype=torch.float64),
+            torch.ones(3, dtype=torch.float16),
+            torch.ones(3, dtype=torch.float16),
+        ),
         (torch.tensor(2.0), torch.tensor(3.0, dtype=torch.float64), torch.ones(3, dtype=torch.bfloat16)),
     ],
     ids=["bf16*fp16+bf16", "bf16*0dim+bf16", "0dim64*fp16+fp16", "0dim*0dim64+bf16"],
@@ -256,13 +264,16 @@ def test_swiglu_packed_along_another_dim():
     torch.testing.assert_close(ops.swiglu(h, None, -3), expected)
 
 
-@pytest.mark.parametrize("args, match", [
-    ((randn(2, 7),), "even size"),
-    ((randn(2, 8), None, 2), "not a dimension"),
-    ((randn(2, 8), randn(2, 4)), "shape and dtype"),
-    ((randn(2, 8), randn(2, 8, dtype=torch.bfloat16)), "shape and dtype"),
-    ((randn(2, 8), randn(2, 8), 0), "packed layout"),
-])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        ((randn(2, 7),), "even size"),
+        ((randn(2, 8), None, 2), "not a dimension"),
+        ((randn(2, 8), randn(2, 4)), "shape and dtype"),
+        ((randn(2, 8), randn(2, 8, dtype=torch.bfloat16)), "shape and dtype"),
+        ((randn(2, 8), randn(2, 8), 0), "packed layout"),
+    ],
+)
 def test_swiglu_rejects_bad_arguments(args, match):
     with pytest.raises(ValueError, match=match):
         ops.swiglu(*args)

@@ -64,7 +64,8 @@ def test_use_providers_does_not_leak_to_other_threads_or_contexts(spy):
         t.start()
         t.join()
         seen["copied_context"] = contextvars.copy_context().run(
-            lambda: select_provider("rms_norm", x, None, 1e-6, None).name)
+            lambda: select_provider("rms_norm", x, None, 1e-6, None).name
+        )
     assert seen["copied_context"] == "native"  # a copy of this context sees the choice ...
     assert seen["thread"] == "spy"  # ... a new thread does not (default order: spy before native)
 
@@ -73,7 +74,9 @@ def test_unknown_op_and_provider_errors_list_valid_choices():
     with pytest.raises(ValueError, match=r"unknown ascend_kernels op 'layer_norm'; valid ops: .*rms_norm, .*rope"):
         with use_providers(layer_norm="native"):
             pass
-    with pytest.raises(ValueError, match=r"unknown provider 'cuda' for op 'rope'; valid providers: npu, triton, native"):
+    with pytest.raises(
+        ValueError, match=r"unknown provider 'cuda' for op 'rope'; valid providers: npu, triton, native"
+    ):
         with use_providers(rope="cuda"):
             pass
     with pytest.raises(ValueError, match="valid ops"):

@@ -14,7 +14,12 @@ from diffusers_ascend.adapters import adapter_for
 from diffusers_ascend.adapters.registry import adapter_swaps, registered_adapters
 from diffusers_ascend.compilation import AscendBackend
 from diffusers_ascend.layers import SWAPS, apply_swaps, restore_swaps
-from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, flux_model_inputs, tiny_flux_transformer, tiny_wan_transformer
+from diffusers_ascend.tiny import (
+    FLUX_TRANSFORMER_CONFIG,
+    flux_model_inputs,
+    tiny_flux_transformer,
+    tiny_wan_transformer,
+)
 
 from ..compilation.conftest import EXPECTED_BLOCK_COUNTS
 

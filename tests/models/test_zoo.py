@@ -105,7 +105,9 @@ def test_every_discovered_model_is_in_the_table():
     assert found, "no diffusers model with _repeated_blocks found"
     assert not set(TINY) & set(NOT_COVERED)
     missing = sorted(found - set(TINY) - set(NOT_COVERED))
-    assert not missing, f"models with _repeated_blocks in this diffusers but not in tests/models/zoo_table.py: {missing}"
+    assert not missing, (
+        f"models with _repeated_blocks in this diffusers but not in tests/models/zoo_table.py: {missing}"
+    )
     stale = sorted((set(TINY) | set(NOT_COVERED)) - found)
     assert not stale, f"zoo_table.py names models this diffusers does not have: {stale}"
 
@@ -136,7 +138,9 @@ def test_zoo_counts_swiglu_sites_left(tmp_path):
     from diffusers_ascend.config import FUSIONS
 
     with pytest.raises(AssertionError, match="'left': {'swiglu': 3}"):
-        _check_model("Flux2Transformer2DModel", tmp_path, fusions=[f for f in FUSIONS if f not in ("swiglu", "fast_gelu")])
+        _check_model(
+            "Flux2Transformer2DModel", tmp_path, fusions=[f for f in FUSIONS if f not in ("swiglu", "fast_gelu")]
+        )
 
 
 def test_zoo_fails_when_a_model_diverges(tmp_path, monkeypatch):
@@ -246,8 +250,12 @@ def test_swiglu_sites_table_agrees_with_the_coverage():
 
 
 # The zoo's fp32 counts are measured by test_zoo_model (all fusions); models outside the zoo here.
-_SWIGLU_CASES = sorted((name, dtype) for name, counts in SWIGLU_SITES.items() for dtype, n in counts.items()
-                       if n is not None and (dtype != "float32" or name in OUTSIDE_ZOO))
+_SWIGLU_CASES = sorted(
+    (name, dtype)
+    for name, counts in SWIGLU_SITES.items()
+    for dtype, n in counts.items()
+    if n is not None and (dtype != "float32" or name in OUTSIDE_ZOO)
+)
 
 
 @pytest.mark.parametrize("name,dtype", _SWIGLU_CASES)
@@ -263,7 +271,9 @@ def test_swiglu_sites_per_dtype(name, dtype):
     model, inputs = model.to(dt), _cast(inputs, dt)
     with torch.no_grad():
         ref = model(**inputs)
-    model.enable_ascend_compile(fusions=["swiglu"], executor="eager", compile="model" if name in OUTSIDE_ZOO else "blocks")
+    model.enable_ascend_compile(
+        fusions=["swiglu"], executor="eager", compile="model" if name in OUTSIDE_ZOO else "blocks"
+    )
     with torch.no_grad():
         out = model(**inputs)
     report = model.ascend_report()

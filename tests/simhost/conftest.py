@@ -33,7 +33,6 @@ def standin_active() -> bool:
 ACTIVE = standin_active()
 if ACTIVE:
     import torch_npu  # noqa: F401  (before diffusers, as on a host where the wheel is installed)
-
     from diffusers.utils import import_utils
 
     assert import_utils.is_torch_npu_available(), "diffusers did not find the stand-in torch_npu distribution"
@@ -42,8 +41,10 @@ if ACTIVE:
 def pytest_collection_modifyitems(config, items):
     if ACTIVE:
         return
-    skip = pytest.mark.skip(reason="simulated-host process only: PYTHONPATH=tests/simhost/site python -m pytest "
-                                   "tests/simhost (nox -s simhost-2.10)")
+    skip = pytest.mark.skip(
+        reason="simulated-host process only: PYTHONPATH=tests/simhost/site python -m pytest "
+        "tests/simhost (nox -s simhost-2.10)"
+    )
     for item in items:
         if os.path.realpath(str(item.path)).startswith(HERE + os.sep):
             item.add_marker(skip)

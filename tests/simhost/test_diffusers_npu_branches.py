@@ -30,10 +30,19 @@ from tests.models.zoo_table import COVERAGE
 
 pytestmark = pytest.mark.usefixtures("simhost")
 
-FAMILIES = ["FluxTransformer2DModel", "WanTransformer3DModel", "QwenImageTransformer2DModel", "ChromaTransformer2DModel"]
+FAMILIES = [
+    "FluxTransformer2DModel",
+    "WanTransformer3DModel",
+    "QwenImageTransformer2DModel",
+    "ChromaTransformer2DModel",
+]
 # diffusers RMSNorm modules with a weight in the zoo's tiny configs (each runs once per forward).
-DIFFUSERS_RMS_NORMS = {"FluxTransformer2DModel": 0, "WanTransformer3DModel": 0, "QwenImageTransformer2DModel": 9,
-                       "ChromaTransformer2DModel": 0}
+DIFFUSERS_RMS_NORMS = {
+    "FluxTransformer2DModel": 0,
+    "WanTransformer3DModel": 0,
+    "QwenImageTransformer2DModel": 9,
+    "ChromaTransformer2DModel": 0,
+}
 NO_RMS_NORM = [f for f in default_fusions() if f != "rms_norm"]  # fusions="all" less rms_norm
 
 
@@ -178,8 +187,14 @@ def test_norms_left_to_diffusers_are_reported_and_captured(name, simhost, tmp_pa
     with torch.no_grad():
         ref = model(**inputs)
     torch._dynamo.reset()
-    model.enable_ascend_compile(fusions=NO_RMS_NORM, compile="blocks", executor="eager", attention=None,
-                                graph_capture="graph_with_compile", graph_log_dir=str(tmp_path))
+    model.enable_ascend_compile(
+        fusions=NO_RMS_NORM,
+        compile="blocks",
+        executor="eager",
+        attention=None,
+        graph_capture="graph_with_compile",
+        graph_log_dir=str(tmp_path),
+    )
     with torch.no_grad():
         for _ in range(5):  # warm-up calls, the capture, then replays
             out = model(**inputs)
@@ -205,14 +220,17 @@ def test_acl_op_norm_of_diffusers_is_not_captured(simhost, monkeypatch):
         ref = model(**inputs)
     torch._dynamo.reset()
     with pytest.warns(UserWarning, match="runs without graph capture"):
-        model.enable_ascend_compile(fusions=NO_RMS_NORM, compile="blocks", executor="eager", attention=None,
-                                    graph_capture="graph_with_compile")
+        model.enable_ascend_compile(
+            fusions=NO_RMS_NORM, compile="blocks", executor="eager", attention=None, graph_capture="graph_with_compile"
+        )
         with torch.no_grad():
             for _ in range(5):
                 out = model(**inputs)
     report = model.ascend_report()
     reasons = [f["reason"] for f in report.fallbacks]
-    assert reasons and all("npu_rms_norm" in r and "acl_op" in r and "aclnnRmsNorm is missing" in r for r in reasons), reasons
+    assert reasons and all("npu_rms_norm" in r and "acl_op" in r and "aclnnRmsNorm is missing" in r for r in reasons), (
+        reasons
+    )
     assert model._ascend_state.backend.graph_capture.stats["captures"] == 0
     assert report.upstream_fused == {"npu_rms_norm": 9}
     _assert_close(out, ref, dtype)
@@ -241,8 +259,9 @@ def test_capture_rule_follows_torch_npu_kernel_path(op, api, simhost, monkeypatc
 def test_refused_swap_leaves_the_norm_to_diffusers(simhost):
     """A diffusers RMSNorm whose swap is refused (an instance ``forward``, as offloading hooks
     install) still runs diffusers' own npu_rms_norm: reported as fused by diffusers, once."""
-    import diffusers_ascend
     from diffusers.models.normalization import RMSNorm
+
+    import diffusers_ascend
 
     model, inputs = _build("QwenImageTransformer2DModel")
     hooked = next(m for m in model.modules() if isinstance(m, RMSNorm))

@@ -38,4 +38,5 @@ def test_zoo_model_on_simulated_npu(name, tmp_path, simhost):
 def test_support_matrix_shows_the_npu_table():
     path = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "support-matrix.md")
     assert markdown_table() in open(path).read(), (
-        "docs/support-matrix.md's simulated-NPU zoo table is stale: paste python -m tests.simhost.zoo_npu")
+        "docs/support-matrix.md's simulated-NPU zoo table is stale: paste python -m tests.simhost.zoo_npu"
+    )

@@ -23,12 +23,12 @@ spite of the doc) is not decided here: docs/npu-notes.md lists it.
 
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.nn.functional as F
 
-import sys
-
-from tests.kernels.npu_standins import ALL_ACLNN, A2_SOC, StandInTorchNpu
+from tests.kernels.npu_standins import A2_SOC, ALL_ACLNN, StandInTorchNpu
 
 __all__ = ["SCHEMAS", "SimHostTorchNpu", "VERSION", "op_api_kernels"]
 
@@ -47,7 +47,7 @@ def op_api_kernels() -> frozenset:
     return ALL_ACLNN | {"aclnnGeGluV3"}
 
 
-def _current() -> "SimHostTorchNpu | None":
+def _current() -> SimHostTorchNpu | None:
     """The stand-in behind the torch_npu module in ``sys.modules`` (None when it is another one)."""
     standin = getattr(sys.modules.get("torch_npu"), "_standin", None)
     return standin if isinstance(standin, SimHostTorchNpu) else None
@@ -75,12 +75,16 @@ def _rstd_shape(x: torch.Tensor, gamma: torch.Tensor) -> list[int]:
 def _rms_norm(input, gamma, epsilon=1e-6):
     _record("npu_rms_norm", dict(input=input, gamma=gamma, epsilon=epsilon))
     _check_dtype("npu_rms_norm", input)
-    if not 2 <= input.dim() <= 8 or tuple(gamma.shape) != tuple(input.shape[input.dim() - gamma.dim():]):
-        raise RuntimeError(f"npu_rms_norm: input {tuple(input.shape)} (2-8 dims) and gamma {tuple(gamma.shape)} "
-                           "(input's trailing dims) do not fit")
+    if not 2 <= input.dim() <= 8 or tuple(gamma.shape) != tuple(input.shape[input.dim() - gamma.dim() :]):
+        raise RuntimeError(
+            f"npu_rms_norm: input {tuple(input.shape)} (2-8 dims) and gamma {tuple(gamma.shape)} "
+            "(input's trailing dims) do not fit"
+        )
     if gamma.dtype != input.dtype:  # _op_plugin_docs.py: "gamma: dtype must equal self's"
-        raise RuntimeError(f"npu_rms_norm: gamma dtype {gamma.dtype} must equal the input's {input.dtype} "
-                           f"(torch_npu {VERSION} and 2.14.0 document it so)")
+        raise RuntimeError(
+            f"npu_rms_norm: gamma dtype {gamma.dtype} must equal the input's {input.dtype} "
+            f"(torch_npu {VERSION} and 2.14.0 document it so)"
+        )
     dims = tuple(range(input.dim() - gamma.dim(), input.dim()))
     xf = input.float()
     rstd = torch.rsqrt(xf.pow(2).mean(dims, keepdim=True) + epsilon)
@@ -128,7 +132,7 @@ def _define_ops() -> None:
     lib = torch.library.Library("npu", "FRAGMENT")  # noqa: TOR901  (test-only stand-in of torch_npu's namespace)
     for name, impl, fake in (("npu_rms_norm", _rms_norm, _rms_norm_fake), ("npu_geglu", _geglu, _geglu_fake)):
         try:
-            getattr(torch.ops.npu, name).default
+            getattr(torch.ops.npu, name).default  # noqa: B018  (raises when the op is not registered)
             continue
         except (AttributeError, RuntimeError):
             pass

@@ -23,8 +23,15 @@ PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zoo_npu.json")
 # What CI runs on the simulated host (the whole zoo runs by hand, `nox -s simhost-2.10`): the four
 # families issue 34 names, and UNet2DConditionModel for diffusers' GEGLU branch (Qwen-Image covers
 # its RMSNorm branch). Chosen to keep `.ci/run` under an hour (docs/support-matrix.md).
-CI_SUBSET = frozenset({"FluxTransformer2DModel", "WanTransformer3DModel", "QwenImageTransformer2DModel",
-                       "ChromaTransformer2DModel", "UNet2DConditionModel"})
+CI_SUBSET = frozenset(
+    {
+        "FluxTransformer2DModel",
+        "WanTransformer3DModel",
+        "QwenImageTransformer2DModel",
+        "ChromaTransformer2DModel",
+        "UNet2DConditionModel",
+    }
+)
 
 
 def load() -> dict:
@@ -62,8 +69,10 @@ def markdown_table() -> str:
     """The table of docs/support-matrix.md: our fused sites on CPU and on the simulated Ascend host,
     what diffusers fuses itself there, what is left unfused there."""
     npu = load()
-    lines = ["| model | ours, CPU | ours, simulated NPU host | fused by diffusers (NPU host) | left unfused (NPU host) |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "| model | ours, CPU | ours, simulated NPU host | fused by diffusers (NPU host) | left unfused (NPU host) |",
+        "|---|---|---|---|---|",
+    ]
     for name in sorted(TINY):
         t = npu.get(name)
         upstream = ", ".join(f"{k} {v}" for k, v in sorted((t or {}).get("upstream_fused", {}).items())) or "-"

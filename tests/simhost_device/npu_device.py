@@ -101,15 +101,30 @@ def device_module() -> types.ModuleType:
             raise RuntimeError(f"the simulated npu has one device, npu:0; got {device}")
 
     mod.__dict__.update(
-        is_available=lambda: True, is_initialized=lambda: True, _is_in_bad_fork=lambda: False, _lazy_init=lambda: None,
-        device_count=lambda: 1, current_device=lambda: 0, set_device=_check, synchronize=lambda device=None: _check(device),
+        is_available=lambda: True,
+        is_initialized=lambda: True,
+        _is_in_bad_fork=lambda: False,
+        _lazy_init=lambda: None,
+        device_count=lambda: 1,
+        current_device=lambda: 0,
+        set_device=_check,
+        synchronize=lambda device=None: _check(device),
         get_device_name=lambda device=None: "Ascend910B2 (simulated)",
-        manual_seed=lambda seed: None, manual_seed_all=lambda seed: None, seed=lambda: None, seed_all=lambda: None,
-        Stream=_Stream, Event=_Event, current_stream=lambda device=None: _MAIN_STREAM,
-        default_stream=lambda device=None: _MAIN_STREAM, stream=lambda s=None: contextlib.nullcontext(s),
-        memory_allocated=lambda device=None: ext.memory_allocated(), empty_cache=lambda: None,
+        manual_seed=lambda seed: None,
+        manual_seed_all=lambda seed: None,
+        seed=lambda: None,
+        seed_all=lambda: None,
+        Stream=_Stream,
+        Event=_Event,
+        current_stream=lambda device=None: _MAIN_STREAM,
+        default_stream=lambda device=None: _MAIN_STREAM,
+        stream=lambda s=None: contextlib.nullcontext(s),
+        memory_allocated=lambda device=None: ext.memory_allocated(),
+        empty_cache=lambda: None,
         get_amp_supported_dtype=lambda: [torch.float16, torch.bfloat16],
-        NPUGraph=graphs.NPUGraph, graph=graphs.graph, graph_pool_handle=graphs.graph_pool_handle,
+        NPUGraph=graphs.NPUGraph,
+        graph=graphs.graph,
+        graph_pool_handle=graphs.graph_pool_handle,
     )
     return mod
 
@@ -121,7 +136,9 @@ def fallback_count() -> int:
 
 def installed() -> bool:
     """Whether this process's PrivateUse1 is the simulated ``npu``."""
-    return torch._C._get_privateuse1_backend_name() == BACKEND and isinstance(getattr(torch, "npu", None), types.ModuleType)
+    return torch._C._get_privateuse1_backend_name() == BACKEND and isinstance(
+        getattr(torch, "npu", None), types.ModuleType
+    )
 
 
 def install() -> types.ModuleType:

@@ -50,14 +50,18 @@ def _fresh(host):
 
 
 def npu_inputs(dtype=torch.float32, **kw):
-    return {k: v.to("npu") if isinstance(v, torch.Tensor) else v for k, v in flux_pipeline_inputs(dtype=dtype, **kw).items()}
+    return {
+        k: v.to("npu") if isinstance(v, torch.Tensor) else v for k, v in flux_pipeline_inputs(dtype=dtype, **kw).items()
+    }
 
 
 @pytest.fixture(scope="module")
 def cpu_eager():
     """The tiny Flux pipeline's images, eager on the CPU, per dtype."""
-    return {dtype: tiny_flux_pipeline(dtype=dtype)(**flux_pipeline_inputs(dtype=dtype)).images
-            for dtype in (torch.float32, BF16)}
+    return {
+        dtype: tiny_flux_pipeline(dtype=dtype)(**flux_pipeline_inputs(dtype=dtype)).images
+        for dtype in (torch.float32, BF16)
+    }
 
 
 def on_npu(pipe):
@@ -80,9 +84,14 @@ def test_device_is_npu_and_refuses_float64(host):
     assert torch.accelerator.current_accelerator().type == "npu"
     x = torch.ones(2, 3, device="npu")
     assert x.device == torch.device("npu", 0) and x.is_npu
-    for make in (lambda: torch.zeros(2, dtype=torch.float64, device="npu"), lambda: x.double(),
-                 lambda: torch.ones(2, dtype=torch.float64).to("npu"), lambda: x.to(torch.complex128),
-                 lambda: torch.ones(4, device="npu").view(torch.float64), lambda: x.sum(dtype=torch.float64)):
+    for make in (
+        lambda: torch.zeros(2, dtype=torch.float64, device="npu"),
+        lambda: x.double(),
+        lambda: torch.ones(2, dtype=torch.float64).to("npu"),
+        lambda: x.to(torch.complex128),
+        lambda: torch.ones(4, device="npu").view(torch.float64),
+        lambda: x.sum(dtype=torch.float64),
+    ):
         with pytest.raises(RuntimeError, match="does not support (Double|ComplexDouble).*float64"):
             make()
     with pytest.raises(RuntimeError, match="same device.*npu:0 and cpu"):
@@ -109,7 +118,12 @@ def test_fusions_all_two_steps_match_cpu_eager(host, cpu_eager):
     names = host.torch_npu.names()
     # per step (1 double + 1 single block): 6 qk norms, rope on q and k of 2 attentions, 3 tanh-GELUs; an fp32
     # model's attention "auto" is SDPA (diffusers declares _native_npu bf16/fp16 only): no npu_fusion_attention
-    assert [names.count(n) for n in ("npu_rms_norm", "npu_rotary_mul", "npu_gelu", "npu_fusion_attention")] == [12, 8, 6, 0]
+    assert [names.count(n) for n in ("npu_rms_norm", "npu_rotary_mul", "npu_gelu", "npu_fusion_attention")] == [
+        12,
+        8,
+        6,
+        0,
+    ]
     assert_npu_tensors([c for c in host.torch_npu.calls if c[0] != "npu_fusion_attention"])
 
 
@@ -198,8 +212,10 @@ def test_warm_start_save_refused_on_eager_executor(host, tmp_path):
     pipe.enable_ascend_compile(fusions="all")  # executor "auto": eager on NPU
     pipe(**npu_inputs(steps=1))
     target = tmp_path / "cache"
-    with pytest.warns(UserWarning, match="was not packaged") as record, \
-            pytest.raises(ValueError, match="no block call could be packaged"):
+    with (
+        pytest.warns(UserWarning, match="was not packaged") as record,
+        pytest.raises(ValueError, match="no block call could be packaged"),
+    ):
         pipe.save_ascend_cache(target)
     assert any("storage" in str(w.message) for w in record)  # the real cause, named
     assert not target.exists()

@@ -33,9 +33,22 @@ TIMEOUT_S = 1500  # measured: about 3 minutes on a 2-core CPU, plus the first bu
 def _run_child(xml_path: str) -> tuple[int, str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
     env.pop("DIFFUSERS_ASCEND_TEST_PLATFORM", None)  # the child detects its platform: the simulated npu
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
-           "-p", "tests.simhost_device.plugin", os.path.join(ROOT, "tests", "simhost_device", "npu_path_cases.py"),
-           f"--junitxml={xml_path}", "-o", "junit_family=xunit1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:xdist",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "tests.simhost_device.plugin",
+        os.path.join(ROOT, "tests", "simhost_device", "npu_path_cases.py"),
+        f"--junitxml={xml_path}",
+        "-o",
+        "junit_family=xunit1",
+    ]
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     return r.returncode, (r.stdout + r.stderr)[-6000:]
 
@@ -52,8 +65,11 @@ def child(tmp_path_factory):
     results = {}
     for case in ET.parse(xml_path).getroot().iter("testcase"):
         outcome = next((c for c in case if c.tag in ("failure", "error", "skipped")), None)
-        results[case.get("name")] = (outcome.tag, (outcome.get("message") or "") + "\n" + (outcome.text or "")) \
-            if outcome is not None else ("passed", "")
+        results[case.get("name")] = (
+            (outcome.tag, (outcome.get("message") or "") + "\n" + (outcome.text or ""))
+            if outcome is not None
+            else ("passed", "")
+        )
     return results, tail
 
 

@@ -97,8 +97,9 @@ def adaln_cases():
 
     return {
         "flux_bd_chunks_batch3": make((3, 5, 40), [(3, 40), (3, 40)]),
-        "wan_b1d_fp32_out": make((3, 5, 40), [(3, 1, 40), (3, 1, 40)], mod_dtype=torch.float32,
-                                 out_dtype=torch.float32),
+        "wan_b1d_fp32_out": make(
+            (3, 5, 40), [(3, 1, 40), (3, 1, 40)], mod_dtype=torch.float32, out_dtype=torch.float32
+        ),
         "one_token_d77_affine": make((2, 1, 77), [(2, 77), (2, 1, 77)], affine=torch.float32),
         "per_token_mod": make((2, 3, 24), [(2, 3, 24), (24,)]),
         "two_dims": make((7, 100), [(100,), (1, 100)]),
@@ -232,6 +233,7 @@ def ascend_plan(plan):
     """``plan`` run as Ascend plans it (`ascend_tiling`: rope's and rms_norm's token tiles, adaLN's
     and mul_add's batch tiles, adaLN's row chunks) on meta tensors. The cases of `model_plans` so
     planned end in ``_tokens``, ``_batches`` or ``_chunks``."""
+
     def build():
         with ascend_tiling("meta"):
             return plan()
@@ -251,7 +253,10 @@ def model_plans():
     flux_q, wan_q = meta(1, 4608, 24, 128), meta(1, 75600, 40, 128)
     flux_h, wan_h = meta(1, 4096, 3072), meta(1, 75600, 5120)
     flux_tables = (meta(1, 4608, 1, 128, dtype=f32), meta(1, 4608, 1, 128, dtype=f32))
-    cog_q, cog_tables = meta(2, 48, 226 + 17550, 64)[:, :, 226:], (meta(17550, 64, dtype=f32), meta(17550, 64, dtype=f32))
+    cog_q, cog_tables = (
+        meta(2, 48, 226 + 17550, 64)[:, :, 226:],
+        (meta(17550, 64, dtype=f32), meta(17550, 64, dtype=f32)),
+    )
     sd3_h, sd3_mod = meta(2, 4096, 1536), meta(2, 6 * 1536)  # the chunks of SD3's AdaLayerNormZero
     flux_qkv_q = meta(1, 4096, 3 * 3072)[..., :3072].unflatten(-1, (24, 128))
     return {
@@ -262,13 +267,19 @@ def model_plans():
         # Flux's q after fuse_qkv_projections (a chunk of to_qkv's output): row tiles, and Ascend's
         "rms_norm_flux_fused_qkv": lambda: plan_rms_norm(flux_qkv_q, meta(128), 1e-6),
         "rms_norm_flux_fused_qkv_tokens": ascend_plan(lambda: plan_rms_norm(flux_qkv_q, meta(128), 1e-6)),
-        "rope_flux_interleaved": lambda: plan_rope(flux_q, meta(1, 4608, 1, 128, dtype=f32), meta(1, 4608, 1, 128, dtype=f32), "interleaved"),
-        "rope_wan_half": lambda: plan_rope(wan_q, meta(1, 75600, 1, 128, dtype=f32), meta(1, 75600, 1, 128, dtype=f32), "half"),
+        "rope_flux_interleaved": lambda: plan_rope(
+            flux_q, meta(1, 4608, 1, 128, dtype=f32), meta(1, 4608, 1, 128, dtype=f32), "interleaved"
+        ),
+        "rope_wan_half": lambda: plan_rope(
+            wan_q, meta(1, 75600, 1, 128, dtype=f32), meta(1, 75600, 1, 128, dtype=f32), "half"
+        ),
         # the same calls as Ascend plans them: token tiles (`_common.AFFINE_TILE_DEVICES`)
-        "rope_flux_interleaved_tokens": ascend_plan(lambda: plan_rope(
-            flux_q, meta(1, 4608, 1, 128, dtype=f32), meta(1, 4608, 1, 128, dtype=f32), "interleaved")),
-        "rope_wan_half_tokens": ascend_plan(lambda: plan_rope(
-            wan_q, meta(1, 75600, 1, 128, dtype=f32), meta(1, 75600, 1, 128, dtype=f32), "half")),
+        "rope_flux_interleaved_tokens": ascend_plan(
+            lambda: plan_rope(flux_q, meta(1, 4608, 1, 128, dtype=f32), meta(1, 4608, 1, 128, dtype=f32), "interleaved")
+        ),
+        "rope_wan_half_tokens": ascend_plan(
+            lambda: plan_rope(wan_q, meta(1, 75600, 1, 128, dtype=f32), meta(1, 75600, 1, 128, dtype=f32), "half")
+        ),
         # two Flux images a prompt: one table for the batch (row tiles), and Ascend's token tiles
         "rope_flux_batch2": lambda: plan_rope(meta(2, 4608, 24, 128), *flux_tables, "interleaved"),
         "rope_flux_batch2_tokens": ascend_plan(lambda: plan_rope(meta(2, 4608, 24, 128), *flux_tables, "interleaved")),
@@ -277,15 +288,28 @@ def model_plans():
         "rope_cogvideox_heads_major": lambda: plan_rope(cog_q, *cog_tables, "interleaved"),
         "rope_cogvideox_heads_major_tokens": ascend_plan(lambda: plan_rope(cog_q, *cog_tables, "interleaved")),
         "adaln_flux": lambda: plan_adaln_modulate(flux_h, meta(1, 3072), meta(1, 3072), 1e-6),
-        "adaln_wan_fp32_mod": lambda: plan_adaln_modulate(wan_h, meta(1, 1, 5120, dtype=f32), meta(1, 1, 5120, dtype=f32), 1e-6, None, None, bf),
+        "adaln_wan_fp32_mod": lambda: plan_adaln_modulate(
+            wan_h, meta(1, 1, 5120, dtype=f32), meta(1, 1, 5120, dtype=f32), 1e-6, None, None, bf
+        ),
         # the same call as Ascend plans it: 5120-wide rows in 1024-wide chunks (`_common.ROW_TILE_LIMIT`)
-        "adaln_wan_fp32_mod_chunks": ascend_plan(lambda: plan_adaln_modulate(
-            wan_h, meta(1, 1, 5120, dtype=f32), meta(1, 1, 5120, dtype=f32), 1e-6, None, None, bf)),
+        "adaln_wan_fp32_mod_chunks": ascend_plan(
+            lambda: plan_adaln_modulate(
+                wan_h, meta(1, 1, 5120, dtype=f32), meta(1, 1, 5120, dtype=f32), 1e-6, None, None, bf
+            )
+        ),
         # a per-batch modulation (SD3's width, batched CFG): row tiles, and Ascend's batch tiles
         "adaln_sd3_batch2": lambda: plan_adaln_modulate(sd3_h, sd3_mod[:, :1536], sd3_mod[:, 1536:3072], 1e-6),
-        "adaln_sd3_batch2_batches": ascend_plan(lambda: plan_adaln_modulate(
-            sd3_h, sd3_mod[:, :1536], sd3_mod[:, 1536:3072], 1e-6)),
-        "adaln_affine_fp32": lambda: plan_adaln_modulate(meta(3, 5, 77, dtype=f32), meta(3, 77, dtype=f32), meta(3, 77, dtype=f32), 1e-6, meta(77, dtype=f32), meta(77, dtype=f32)),
+        "adaln_sd3_batch2_batches": ascend_plan(
+            lambda: plan_adaln_modulate(sd3_h, sd3_mod[:, :1536], sd3_mod[:, 1536:3072], 1e-6)
+        ),
+        "adaln_affine_fp32": lambda: plan_adaln_modulate(
+            meta(3, 5, 77, dtype=f32),
+            meta(3, 77, dtype=f32),
+            meta(3, 77, dtype=f32),
+            1e-6,
+            meta(77, dtype=f32),
+            meta(77, dtype=f32),
+        ),
         "mul_add_flux_gate": lambda: plan_mul_add(meta(1, 1, 3072), flux_h, flux_h),
         "mul_add_gate_batch2": lambda: plan_mul_add(sd3_mod[:, None, :1536], sd3_h, sd3_h),
         "mul_add_gate_batch2_batches": ascend_plan(lambda: plan_mul_add(sd3_mod[:, None, :1536], sd3_h, sd3_h)),
@@ -293,6 +317,11 @@ def model_plans():
     }
 
 
-CASES = {"rms_norm": rms_norm_cases(), "rope": rope_cases(), "adaln_modulate": adaln_cases(), "mul_add": mul_add_cases()}
+CASES = {
+    "rms_norm": rms_norm_cases(),
+    "rope": rope_cases(),
+    "adaln_modulate": adaln_cases(),
+    "mul_add": mul_add_cases(),
+}
 # (op, case) of every row-reduction case, for the tests of Ascend's row chunks (`rows_in_chunks`).
 ROW_REDUCTION_CASES = [(op, c) for op in ("rms_norm", "adaln_modulate") for c in CASES[op]]

@@ -16,7 +16,6 @@ Runs in the ``triton-ascend`` nox session, where triton-ascend is installed (it 
 from __future__ import annotations
 
 import re
-
 import subprocess
 
 import pytest
@@ -109,8 +108,15 @@ def test_flat_rows_move_as_blocks(case):
 DISCRETE_ON_ASCEND = {("adaln_modulate", "mod_shared_by_batch"), ("mul_add", "shared_by_batch_per_token")}
 
 
-@pytest.mark.parametrize("op,case,layout", [(op, case, layout) for op in CASES for case in CASES[op]
-                                            for layout in (("interleaved", "half") if op == "rope" else (None,))])
+@pytest.mark.parametrize(
+    "op,case,layout",
+    [
+        (op, case, layout)
+        for op in CASES
+        for case in CASES[op]
+        for layout in (("interleaved", "half") if op == "rope" else (None,))
+    ],
+)
 def test_ascend_plans_of_the_odd_shapes(op, case, layout):
     """Every odd shape of the interpreter tests (slices, gaps, broadcasts, batch 3, one token), as
     Ascend plans it: no DMA per row, except `DISCRETE_ON_ASCEND`, where the row kernel's flag says

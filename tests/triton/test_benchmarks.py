@@ -30,13 +30,19 @@ def test_refuses_without_cuda(monkeypatch, capsys, name, argv):
 
 def test_measurement_rows_load_as_records():
     kernels = _load("kernels")
-    result = dict(device="NVIDIA H100 80GB HBM3", versions="torch 2.13.0, triton 3.9.0", rows=[
-        dict(op="rope", case="flux_rope", kernel_dev_ms=0.041234, compiled_dev_ms=0.062),
-        dict(op="mul_add", case="wan_gate", kernel_dev_ms=0.5, compiled_dev_ms=0.4),
-    ])
+    result = dict(
+        device="NVIDIA H100 80GB HBM3",
+        versions="torch 2.13.0, triton 3.9.0",
+        rows=[
+            dict(op="rope", case="flux_rope", kernel_dev_ms=0.041234, compiled_dev_ms=0.062),
+            dict(op="mul_add", case="wan_gate", kernel_dev_ms=0.5, compiled_dev_ms=0.4),
+        ],
+    )
     rows = [eval(line.rstrip(","), {"Measurement": Measurement}) for line in kernels.measurement_rows(result)]
     assert [(m.op, m.size, m.device_type, m.kernel_ms) for m in rows] == [
-        ("rope", "flux_rope", "cuda", 0.0412), ("mul_add", "wan_gate", "cuda", 0.5)]
+        ("rope", "flux_rope", "cuda", 0.0412),
+        ("mul_add", "wan_gate", "cuda", 0.5),
+    ]
     assert rows[0].speedup > 1 > rows[1].speedup
 
 
@@ -56,8 +62,10 @@ def test_blocks_tiny_plumbing():
     assert [(r["block"], r["variant"]) for r in result["rows"]] == [("flux_double", "eager"), ("flux_single", "eager")]
     assert all(r["max_abs_diff"] == 0 and r["median_ms"] > 0 for r in result["rows"])
     cuda = blocks._variants("cuda")
-    all4 = (["rms_norm", "rope", "adaln", "mul_add"],
-            dict(rms_norm="triton", rope="triton", adaln_modulate="triton", mul_add="triton"))
+    all4 = (
+        ["rms_norm", "rope", "adaln", "mul_add"],
+        dict(rms_norm="triton", rope="triton", adaln_modulate="triton", mul_add="triton"),
+    )
     assert cuda["triton_all4"] == (*all4, False) and cuda["triton_all4_capture"] == (*all4, True)
     assert cuda["inductor_cudagraphs"] == ("inductor_cudagraphs", {}, False)
     cpu = blocks._variants("cpu")
@@ -71,10 +79,15 @@ def test_host_path_times_every_layer_of_every_kernel_op(capsys, tmp_path):
     result = json.loads((tmp_path / "host_path.json").read_text())
     # every kernel op, then the batch-2 forms and fused QKV's q; each planned as Ascend plans it, too
     assert [(r["op"], r["ascend_kernel"]) for r in result["rows"]] == [
-            ("rms_norm", "_rms_norm_kernel"), ("rope", "_rope_tokens_kernel"), ("adaln_modulate", "_adaln_kernel"),
-            ("mul_add", "_mul_add_kernel"), ("rope", "_rope_tokens_kernel"),
-            ("adaln_modulate", "_adaln_batches_kernel"), ("mul_add", "_mul_add_batches_kernel"),
-            ("rms_norm", "_rms_norm_tokens_kernel")]
+        ("rms_norm", "_rms_norm_kernel"),
+        ("rope", "_rope_tokens_kernel"),
+        ("adaln_modulate", "_adaln_kernel"),
+        ("mul_add", "_mul_add_kernel"),
+        ("rope", "_rope_tokens_kernel"),
+        ("adaln_modulate", "_adaln_batches_kernel"),
+        ("mul_add", "_mul_add_batches_kernel"),
+        ("rms_norm", "_rms_norm_tokens_kernel"),
+    ]
     assert all(r["plan_us"] > 0 and r["ascend_plan_us"] > 0 for r in result["rows"])
     for row in result["rows"]:
         assert all(row[k] > 0 for k in ("native_us", "op_us", "supports_us", "plan_us")), row
@@ -98,13 +111,21 @@ def test_kernel_benchmark_reports_a_failing_path_and_measures_the_others():
     def broken(t):
         raise RuntimeError("no kernel image\nsecond line")
 
-    paths = dict(eager=lambda t: t * 2, compiled=lambda t: t * 2, kernel=lambda t: t * 2 + 1, op=lambda t: t * 2,
-                 traced=broken)
+    paths = dict(
+        eager=lambda t: t * 2, compiled=lambda t: t * 2, kernel=lambda t: t * 2 + 1, op=lambda t: t * 2, traced=broken
+    )
     times, outs, errors = kernels.measure(paths, (x,), host_ms=lambda fn: 2.0, dev_ms=lambda fn: 0.5)
     assert errors == {"traced": "RuntimeError: no kernel image"}
     assert set(outs) == {"eager", "compiled", "kernel", "op"}
-    assert times == dict(eager_ms=2.0, eager_dev_ms=0.5, compiled_ms=2.0, compiled_dev_ms=0.5, kernel_ms=2.0,
-                         kernel_dev_ms=0.5, op_ms=2.0)  # the op's device time is the kernel's
+    assert times == dict(
+        eager_ms=2.0,
+        eager_dev_ms=0.5,
+        compiled_ms=2.0,
+        compiled_dev_ms=0.5,
+        kernel_ms=2.0,
+        kernel_dev_ms=0.5,
+        op_ms=2.0,
+    )  # the op's device time is the kernel's
     row = kernels.summarize("flux_rope", "rope", "4x8", 1_000_000, 4.0, times, outs, errors, copy_ms=0.4)
     assert row["kernel_gbs"] == 2.0 and row["kernel_pct_copy"] == 50.0 and row["kernel_vs_compiled"] == 1.0
     assert row["kernel_pct_same_size_copy"] == 80.0 and row["traced_pct_same_size_copy"] is None
@@ -113,8 +134,11 @@ def test_kernel_benchmark_reports_a_failing_path_and_measures_the_others():
     assert row["traced_gbs"] is None and row["traced_vs_compiled"] is None and row["host_traced_vs_compiled"] is None
     assert row["kernel_max_abs_diff"] == 1.0 and row["op_max_abs_diff"] == 0.0 and row["traced_max_abs_diff"] is None
     assert row["errors"] == errors
-    result = dict(device="NVIDIA H100 80GB HBM3", versions="torch 2.13.0, triton 3.9.0", rows=[
-        row, dict(row, case="wan_rope", compiled_dev_ms=None)])
+    result = dict(
+        device="NVIDIA H100 80GB HBM3",
+        versions="torch 2.13.0, triton 3.9.0",
+        rows=[row, dict(row, case="wan_rope", compiled_dev_ms=None)],
+    )
     assert [line.split(", ")[3] for line in kernels.measurement_rows(result)] == ["'flux_rope'"]
 
 
@@ -125,14 +149,15 @@ def test_kernel_benchmark_times_ascends_tiling_where_it_differs():
     x = torch.ones(4, 8)
     dev = iter([0.5, 0.4])
     paths = dict(eager=lambda t: t * 2, kernel=lambda t: t * 2, ascend_tiles=lambda t: t * 2 + 0.5)
-    times, outs, errors = kernels.measure(paths, (x,), host_ms=lambda fn: 2.0,
-                                          dev_ms=lambda fn: next(dev, 1.0))
+    times, outs, errors = kernels.measure(paths, (x,), host_ms=lambda fn: 2.0, dev_ms=lambda fn: next(dev, 1.0))
     assert errors == {} and times["kernel_dev_ms"] == 0.4 and times["ascend_tiles_dev_ms"] == 1.0
     row = kernels.summarize("sd3_adaln_batch2", "adaln_modulate", "4x8", 1_000_000, 4.0, times, outs, errors)
     assert row["ascend_tiles_vs_kernel"] == 0.4 and row["ascend_tiles_gbs"] == 1.0
     assert row["ascend_tiles_max_abs_diff"] == 0.5
-    assert kernels.summarize("flux_rope", "rope", "4x8", 1, 4.0, dict(kernel_dev_ms=0.4), {}, {})[
-        "ascend_tiles_vs_kernel"] is None  # not timed where the tilings are the same
+    assert (
+        kernels.summarize("flux_rope", "rope", "4x8", 1, 4.0, dict(kernel_dev_ms=0.4), {}, {})["ascend_tiles_vs_kernel"]
+        is None
+    )  # not timed where the tilings are the same
 
 
 def test_ascend_tiles_path_plans_inside_the_switch():
@@ -162,7 +187,10 @@ def test_block_benchmark_reports_a_failing_variant_and_runs_the_others(monkeypat
     assert "FAILED flux_single triton_rope" in captured.err
     result = blocks.run(tiny=True, variants=["triton_rope", "triton_adaln"])
     rows = {(r["block"], r["variant"]): r for r in result["rows"]}
-    assert rows["flux_double", "triton_rope"]["median_ms"] is None and rows["flux_double", "triton_rope"]["vs_eager"] is None
+    assert (
+        rows["flux_double", "triton_rope"]["median_ms"] is None
+        and rows["flux_double", "triton_rope"]["vs_eager"] is None
+    )
     assert [rows[b, "triton_adaln"]["matches"] for b in ("flux_double", "flux_single")] == [{"adaln": 4}, {"adaln": 1}]
     for b in ("flux_double", "flux_single"):
         adaln = rows[b, "triton_adaln"]

@@ -27,7 +27,9 @@ def _run(block, inputs, monkeypatch, ascend: bool):
 
     launched = []
     real_launch = _common.Launch.__call__
-    monkeypatch.setattr(_common.Launch, "__call__", lambda self: launched.append(self.kernel.__name__) or real_launch(self))
+    monkeypatch.setattr(
+        _common.Launch, "__call__", lambda self: launched.append(self.kernel.__name__) or real_launch(self)
+    )
     if ascend:
         monkeypatch.setattr(_common, "AFFINE_TILE_DEVICES", (*_common.AFFINE_TILE_DEVICES, "cpu"))
     return (launched, *compile_block(block, inputs))

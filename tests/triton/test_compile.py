@@ -17,7 +17,9 @@ from .cases import CASES, ROW_REDUCTION_CASES, arg_type, ascend_tiling, model_pl
 # The plans are built at collection (they import the kernel modules, hence triton): skip the module.
 pytest.importorskip("triton", reason="needs triton")
 pytestmark = [
-    pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="kernels are interpreted under TRITON_INTERPRET=1"),
+    pytest.mark.skipif(
+        os.environ.get("TRITON_INTERPRET") == "1", reason="kernels are interpreted under TRITON_INTERPRET=1"
+    ),
 ]
 
 
@@ -46,8 +48,9 @@ def _compile(launch, arch: int, specialize: bool = False):
     target = GPUTarget("cuda", arch, 32)
     options = {"num_warps": launch.num_warps, "enable_fp_fusion": True}
     if "constexprs" in inspect.signature(ASTSource.__init__).parameters:  # triton >= 3.3
-        return triton.compile(ASTSource(fn=launch.kernel, signature=sig, constexprs=const, attrs=attrs),
-                              target=target, options=options)
+        return triton.compile(
+            ASTSource(fn=launch.kernel, signature=sig, constexprs=const, attrs=attrs), target=target, options=options
+        )
     return triton.compile(_ast_source_3_2(launch, specialize, target), target=target, options=options)
 
 
@@ -58,8 +61,10 @@ def _ast_source_3_2(launch, specialize: bool, target):
     from triton.compiler import ASTSource
     from triton.compiler.compiler import make_backend
 
-    params, values = launch.kernel.params, [*launch.args, *(launch.constexprs[p.name] for p in launch.kernel.params
-                                                             if p.is_constexpr)]
+    params, values = (
+        launch.kernel.params,
+        [*launch.args, *(launch.constexprs[p.name] for p in launch.kernel.params if p.is_constexpr)],
+    )
     attrs = make_backend(target).get_attrs_descriptor(params, values) if specialize else AttrsDescriptor()
     equal_to_1 = attrs.get_constants()
     constants = {p.name: v for p, v in zip(params, values) if p.is_constexpr or p.num in equal_to_1}
@@ -77,9 +82,15 @@ def test_launch_compiles_for_cuda(case, arch):
     assert compiled.metadata.num_warps == launch.num_warps
 
 
-@pytest.mark.parametrize("op,case,layout", [(op, case, layout) for op in ("rms_norm", "rope", "adaln_modulate", "mul_add")
-                                            for case in CASES[op]
-                                            for layout in (("interleaved", "half") if op == "rope" else (None,))])
+@pytest.mark.parametrize(
+    "op,case,layout",
+    [
+        (op, case, layout)
+        for op in ("rms_norm", "rope", "adaln_modulate", "mul_add")
+        for case in CASES[op]
+        for layout in (("interleaved", "half") if op == "rope" else (None,))
+    ],
+)
 def test_ascend_tiles_of_every_case_compile_for_cuda(op, case, layout):
     """The odd shapes of the interpreter cases, as Ascend plans them (token and batch tiles), compile
     for sm_90 too: the ``cuda`` tests run those plans on a GPU (the H100 has run the row tiles)."""
@@ -107,8 +118,10 @@ def test_row_chunks_of_every_case_compile_for_cuda(op, case, monkeypatch):
 # CUDA's plans only: token and batch tiles and row chunks are Ascend's (`_common.ascend_tiling`);
 # compiled for sm_90 the rope token tiles' (4, 128) table tiles, over 256 threads, load 64 or 32
 # bits per thread.
-@pytest.mark.parametrize("case", [c for c in model_plans()
-                                  if ("flux" in c or "wan" in c) and not c.endswith(("_tokens", "_batches", "_chunks"))])
+@pytest.mark.parametrize(
+    "case",
+    [c for c in model_plans() if ("flux" in c or "wan" in c) and not c.endswith(("_tokens", "_batches", "_chunks"))],
+)
 def test_model_size_accesses_are_128_bit(case):
     """At the model sizes every global load and store is a 128-bit vector access (``v4.b32``): the
     in-register pair split of the interleaved rope and the broadcast reads keep rows contiguous.
@@ -124,7 +137,9 @@ def test_model_size_accesses_are_128_bit(case):
 # Not the row chunks: an Ascend plan only (CUDA keeps whole rows), where num_warps means nothing;
 # compiled for sm_90 by Triton 3.6, the adaLN chunk loop spills 4 bytes at 4 warps (none at 2 or 8
 # warps, nor at 4 with Triton 3.2, 3.4, 3.8 or 3.9).
-@pytest.mark.parametrize("case", [c for c in model_plans() if ("flux" in c or "wan" in c) and not c.endswith("_chunks")])
+@pytest.mark.parametrize(
+    "case", [c for c in model_plans() if ("flux" in c or "wan" in c) and not c.endswith("_chunks")]
+)
 def test_model_size_kernels_do_not_spill(case, tmp_path):
     """ptxas (the one triton uses for sm_90) reports no register spills at the model sizes: the
     tiles and warps of `_common` fit the register file. Static, not a speed measurement."""
@@ -146,7 +161,11 @@ def test_model_size_kernels_do_not_spill(case, tmp_path):
     _, launch = model_plans()[case]()
     ptx = tmp_path / f"{case}.ptx"
     ptx.write_text(_compile(launch, 90, specialize=True).asm["ptx"])
-    res = subprocess.run([ptxas, "-arch=sm_90a", "-v", str(ptx), "-o", str(tmp_path / "out.cubin")],
-                         capture_output=True, text=True, check=True)
+    res = subprocess.run(
+        [ptxas, "-arch=sm_90a", "-v", str(ptx), "-o", str(tmp_path / "out.cubin")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", res.stderr)]
     assert spills and not any(spills), res.stderr

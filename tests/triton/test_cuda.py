@@ -94,9 +94,18 @@ def test_row_chunks_at_wan_width():
 
     bf = torch.bfloat16
     h = randn(1, 75600 // 16, 5120, dtype=bf, device="cuda")
-    cases = {"adaln_modulate": (h, randn(1, 1, 5120, device="cuda", seed=1), randn(1, 1, 5120, device="cuda", seed=2),
-                                1e-6, None, None, bf),
-             "rms_norm": (h, randn(5120, dtype=bf, device="cuda", seed=3), 1e-6, None)}
+    cases = {
+        "adaln_modulate": (
+            h,
+            randn(1, 1, 5120, device="cuda", seed=1),
+            randn(1, 1, 5120, device="cuda", seed=2),
+            1e-6,
+            None,
+            None,
+            bf,
+        ),
+        "rms_norm": (h, randn(5120, dtype=bf, device="cuda", seed=3), 1e-6, None),
+    }
     with ascend_tiling("cuda"):
         for op, args in cases.items():
             assert planner(op)(*args)[1].kernel.__name__.endswith("_chunks_kernel"), op
@@ -145,10 +154,15 @@ def test_under_torch_compile_and_cuda_graphs():
         h = ops.adaln_modulate(q.flatten(2), scale, shift, 1e-6)
         return ops.mul_add(gate, h, h)
 
-    args = (randn(2, 33, 3, 64, dtype=torch.bfloat16, device="cuda"), randn(64, device="cuda"),
-            randn(1, 33, 1, 64, device="cuda"), randn(1, 33, 1, 64, device="cuda", seed=1),
-            randn(2, 192, device="cuda", seed=2), randn(2, 1, 192, device="cuda", seed=3),
-            randn(2, 1, 192, device="cuda", seed=4))
+    args = (
+        randn(2, 33, 3, 64, dtype=torch.bfloat16, device="cuda"),
+        randn(64, device="cuda"),
+        randn(1, 33, 1, 64, device="cuda"),
+        randn(1, 33, 1, 64, device="cuda", seed=1),
+        randn(2, 192, device="cuda", seed=2),
+        randn(2, 1, 192, device="cuda", seed=3),
+        randn(2, 1, 192, device="cuda", seed=4),
+    )
     with use_providers(**{op: "native" for op in ALL_TRITON}):
         expected = f(*args)
     with use_providers(**ALL_TRITON):
@@ -178,8 +192,9 @@ def test_inductor_executor_launches_the_kernels_from_its_own_code():
 
     double, _ = tiny_flux_blocks(dtype=torch.bfloat16)
     double = double.to("cuda")
-    inputs = tree_map(lambda t: t.to("cuda") if isinstance(t, torch.Tensor) else t,
-                      flux_block_inputs(dtype=torch.bfloat16))
+    inputs = tree_map(
+        lambda t: t.to("cuda") if isinstance(t, torch.Tensor) else t, flux_block_inputs(dtype=torch.bfloat16)
+    )
     backend = AscendBackend(fusions="all", executor="inductor", on_error="raise")
     torch._dynamo.reset()
     try:

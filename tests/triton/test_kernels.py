@@ -13,9 +13,9 @@ import ascend_kernels
 from ascend_kernels.registry import select_provider, use_providers
 from ascend_kernels.testing import assert_close
 
+from ..kernels.conftest import flux_rope, wan_rope
 from .cases import CASES, ROW_REDUCTION_CASES, ascend_tiling, rows_in_chunks
 from .conftest import randn
-from ..kernels.conftest import flux_rope, wan_rope
 
 ops = torch.ops.ascend_kernels
 LAYOUTS = ("interleaved", "half")
@@ -61,8 +61,9 @@ def test_adaln_modulate(dtype, case, tiles):
     _check("adaln_modulate", CASES["adaln_modulate"][case](dtype, "cpu"), f"adaln_modulate {case} ({tiles})")
 
 
-@pytest.mark.parametrize("op,case", [(op, c) for op, c in ROW_REDUCTION_CASES
-                                     if c != "batches_span_tiles"])  # 140 rows: 10 s a dtype, nothing new
+@pytest.mark.parametrize(
+    "op,case", [(op, c) for op, c in ROW_REDUCTION_CASES if c != "batches_span_tiles"]
+)  # 140 rows: 10 s a dtype, nothing new
 def test_reductions_in_row_chunks(op, case, dtype, monkeypatch):
     """Ascend's chunked reduction of rows wider than one tile (`_common.ROW_TILE_LIMIT`: 4096 there,
     here half the case's row so that it takes 2-8 chunks): every case, also the batched, sliced and
@@ -91,24 +92,59 @@ def test_mul_add(dtype, case, tiles):
 # modulation row for every row, per-token modulation, scalars and last-dim broadcasts), and an
 # adaLN/mul_add operand shared by a batch of 2 whose rows vary within it (its rows wrap).
 ASCEND_TILES = {
-    "rms_norm": ("_rms_norm_kernel", "_rms_norm_tokens_kernel", {
-        "gapped_rows", "fused_qkv_batch2", "fused_qkv_many_heads", "heads_major_token_slice"}),
-    "rope": ("_rope_kernel", "_rope_tokens_kernel", {
-        "flux_bshd_1s1d", "per_batch_tables", "three_dims_sd_tables",
-        "sliced_x", "gapped_x",  # batch 2 with one table: a tile is tokens of one batch
-        "bnsd_11sd_batch3"}),  # heads-major x: the heads are dim 1
-    "adaln_modulate": ("_adaln_kernel", "_adaln_batches_kernel", {
-        "flux_bd_chunks_batch3", "wan_b1d_fp32_out", "batches_span_tiles", "four_dims_b11d",
-        # gapped x: the gaps fall between batches, rows within one are evenly spaced
-        "gapped_x", "gapped_x_shared_mod"}),
-    "mul_add": ("_mul_add_kernel", "_mul_add_batches_kernel", {
-        "gate_b1d_batch3", "residual_first_gate_bd", "wan_mixed_promotes_to_fp32", "gapped_x_and_residual",
-        "batches_span_tiles"}),
+    "rms_norm": (
+        "_rms_norm_kernel",
+        "_rms_norm_tokens_kernel",
+        {"gapped_rows", "fused_qkv_batch2", "fused_qkv_many_heads", "heads_major_token_slice"},
+    ),
+    "rope": (
+        "_rope_kernel",
+        "_rope_tokens_kernel",
+        {
+            "flux_bshd_1s1d",
+            "per_batch_tables",
+            "three_dims_sd_tables",
+            "sliced_x",
+            "gapped_x",  # batch 2 with one table: a tile is tokens of one batch
+            "bnsd_11sd_batch3",
+        },
+    ),  # heads-major x: the heads are dim 1
+    "adaln_modulate": (
+        "_adaln_kernel",
+        "_adaln_batches_kernel",
+        {
+            "flux_bd_chunks_batch3",
+            "wan_b1d_fp32_out",
+            "batches_span_tiles",
+            "four_dims_b11d",
+            # gapped x: the gaps fall between batches, rows within one are evenly spaced
+            "gapped_x",
+            "gapped_x_shared_mod",
+        },
+    ),
+    "mul_add": (
+        "_mul_add_kernel",
+        "_mul_add_batches_kernel",
+        {
+            "gate_b1d_batch3",
+            "residual_first_gate_bd",
+            "wan_mixed_promotes_to_fp32",
+            "gapped_x_and_residual",
+            "batches_span_tiles",
+        },
+    ),
 }
 
 
-@pytest.mark.parametrize("op,case,layout", [(op, case, layout) for op in ASCEND_TILES for case in CASES[op]
-                                            for layout in (LAYOUTS if op == "rope" else (None,))])
+@pytest.mark.parametrize(
+    "op,case,layout",
+    [
+        (op, case, layout)
+        for op in ASCEND_TILES
+        for case in CASES[op]
+        for layout in (LAYOUTS if op == "rope" else (None,))
+    ],
+)
 def test_ascend_tiles_only_where_the_operands_allow(op, case, layout):
     from ascend_kernels.triton import planner
 
@@ -135,7 +171,9 @@ def test_fp32_results_are_fp32_exact_enough():
     """fp32 in, fp32 math: the kernels agree with the fp64 reference to fp32 precision."""
     x = randn(2, 5, 77, scale=3.0)
     w = randn(77, seed=1)
-    assert_close(ops.rms_norm(x, w, 1e-6), ascend_kernels.ops.rms_norm.rms_norm_native(x.double(), w.double(), 1e-6).float())
+    assert_close(
+        ops.rms_norm(x, w, 1e-6), ascend_kernels.ops.rms_norm.rms_norm_native(x.double(), w.double(), 1e-6).float()
+    )
     scale, shift = randn(2, 77, seed=2), randn(2, 77, seed=3)
     ref = ascend_kernels.ops.adaln.adaln_modulate_native(x.double(), scale.double(), shift.double(), 1e-6)
     assert_close(ops.adaln_modulate(x, scale, shift, 1e-6), ref.float())

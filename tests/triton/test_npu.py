@@ -18,12 +18,21 @@ import torch
 from ascend_kernels.registry import use_providers
 from ascend_kernels.triton import triton_ascend_available
 
-from .cases import (CASES, ROW_REDUCTION_CASES, assert_block_matches, check_forced, compile_block, rows_in_chunks,
-                    tiny_block)
+from .cases import (
+    CASES,
+    ROW_REDUCTION_CASES,
+    assert_block_matches,
+    check_forced,
+    compile_block,
+    rows_in_chunks,
+    tiny_block,
+)
 from .conftest import randn
 
-pytestmark = [pytest.mark.npu,
-              pytest.mark.skipif(not triton_ascend_available(), reason="needs triton-ascend (pip install triton-ascend)")]
+pytestmark = [
+    pytest.mark.npu,
+    pytest.mark.skipif(not triton_ascend_available(), reason="needs triton-ascend (pip install triton-ascend)"),
+]
 
 ALL_TRITON = dict(rms_norm="triton", rope="triton", adaln_modulate="triton", mul_add="triton")
 bf, f32 = torch.bfloat16, torch.float32
@@ -38,7 +47,7 @@ def _planned(op: str, args: tuple) -> str:
 @pytest.mark.parametrize("op,case", [(op, c) for op in CASES for c in CASES[op]])
 def test_cases(op, case, dtype):
     args = CASES[op][case](dtype, "npu")
-    for layout in (("interleaved", "half") if op == "rope" else (None,)):
+    for layout in ("interleaved", "half") if op == "rope" else (None,):
         check_forced(op, args + ((layout,) if layout else ()), f"{op} {case} {layout or ''}")
 
 
@@ -73,8 +82,12 @@ def _model_size_calls() -> list[tuple[str, str, tuple, str]]:
         ("flux rope batch 2", "rope", (q2, *tables, "interleaved"), "_rope_tokens_kernel"),
         ("wan rope", "rope", (wan_q, *wan_tables, "interleaved"), "_rope_tokens_kernel"),
         ("flux adaln", "adaln_modulate", (h, mod, mod, 1e-6, None, None, None), "_adaln_kernel"),
-        ("sd3 adaln batch 2", "adaln_modulate", (sd3, sd3_mod[:, :1536], sd3_mod[:, 1536:3072], 1e-6, None, None, None),
-         "_adaln_batches_kernel"),
+        (
+            "sd3 adaln batch 2",
+            "adaln_modulate",
+            (sd3, sd3_mod[:, :1536], sd3_mod[:, 1536:3072], 1e-6, None, None, None),
+            "_adaln_batches_kernel",
+        ),
         ("wan adaln", "adaln_modulate", (wan, wan_mod, wan_mod, 1e-6, None, None, bf), "_adaln_chunks_kernel"),
         ("flux gate", "mul_add", (mod[:, None], h, h), "_mul_add_kernel"),
         ("sd3 gate batch 2", "mul_add", (sd3_mod[:, None, 3072:4608], sd3, sd3), "_mul_add_batches_kernel"),

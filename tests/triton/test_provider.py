@@ -28,9 +28,17 @@ KERNEL_OPS = ("rms_norm", "rope", "adaln_modulate", "mul_add")
 
 
 def _row(op, kernel_ms, compiled_ms, size="flux"):
-    return Measurement(op=op, device_type="cuda", device="NVIDIA H100 80GB HBM3", size=size, dtype="bf16",
-                       kernel_ms=kernel_ms, compiled_ms=compiled_ms, versions="torch 2.13.0, triton 3.9.0",
-                       date="2026-11-22")
+    return Measurement(
+        op=op,
+        device_type="cuda",
+        device="NVIDIA H100 80GB HBM3",
+        size=size,
+        dtype="bf16",
+        kernel_ms=kernel_ms,
+        compiled_ms=compiled_ms,
+        versions="torch 2.13.0, triton 3.9.0",
+        date="2026-11-22",
+    )
 
 
 @pytest.fixture
@@ -61,19 +69,29 @@ def test_explain_on_cuda_says_the_kernel_is_opt_in(triton_installed, monkeypatch
         assert name == "native"
         assert why.startswith("triton: installed, used only when chosen") and f"use_providers({op}='triton')" in why
     assert registry.explain("gelu_tanh", "cuda") == (
-        "native", "the PyTorch reference composite (no kernel provider runs on 'cuda')")
+        "native",
+        "the PyTorch reference composite (no kernel provider runs on 'cuda')",
+    )
     # Not on a device type the kernels never run on, and not without triton.
     assert "triton" not in registry.explain("rms_norm", "cpu")[1]
     monkeypatch.setattr(tri, "triton_available", lambda: False)
     assert registry.explain("rms_norm", "cuda") == (
-        "native", "the PyTorch reference composite (no kernel provider runs on 'cuda')")
+        "native",
+        "the PyTorch reference composite (no kernel provider runs on 'cuda')",
+    )
 
 
 def test_measured_faster_at_every_size_runs_on_cuda(triton_installed, monkeypatch):
-    monkeypatch.setattr(measurements, "MEASUREMENTS", (
-        _row("adaln_modulate", 0.04, 0.069), _row("adaln_modulate", 0.05, 0.08, size="wan"),
-        _row("rope", 0.05, 0.062), _row("rope", 0.09, 0.08, size="wan"),  # slower at one size
-    ))
+    monkeypatch.setattr(
+        measurements,
+        "MEASUREMENTS",
+        (
+            _row("adaln_modulate", 0.04, 0.069),
+            _row("adaln_modulate", 0.05, 0.08, size="wan"),
+            _row("rope", 0.05, 0.062),
+            _row("rope", 0.09, 0.08, size="wan"),  # slower at one size
+        ),
+    )
     assert available_providers("adaln_modulate", "cuda") == ["triton", "native"]
     assert available_providers("rope", "cuda") == ["native"]
     assert available_providers("mul_add", "cuda") == ["native"]  # nothing recorded
@@ -104,7 +122,9 @@ def test_nothing_without_triton(monkeypatch):
     monkeypatch.setattr(tri, "triton_ascend_available", lambda: False)
     with use_providers(rms_norm="triton"):
         assert available_providers("rms_norm", "cuda") == ["native"]
-        with pytest.raises(RuntimeError, match="'triton' chosen for ascend_kernels.rms_norm does not run on device type 'cpu'"):
+        with pytest.raises(
+            RuntimeError, match="'triton' chosen for ascend_kernels.rms_norm does not run on device type 'cpu'"
+        ):
             torch.ops.ascend_kernels.rms_norm(torch.randn(2, 8), None, 1e-6)
 
 
@@ -118,7 +138,10 @@ def test_calls_outside_the_limits_fall_back_to_native(triton_installed, monkeypa
     assert select_provider("rms_norm", x.transpose(1, 2), None, 1e-6, None).name == "native"  # permuted
     assert select_provider("rms_norm", torch.empty(2, 1, 1, 1, 16, dtype=bf), None, 1e-6, None).name == "native"  # 5-D
     assert select_provider("rope", x, cos, cos, "interleaved").name == "triton"
-    assert select_provider("rope", torch.empty(2, 5, 3, 15, dtype=bf), cos[..., :15], cos[..., :15], "half").name == "native"
+    assert (
+        select_provider("rope", torch.empty(2, 5, 3, 15, dtype=bf), cos[..., :15], cos[..., :15], "half").name
+        == "native"
+    )
     assert select_provider("mul_add", x, x, torch.empty(16, dtype=torch.int32)).name == "native"  # int
     with use_providers(rms_norm="triton"):
         with pytest.raises(RuntimeError, match="does not support these arguments"):
@@ -201,8 +224,14 @@ def test_broadcast_strides_are_expands():
     from ascend_kernels.triton._common import lead3, strides_as
 
     base = torch.empty(4, 6, 9)
-    cases = [(base[:1, :, :8], (4, 6, 8)), (base[:, :1, :8], (4, 6, 8)), (base.new_empty(8), (2, 4, 6, 8)),
-             (base[0, :1, :8], (2, 4, 6, 8)), (base[:, 2:5, :8], (4, 3, 8)), (base[:1, :1, :1], (1, 1, 1))]
+    cases = [
+        (base[:1, :, :8], (4, 6, 8)),
+        (base[:, :1, :8], (4, 6, 8)),
+        (base.new_empty(8), (2, 4, 6, 8)),
+        (base[0, :1, :8], (2, 4, 6, 8)),
+        (base[:, 2:5, :8], (4, 3, 8)),
+        (base[:1, :1, :1], (1, 1, 1)),
+    ]
     for t, shape in cases:
         full = t.expand(shape).stride()
         assert strides_as(t, shape) == (lead3(shape, full)[1], full[-1]), (tuple(t.shape), shape)
@@ -217,15 +246,15 @@ def test_flat_rows_address_every_row_as_the_general_form():
 
     base = torch.empty(4, 6, 9)
     cases = {  # (operand, output shape) -> flat?
-        (base[..., :8], (4, 6, 8)): True,                      # last-dim slice: rows 9 apart
-        (base.new_empty(4, 6, 8), (4, 6, 8)): True,            # contiguous
-        (base.new_empty(1, 1, 8), (4, 6, 8)): True,            # one row for every row (stride 0)
+        (base[..., :8], (4, 6, 8)): True,  # last-dim slice: rows 9 apart
+        (base.new_empty(4, 6, 8), (4, 6, 8)): True,  # contiguous
+        (base.new_empty(1, 1, 8), (4, 6, 8)): True,  # one row for every row (stride 0)
         (base.new_empty(6, 1, 8).squeeze(1), (1, 6, 8)): True,
-        (base.new_empty(3, 1, 8)[:, 0], (3, 1, 1, 8)): True,   # moving dim outermost
-        (base[:, 2:5, :8], (4, 3, 8)): False,                  # middle slice: rows 9 apart, blocks 54
-        (base.new_empty(6, 1, 8), (6, 5, 8)): False,           # a table broadcast over the inner dim
-        (base.new_empty(4, 1, 8), (4, 6, 8)): False,           # (B, 1, D) modulation, B > 1
-        (base.new_empty(1, 6, 8), (4, 6, 8)): False,           # broadcast over the outer dim
+        (base.new_empty(3, 1, 8)[:, 0], (3, 1, 1, 8)): True,  # moving dim outermost
+        (base[:, 2:5, :8], (4, 3, 8)): False,  # middle slice: rows 9 apart, blocks 54
+        (base.new_empty(6, 1, 8), (6, 5, 8)): False,  # a table broadcast over the inner dim
+        (base.new_empty(4, 1, 8), (4, 6, 8)): False,  # (B, 1, D) modulation, B > 1
+        (base.new_empty(1, 6, 8), (4, 6, 8)): False,  # broadcast over the outer dim
     }
     for (t, shape), expect_flat in cases.items():
         sizes, _ = lead3(shape, [0] * len(shape))

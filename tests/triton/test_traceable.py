@@ -51,10 +51,15 @@ def fake_cuda(monkeypatch):
     mode = FakeTensorMode()
     with mode:
         bf, dev = torch.bfloat16, "cuda"
-        args = (torch.empty(2, 33, 3, 64, dtype=bf, device=dev), torch.empty(64, device=dev),
-                torch.empty(1, 33, 1, 64, device=dev), torch.empty(1, 33, 1, 64, device=dev),
-                torch.empty(2, 192, device=dev), torch.empty(2, 1, 192, device=dev),
-                torch.empty(2, 1, 192, device=dev))
+        args = (
+            torch.empty(2, 33, 3, 64, dtype=bf, device=dev),
+            torch.empty(64, device=dev),
+            torch.empty(1, 33, 1, 64, device=dev),
+            torch.empty(1, 33, 1, 64, device=dev),
+            torch.empty(2, 192, device=dev),
+            torch.empty(2, 1, 192, device=dev),
+            torch.empty(2, 1, 192, device=dev),
+        )
     return make_fx(_block, tracing_mode="fake")(*args), args, mode
 
 
@@ -84,9 +89,13 @@ def _target_sm90(monkeypatch):
 
 
 def _namespaces(gm):
-    return sorted(n.target.namespace for n in gm.graph.nodes
-                  if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
-                  and n.target.namespace.startswith("ascend_kernels"))
+    return sorted(
+        n.target.namespace
+        for n in gm.graph.nodes
+        if n.op == "call_function"
+        and isinstance(n.target, torch._ops.OpOverload)
+        and n.target.namespace.startswith("ascend_kernels")
+    )
 
 
 @compiled_only
@@ -125,8 +134,9 @@ def test_the_functional_retrace_launches_each_kernel_once(fake_cuda):
         bind_compiler_ops(gm)
     with mode:
         traced, _ = aot_export_module(gm, args, trace_joint=False)
-        _, adaln_plan = plan_adaln_modulate(torch.empty(2, 33, 192, dtype=torch.bfloat16, device="cuda"),
-                                            args[4], args[5], 1e-6)
+        _, adaln_plan = plan_adaln_modulate(
+            torch.empty(2, 33, 192, dtype=torch.bfloat16, device="cuda"), args[4], args[5], 1e-6
+        )
     launches = [n for n in traced.graph.nodes if n.target is torch.ops.higher_order.triton_kernel_wrapper_functional]
     kernels = [kernel_side_table.get_kernel(n.kwargs["kernel_idx"]) for n in launches]
     # num_warps travels as the single config of an Autotuner around the jit function.

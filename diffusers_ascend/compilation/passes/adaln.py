@@ -52,8 +52,17 @@ class AdaLNPattern(FusionPattern):
         dtype: example dtype of ``x``.
     """
 
-    FORMS = ("flux", "continuous", "broadcast", "upcast", "upcast_fp32_out", "scale_first", "scale_only",
-             "scale_only_first", "per_frame")
+    FORMS = (
+        "flux",
+        "continuous",
+        "broadcast",
+        "upcast",
+        "upcast_fp32_out",
+        "scale_first",
+        "scale_only",
+        "scale_only_first",
+        "per_frame",
+    )
     scalars = ("eps",)
 
     @property
@@ -140,7 +149,6 @@ class AdaLNPattern(FusionPattern):
         # Last dim: one value per channel (D) or one for all (1); anything else is no modulation of x.
         return all(t.dim() == x.dim() and t.shape[-1] in (1, x.shape[-1]) for t in mods)
 
-
     @staticmethod
     def _check_per_frame(match, x, mods) -> bool:
         # Generic match (sizes wildcarded): the norm's output is split (B, F, N/F, D) with F the
@@ -151,8 +159,14 @@ class AdaLNPattern(FusionPattern):
         if not frames or x.shape[1] % frames:
             return False
         split = (x.shape[0], frames, x.shape[1] // frames, x.shape[2])
-        if not all(t.dim() == 4 and t.shape[0] in (1, x.shape[0]) and t.shape[1] == frames and t.shape[2] == 1
-                   and t.shape[3] in (1, x.shape[2]) for t in mods):
+        if not all(
+            t.dim() == 4
+            and t.shape[0] in (1, x.shape[0])
+            and t.shape[1] == frames
+            and t.shape[2] == 1
+            and t.shape[3] in (1, x.shape[2])
+            for t in mods
+        ):
             return False
         layer_norms = matched_nodes(match, torch.ops.aten.native_layer_norm.default)
         if len(layer_norms) != 1:
@@ -172,7 +186,16 @@ class AdaLNFusionPass(FusionPass):
     def patterns(cls):
         # Forms with casts first: their fp32 graphs equal the broadcast form's. Shift-less forms
         # last: they match inside every form with a shift.
-        for form in ("upcast", "upcast_fp32_out", "flux", "continuous", "broadcast", "scale_first", "per_frame",
-                     "scale_only", "scale_only_first"):
+        for form in (
+            "upcast",
+            "upcast_fp32_out",
+            "flux",
+            "continuous",
+            "broadcast",
+            "scale_first",
+            "per_frame",
+            "scale_only",
+            "scale_only_first",
+        ):
             for dtype in (torch.float32, torch.bfloat16):
                 yield AdaLNPattern(form, dtype)

@@ -14,7 +14,8 @@ import functools
 import hashlib
 import inspect
 import threading
-from typing import Any, Callable, ClassVar, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, ClassVar
 
 import torch
 
@@ -22,8 +23,14 @@ import ascend_kernels  # noqa: F401  (the replacements call torch.ops.ascend_ker
 
 from .. import _compat
 
-__all__ = ["FusionPattern", "FusionPass", "FusionSelfCheckError", "EPS_PLACEHOLDER", "trace_functional",
-           "no_decompositions"]
+__all__ = [
+    "FusionPattern",
+    "FusionPass",
+    "FusionSelfCheckError",
+    "EPS_PLACEHOLDER",
+    "trace_functional",
+    "no_decompositions",
+]
 
 # Float arguments are captured through `scalar_workaround`: the placeholder must survive tracing
 # bit-exactly (an fp32-exact value; 1e-6 would be rounded by fp32 ops and never be found again).
@@ -40,8 +47,16 @@ class _PrivateRandom(torch.overrides.TorchFunctionMode):
     patterns draws example inputs, and must not change a seeded pipeline's image. Per thread,
     unlike `torch.random.fork_rng`."""
 
-    _SAMPLERS = {torch.randn, torch.rand, torch.randint, torch.randperm, torch.normal,
-                 torch.Tensor.normal_, torch.Tensor.uniform_, torch.Tensor.random_}
+    _SAMPLERS = {
+        torch.randn,
+        torch.rand,
+        torch.randint,
+        torch.randperm,
+        torch.normal,
+        torch.Tensor.normal_,
+        torch.Tensor.uniform_,
+        torch.Tensor.random_,
+    }
     _LIKE = {torch.randn_like: torch.randn, torch.rand_like: torch.rand}
 
     def __init__(self) -> None:
@@ -65,7 +80,7 @@ class _PrivateRandom(torch.overrides.TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def example_inputs_of(pattern: "FusionPattern") -> list[Any]:
+def example_inputs_of(pattern: FusionPattern) -> list[Any]:
     """`pattern.example_inputs()`, drawn from a private generator (see `_PrivateRandom`)."""
     with _PrivateRandom():
         return pattern.example_inputs()
@@ -91,13 +106,17 @@ def _outputs(result: Any) -> list[Any]:
 
 def _signature(values: Sequence[Any]) -> list[str]:
     """``["float32(2, 3, 8)", ...]``: dtype and shape of each output, for messages."""
-    return [f"{str(v.dtype).replace('torch.', '')}{tuple(v.shape)}" if isinstance(v, torch.Tensor) else repr(v)
-            for v in values]
+    return [
+        f"{str(v.dtype).replace('torch.', '')}{tuple(v.shape)}" if isinstance(v, torch.Tensor) else repr(v)
+        for v in values
+    ]
 
 
 # Set while `FusionPass.verify` applies a pattern to its own form: `extra_check` records there why it
 # refused a structural match, for the self-check's message.
-_REJECTIONS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("ascend_pattern_rejections", default=None)
+_REJECTIONS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "ascend_pattern_rejections", default=None
+)
 
 
 def normalized_dim(dim: int, rank: int) -> int:
@@ -106,7 +125,11 @@ def normalized_dim(dim: int, rank: int) -> int:
 
 def matched_nodes(match, target) -> list:
     """The nodes of `match` calling `target` (an OpOverload or OpOverloadPacket)."""
-    return [n for n in match.nodes if n.op == "call_function" and (n.target == target or getattr(n.target, "overloadpacket", None) == target)]
+    return [
+        n
+        for n in match.nodes
+        if n.op == "call_function" and (n.target == target or getattr(n.target, "overloadpacket", None) == target)
+    ]
 
 
 def tensor_arg(match, name: str):
@@ -185,8 +208,10 @@ class FusionPattern:
         names = list(inspect.signature(self.search).parameters)
         # Float scalars (eps) change neither dtype nor shape: the placeholder stands in where a
         # torch release binds none (see `_compat.match_kwarg`).
-        args = [_meta_val(_compat.match_kwarg(match, n, EPS_PLACEHOLDER) if n in self.scalars else match.kwargs[n])
-                for n in names]
+        args = [
+            _meta_val(_compat.match_kwarg(match, n, EPS_PLACEHOLDER) if n in self.scalars else match.kwargs[n])
+            for n in names
+        ]
         fake_mode = _compat.detect_fake_mode([a for a in args if isinstance(a, torch.Tensor)])
         if fake_mode is None:
             return "its tensors carry no fake values"
@@ -203,7 +228,8 @@ class FusionPattern:
         # Shapes compare as torch.Size (symbolic sizes through the shape environment), not as text.
         same = len(actual) == len(expected) and all(
             isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor) and a.dtype == e.dtype and a.shape == e.shape
-            for a, e in zip(actual, expected))
+            for a, e in zip(actual, expected)
+        )
         if not same:
             return f"the replacement returns {_signature(actual)} where the matched code returns {_signature(expected)}"
         return None
@@ -223,7 +249,10 @@ class FusionPattern:
         pattern = self.search_pattern()
         if pattern is None and not self.retrace:
             pattern = _compat.gen_search_pattern(
-                self.search, example_inputs_of(self), trace_fn, scalar_workaround,
+                self.search,
+                example_inputs_of(self),
+                trace_fn,
+                scalar_workaround,
                 get_decomp_fn=no_decompositions,
             )
         _compat.register_replacement(
@@ -373,8 +402,11 @@ def _pattern_frame(e: BaseException, pattern: FusionPattern) -> tuple[str | None
     """``(file:line in function, innermost)``: the innermost frame of `e`'s traceback in the module of
     `pattern`'s class (or of a pattern class it builds on, outside this base), and whether `e` was
     raised there; ``(None, False)``: only torch and the machinery were running."""
-    files = {inspect.getsourcefile(k) for k in type(pattern).__mro__
-             if issubclass(k, FusionPattern) and k is not FusionPattern}
+    files = {
+        inspect.getsourcefile(k)
+        for k in type(pattern).__mro__
+        if issubclass(k, FusionPattern) and k is not FusionPattern
+    }
     files |= {inspect.getsourcefile(type(v)) for v in vars(pattern).values() if isinstance(v, FusionPattern)}
     found, innermost, tb = None, False, e.__traceback__
     while tb is not None:
@@ -395,7 +427,9 @@ def _failure(cls, pattern: FusionPattern, step: str, e: Exception) -> RuntimeErr
     if where is not None:
         at = f"at {where}" if innermost else f"inside torch, called at {where}: check that call against torch's API"
         return _pattern_error(cls, pattern, f"failed: {step} {type(e).__name__}: {e} ({at})")
-    return _engine_error(cls, f"pattern {pattern.name} (form {pattern.variant()!r}): {step}", f"({type(e).__name__}: {e})")
+    return _engine_error(
+        cls, f"pattern {pattern.name} (form {pattern.variant()!r}): {step}", f"({type(e).__name__}: {e})"
+    )
 
 
 def _op_names(graph: torch.fx.Graph) -> list[str]:
@@ -415,8 +449,10 @@ def _trace_difference(pattern: FusionPattern, probe: torch.fx.Graph) -> str:
     extra = sorted(set(have) - set(want))
     if not missing and not extra:
         return f"both hold the same ops ({', '.join(sorted(set(want)))}): they differ in arguments or wiring"
-    return (f"the pattern's trace has {missing or 'no op'} that the form's graph lacks, and the form's graph has "
-            f"{extra or 'no op'} that the trace lacks")
+    return (
+        f"the pattern's trace has {missing or 'no op'} that the form's graph lacks, and the form's graph has "
+        f"{extra or 'no op'} that the trace lacks"
+    )
 
 
 @functools.cache
@@ -446,22 +482,39 @@ def _verified_impl(cls: type[FusionPass]) -> None:
             continue
         counts = f"replaced its own form {count} times instead of once"
         if count > 1:
-            raise _pattern_error(cls, pattern, f"{counts} (expected 1, found {count}): the search matches "
-                                 "more than one site of its own form")
+            raise _pattern_error(
+                cls,
+                pattern,
+                f"{counts} (expected 1, found {count}): the search matches more than one site of its own form",
+            )
         if rejected:
-            raise _pattern_error(cls, pattern, f"{counts} (expected 1, found 0): the matcher found its "
-                                 f"structure and the pattern refused it: {rejected[0]}")
+            raise _pattern_error(
+                cls,
+                pattern,
+                f"{counts} (expected 1, found 0): the matcher found its "
+                f"structure and the pattern refused it: {rejected[0]}",
+            )
         if _compat.registered_pattern_count(pm_pass) == 0:
-            raise _engine_error(cls, f"pattern {pattern.name} {counts}",
-                                f"(form {pattern.variant()!r}: register_replacement returned and left the "
-                                "pattern matcher without a pattern)")
+            raise _engine_error(
+                cls,
+                f"pattern {pattern.name} {counts}",
+                f"(form {pattern.variant()!r}: register_replacement returned and left the "
+                "pattern matcher without a pattern)",
+            )
         diff = _trace_difference(pattern, graph)
         if pattern.search_pattern() is not None:  # written by hand: ours to keep in step with the form
-            raise _pattern_error(cls, pattern, f"{counts} (expected 1, found 0): its hand-built search "
-                                 f"pattern does not match the form as the backend sees it; {diff}")
-        raise _engine_error(cls, f"pattern {pattern.name} {counts}",
-                            f"(form {pattern.variant()!r}, expected 1, found 0: torch traces the search function "
-                            f"for its pattern matcher otherwise than aot_autograd presents the form; {diff})")
+            raise _pattern_error(
+                cls,
+                pattern,
+                f"{counts} (expected 1, found 0): its hand-built search "
+                f"pattern does not match the form as the backend sees it; {diff}",
+            )
+        raise _engine_error(
+            cls,
+            f"pattern {pattern.name} {counts}",
+            f"(form {pattern.variant()!r}, expected 1, found 0: torch traces the search function "
+            f"for its pattern matcher otherwise than aot_autograd presents the form; {diff})",
+        )
 
 
 def _verified(cls: type[FusionPass]) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -29,8 +29,10 @@ def count_ops(graph: torch.fx.Graph) -> int:
         if node.target.is_view or node.target is torch.ops.aten._unsafe_view.default:
             continue
         val = node.meta.get("val")
-        if val is not None and not isinstance(val, torch.Tensor) and not (
-            isinstance(val, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in val)
+        if (
+            val is not None
+            and not isinstance(val, torch.Tensor)
+            and not (isinstance(val, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in val))
         ):
             continue
         n += 1
@@ -56,7 +58,9 @@ class FusionPassManager(_compat.custom_graph_pass_base()):
         self.fusions = ordered_fusions(fusions)
         self.passes = {f: get_pass_class(f)() for f in self.fusions}
 
-    def __call__(self, graph: torch.fx.Graph, after_step: Callable[[str, torch.fx.Graph], None] | None = None) -> dict[str, int]:
+    def __call__(
+        self, graph: torch.fx.Graph, after_step: Callable[[str, torch.fx.Graph], None] | None = None
+    ) -> dict[str, int]:
         """Rewrite `graph` in place; `after_step(name, graph)` is called after each step (graph logs).
 
         The passes run before merging repeated pure calls too: merging first would share nodes

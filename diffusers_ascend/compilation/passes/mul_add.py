@@ -21,8 +21,11 @@ class MulAddPattern(FusionPattern):
     FORMS = ("mul_first", "add_first")
 
     def example_inputs(self):
-        return [torch.randn(2, 1, 8, dtype=self.dtype), torch.randn(2, 5, 8, dtype=self.dtype),
-                torch.randn(2, 5, 8, dtype=self.dtype)]
+        return [
+            torch.randn(2, 1, 8, dtype=self.dtype),
+            torch.randn(2, 5, 8, dtype=self.dtype),
+            torch.randn(2, 5, 8, dtype=self.dtype),
+        ]
 
     def search(self, x, y, z):
         return x * y + z if self.form == "mul_first" else z + x * y

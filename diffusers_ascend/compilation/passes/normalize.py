@@ -38,8 +38,11 @@ def _pure(node: torch.fx.Node) -> bool:
         return True
     if not isinstance(target, torch._ops.OpOverload):
         return False
-    return (not target._schema.is_mutable and torch.Tag.nondeterministic_seeded not in target.tags
-            and target.overloadpacket.__name__ not in _UNFOLDABLE)
+    return (
+        not target._schema.is_mutable
+        and torch.Tag.nondeterministic_seeded not in target.tags
+        and target.overloadpacket.__name__ not in _UNFOLDABLE
+    )
 
 
 def _key(value: Any) -> Any:
@@ -83,4 +86,3 @@ def eliminate_common_subexpressions(graph: torch.fx.Graph) -> int:
             graph.erase_node(node)
             removed += 1
     return removed
-

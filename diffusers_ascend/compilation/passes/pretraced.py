@@ -58,13 +58,22 @@ def cache_key(fusion_pass: type) -> str:
     import ascend_kernels.ops  # noqa: F401  (every op definition loaded: the key never depends on import order)
 
     h = hashlib.sha256()
-    for part in (str(FORMAT), torch.__version__, str(getattr(torch.version, "git_version", "")), sys.version,
-                 platform.machine(), fusion_pass.__module__, fusion_pass.__qualname__, fusion_pass.source_hash()):
+    for part in (
+        str(FORMAT),
+        torch.__version__,
+        str(getattr(torch.version, "git_version", "")),
+        sys.version,
+        platform.machine(),
+        fusion_pass.__module__,
+        fusion_pass.__qualname__,
+        fusion_pass.source_hash(),
+    ):
         h.update(part.encode())
         h.update(b"\0")
-    modules = [_compat] + sorted((m for n, m in list(sys.modules.items())
-                                  if n == "ascend_kernels.ops" or n.startswith("ascend_kernels.ops.")),
-                                 key=lambda m: m.__name__)
+    modules = [_compat] + sorted(
+        (m for n, m in list(sys.modules.items()) if n == "ascend_kernels.ops" or n.startswith("ascend_kernels.ops.")),
+        key=lambda m: m.__name__,
+    )
     for module in modules:
         h.update(module.__name__.encode())
         h.update(inspect.getsource(module).encode())
@@ -123,7 +132,7 @@ def _decode(value: Any, nodes: dict[str, torch.fx.Node]) -> Any:
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, dict) and len(value) == 1:
-        (tag, item), = value.items()
+        ((tag, item),) = value.items()
         if tag == "node" and isinstance(item, str) and item in nodes:
             return nodes[item]
         if tag == "float" and isinstance(item, str):
@@ -151,8 +160,12 @@ def graph_to_json(gm: torch.fx.GraphModule) -> list[dict[str, Any]]:
     for node in gm.graph.nodes:
         if node.op not in ("placeholder", "call_function", "output"):
             raise _NotStorable(f"{node.op} node {node.name}")
-        entry: dict[str, Any] = {"op": node.op, "name": node.name, "args": _encode(node.args),
-                                 "kwargs": {k: _encode(v) for k, v in node.kwargs.items()}}
+        entry: dict[str, Any] = {
+            "op": node.op,
+            "name": node.name,
+            "args": _encode(node.args),
+            "kwargs": {k: _encode(v) for k, v in node.kwargs.items()},
+        }
         entry["target"] = _target_name(node.target) if node.op == "call_function" else node.target
         out.append(entry)
     return out
@@ -247,8 +260,9 @@ class InitialTrace:
         self.key, self.trace, self.pretraced, self.record = key, trace, pretraced, record
 
     def __call__(self, fn, args, **kwargs):
-        initial = not any(isinstance(a, torch._subclasses.FakeTensor)
-                          for a in torch.utils._pytree.tree_leaves(list(args)))
+        initial = not any(
+            isinstance(a, torch._subclasses.FakeTensor) for a in torch.utils._pytree.tree_leaves(list(args))
+        )
         if initial and self.key in self.pretraced:
             return self.pretraced[self.key]
         gm = self.trace(fn, args, **kwargs)

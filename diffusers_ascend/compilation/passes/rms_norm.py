@@ -132,7 +132,9 @@ class RMSNormPattern(FusionPattern):
         if w is None or self.form in ("torch", "fused"):
             return x.dtype
         if self.form == "diffusers":
-            return w.dtype if w.dtype in (torch.float16, torch.bfloat16) else torch.promote_types(torch.float32, w.dtype)
+            return (
+                w.dtype if w.dtype in (torch.float16, torch.bfloat16) else torch.promote_types(torch.float32, w.dtype)
+            )
         return torch.promote_types(x.dtype, w.dtype)
 
     # The matcher binds the parameter names of these functions.

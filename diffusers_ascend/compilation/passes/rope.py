@@ -64,14 +64,32 @@ class RopePattern(FusionPattern):
         dtype: example dtype of ``x`` (``cos``/``sin`` are fp32 as diffusers builds them).
     """
 
-    FORMS = ("flux", "wan", "wan_chunk", "half", "half_upcast", "half_slice", "half_unbind", "complex", "complex_conj",
-             "rotation_matrix", "rotation_matrix_typed", "split")
+    FORMS = (
+        "flux",
+        "wan",
+        "wan_chunk",
+        "half",
+        "half_upcast",
+        "half_slice",
+        "half_unbind",
+        "complex",
+        "complex_conj",
+        "rotation_matrix",
+        "rotation_matrix_typed",
+        "split",
+    )
 
     @property
     def retrace(self) -> bool:
         # `x.reshape(*x.shape[:-1], -1, 2)` sizes are symbolic expressions in dynamic graphs.
-        return self.form not in ("flux", "half_unbind", "complex", "complex_conj", "rotation_matrix",
-                                 "rotation_matrix_typed")
+        return self.form not in (
+            "flux",
+            "half_unbind",
+            "complex",
+            "complex_conj",
+            "rotation_matrix",
+            "rotation_matrix_typed",
+        )
 
     def check(self, match) -> bool:
         if self.form in ("complex", "complex_conj"):
@@ -104,7 +122,9 @@ class RopePattern(FusionPattern):
             return False
         # casts inside the pattern are upcasts to fp32; the output dtype is checked for every match
         root = match.output_nodes()[0]
-        return all(n.meta["val"].dtype == torch.float32 for n in matched_nodes(match, aten._to_copy.default) if n is not root)
+        return all(
+            n.meta["val"].dtype == torch.float32 for n in matched_nodes(match, aten._to_copy.default) if n is not root
+        )
 
     def _check_complex(self, match) -> bool:
         # Generic match: the pairs viewed as complex are the last dim split in 2 (view_as_complex
@@ -127,8 +147,10 @@ class RopePattern(FusionPattern):
             return False
         pairs = unbinds[0].args[0].meta["val"]
         # [..., 2, D/2] unbound over dim -2: the two halves of the last dim
-        return (tuple(pairs.shape) == (*x.shape[:-1], 2, x.shape[-1] // 2)
-                and normalized_dim(unbinds[0].args[1], pairs.dim()) == pairs.dim() - 2)
+        return (
+            tuple(pairs.shape) == (*x.shape[:-1], 2, x.shape[-1] // 2)
+            and normalized_dim(unbinds[0].args[1], pairs.dim()) == pairs.dim() - 2
+        )
 
     def _check_wan_chunk(self, match) -> bool:
         # The halves of `freqs` are x-sized tables, read in full (equal by the Wan precondition).
@@ -140,7 +162,13 @@ class RopePattern(FusionPattern):
         # over the last dim; x upcast to fp32 (the op computes in fp32), result cast to bf16
         # (Kandinsky 5) or back to x's dtype (Kandinsky 6).
         x, rope = tensor_arg(match, "x"), tensor_arg(match, "rope")
-        if x is None or rope is None or x.dim() < 2 or rope.dim() < 3 or tuple(rope.shape[-3:]) != (x.shape[-1] // 2, 2, 2):
+        if (
+            x is None
+            or rope is None
+            or x.dim() < 2
+            or rope.dim() < 3
+            or tuple(rope.shape[-3:]) != (x.shape[-1] // 2, 2, 2)
+        ):
             return False
         aten = torch.ops.aten
         sums = matched_nodes(match, aten.sum.dim_IntList)
@@ -149,8 +177,11 @@ class RopePattern(FusionPattern):
         prod = sums[0].args[0].meta["val"]
         if [normalized_dim(d, prod.dim()) for d in sums[0].args[1]] != [prod.dim() - 1] or prod.dtype != torch.float32:
             return False
-        rows = [n for n in matched_nodes(match, aten.view) + matched_nodes(match, aten.reshape)
-                if tuple(n.meta["val"].shape) == (*x.shape[:-1], x.shape[-1] // 2, 1, 2)]
+        rows = [
+            n
+            for n in matched_nodes(match, aten.view) + matched_nodes(match, aten.reshape)
+            if tuple(n.meta["val"].shape) == (*x.shape[:-1], x.shape[-1] // 2, 1, 2)
+        ]
         out_dtype = torch.bfloat16 if self.form == "rotation_matrix" else x.dtype
         return len(rows) == 1 and match.output_nodes()[0].meta["val"].dtype == out_dtype
 
@@ -175,17 +206,23 @@ class RopePattern(FusionPattern):
     # `freqs`, rotation_matrix takes `rope`.
     @property
     def search(self):
-        return {"complex": self._search_complex, "complex_conj": self._search_complex_conj,
-                "wan_chunk": self._search_wan_chunk,
-                "rotation_matrix": self._search_rotation_matrix,
-                "rotation_matrix_typed": self._search_rotation_matrix_typed}.get(self.form, self._search)
+        return {
+            "complex": self._search_complex,
+            "complex_conj": self._search_complex_conj,
+            "wan_chunk": self._search_wan_chunk,
+            "rotation_matrix": self._search_rotation_matrix,
+            "rotation_matrix_typed": self._search_rotation_matrix_typed,
+        }.get(self.form, self._search)
 
     @property
     def replace(self):
-        return {"complex": self._replace_complex, "complex_conj": self._replace_complex_conj,
-                "wan_chunk": self._replace_wan_chunk,
-                "rotation_matrix": self._replace_rotation_matrix,
-                "rotation_matrix_typed": self._replace_rotation_matrix_typed}.get(self.form, self._replace)
+        return {
+            "complex": self._replace_complex,
+            "complex_conj": self._replace_complex_conj,
+            "wan_chunk": self._replace_wan_chunk,
+            "rotation_matrix": self._replace_rotation_matrix,
+            "rotation_matrix_typed": self._replace_rotation_matrix_typed,
+        }.get(self.form, self._replace)
 
     def _search_rotation_matrix(self, x, rope):
         x_ = x.reshape(*x.shape[:-1], -1, 1, 2).to(torch.float32)

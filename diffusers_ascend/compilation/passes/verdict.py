@@ -49,13 +49,20 @@ def verdict_key(manager, fusions_checked: bool) -> str:
     from .. import _compat
 
     h = hashlib.sha256()
-    for part in (torch.__version__, str(getattr(torch.version, "git_version", "")), sys.version, platform.machine(),
-                 str(fusions_checked), manager.uuid()):
+    for part in (
+        torch.__version__,
+        str(getattr(torch.version, "git_version", "")),
+        sys.version,
+        platform.machine(),
+        str(fusions_checked),
+        manager.uuid(),
+    ):
         h.update(part.encode())
         h.update(b"\0")
-    modules = [_compat] + sorted((m for n, m in list(sys.modules.items())
-                                  if n == "ascend_kernels.ops" or n.startswith("ascend_kernels.ops.")),
-                                 key=lambda m: m.__name__)
+    modules = [_compat] + sorted(
+        (m for n, m in list(sys.modules.items()) if n == "ascend_kernels.ops" or n.startswith("ascend_kernels.ops.")),
+        key=lambda m: m.__name__,
+    )
     for module in modules:
         h.update(module.__name__.encode())
         h.update(inspect.getsource(module).encode())

@@ -23,15 +23,19 @@ def zimage_block(dtype, modulation=True, dim=32):
     """A real Z-Image block (``modulation=False``: its context/noise refiner form, no gates) and
     seeded inputs (complex rotary table, as the model computes it)."""
     gen = torch.Generator().manual_seed(0)
-    block = ZImageTransformerBlock(0, dim=dim, n_heads=2, n_kv_heads=2, norm_eps=1e-5, qk_norm=True,
-                                   modulation=modulation)
+    block = ZImageTransformerBlock(
+        0, dim=dim, n_heads=2, n_kv_heads=2, norm_eps=1e-5, qk_norm=True, modulation=modulation
+    )
     with torch.no_grad():
         for p in block.parameters():
             p.copy_(torch.randn(p.shape, generator=gen) * 0.5 + (1.0 if p.dim() == 1 else 0.0))
     seq = 6
     angles = torch.randn(1, seq, dim // 4, generator=gen)
-    inputs = dict(x=torch.randn(1, seq, dim, generator=gen).to(dtype), attn_mask=torch.ones(1, seq, dtype=torch.bool),
-                  freqs_cis=torch.polar(torch.ones_like(angles), angles))
+    inputs = dict(
+        x=torch.randn(1, seq, dim, generator=gen).to(dtype),
+        attn_mask=torch.ones(1, seq, dtype=torch.bool),
+        freqs_cis=torch.polar(torch.ones_like(angles), angles),
+    )
     if modulation:
         inputs["adaln_input"] = torch.randn(1, min(dim, ADALN_EMBED_DIM), generator=gen).to(dtype)
     return block.to(dtype).eval(), inputs
@@ -187,7 +191,9 @@ def test_a_warm_start_package_carries_the_two_output_op():
         node["metadata"] = {}  # as build_eager_package writes it
     check_program(program)
     gm = _read_program(program)
-    assert [n.target for n in gm.graph.nodes if n.op == "call_function"][:1] == [torch.ops.ascend_kernels.add_rms_norm.default]
+    assert [n.target for n in gm.graph.nodes if n.op == "call_function"][:1] == [
+        torch.ops.ascend_kernels.add_rms_norm.default
+    ]
     for out, ref in zip(gm(*args), Fused()(*args)):
         assert torch.equal(out, ref)
 

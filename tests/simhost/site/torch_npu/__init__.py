@@ -8,7 +8,6 @@ includes ``ascend_kernels*`` and ``diffusers_ascend*`` only). The module's attri
 plain module holds its ops, ``npu`` and ``__version__``; ``_standin`` the stand-in's state.
 """
 
-
 try:
     from tests.simhost.torch_npu_standin import SimHostTorchNpu
 except ModuleNotFoundError as e:  # pragma: no cover - only outside the repository's test process
