@@ -12,7 +12,6 @@ from typing import Any
 
 import torch
 
-from ..compilation.report import Fallback
 from ..errors import warn
 from .state import EnabledModel
 
@@ -193,6 +192,7 @@ def fall_back(module: torch.nn.Module, name: str, state: EnabledModel, call, err
     whose calls failed at the same time comes first; `graphs` (those the failing call compiled)
     never run, so their matches stop counting."""
     from ..compilation.backend import describe_failure
+    from ..compilation.report import Fallback
 
     reason = describe_failure(error)
     where = name or type(module).__name__

@@ -10,7 +10,6 @@ from typing import Any
 import torch
 
 from .. import _diffusers_compat as dc
-from ..compilation.report import Fallback
 from ..errors import warn
 from .block_compile import is_ours
 from .state import EnabledModel
@@ -39,12 +38,18 @@ def remove_run_markers(model: torch.nn.Module) -> None:
             del model._forward_pre_hooks[key]
 
 
+def _fallback(module: str, reason: str, lost: dict[str, int] | None = None):
+    from ..compilation.report import Fallback  # here, not at import: patching imports this module
+
+    return Fallback(module, reason, lost or {})
+
+
 def note_once(state: EnabledModel, module: str, reason: str) -> None:
     """A warning and a fallback entry for `module`, unless this one was recorded already."""
     if any(fb.module == module and fb.reason == reason for fb in state.fallbacks):
         return
     warn(f"{module}: {reason}")
-    state.fallbacks.append(Fallback(module, reason))
+    state.fallbacks.append(_fallback(module, reason))
 
 
 def _prefixed(name: str, what: str) -> str:
@@ -211,7 +216,7 @@ def note_unswapped(
                 f"{mods[0][0] or '<root>'}): {patch}; the fused class would replace that code"
             )
         warn(f"{name or type(model).__name__}: {reason}")
-        state.fallbacks.append(Fallback(_prefixed(name, f"<{fusion} swaps>"), reason, {fusion: len(mods)}))
+        state.fallbacks.append(_fallback(_prefixed(name, f"<{fusion} swaps>"), reason, {fusion: len(mods)}))
 
 
 def note_missing_blocks(state: EnabledModel, model: torch.nn.Module, name: str, adapter, missing: list[str]) -> None:
@@ -222,4 +227,4 @@ def note_missing_blocks(state: EnabledModel, model: torch.nn.Module, name: str, 
             f"{type(model).__name__}: nothing of it is compiled"
         )
         warn(f"{name or type(model).__name__}: {reason}")
-        state.fallbacks.append(Fallback(_prefixed(name, f"<{block}>"), reason))
+        state.fallbacks.append(_fallback(_prefixed(name, f"<{block}>"), reason))

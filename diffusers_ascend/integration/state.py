@@ -8,11 +8,12 @@ records without reaching back into the enable path.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..compilation.report import Fallback
+if TYPE_CHECKING:  # the record holds them; importing compilation here would make `import diffusers` heavy
+    from ..compilation.report import Fallback
 
 # The key under which a model's config and a pipeline's ``model_index.json`` carry the `AscendConfig`.
 ASCEND_CONFIG_KEY = "_ascend_config"
