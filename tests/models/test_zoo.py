@@ -135,12 +135,10 @@ def test_zoo_fails_when_a_model_loses_a_fusion(tmp_path):
 def test_zoo_counts_swiglu_sites_left(tmp_path):
     # Flux 2 without the swiglu fusion: its 3 SwiGLU sites (two FFNs of the double block, the
     # single block's fused MLP) are counted as left, and the coverage check fails on them
-    from diffusers_ascend.config import FUSIONS
+    from diffusers_ascend.fusions import default_fusions
 
     with pytest.raises(AssertionError, match="'left': {'swiglu': 3}"):
-        _check_model(
-            "Flux2Transformer2DModel", tmp_path, fusions=[f for f in FUSIONS if f not in ("swiglu", "fast_gelu")]
-        )
+        _check_model("Flux2Transformer2DModel", tmp_path, fusions=[f for f in default_fusions() if f != "swiglu"])
 
 
 def test_zoo_fails_when_a_model_diverges(tmp_path, monkeypatch):
