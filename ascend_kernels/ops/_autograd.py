@@ -8,7 +8,7 @@ by construction and aot_autograd traces the backward as one opaque, fake-able ca
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, List
 
 import torch
 
@@ -19,7 +19,7 @@ def _tensor_positions(args: Sequence) -> list[int]:
     return [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
 
 
-def vjp_grads(native: Callable[..., Any], args: Sequence, grad: torch.Tensor | tuple) -> list[torch.Tensor]:
+def vjp_grads(native: Callable[..., Any], args: Sequence, grad: torch.Tensor | tuple) -> List[torch.Tensor]:
     """Gradients of ``native(*args)`` w.r.t. each tensor argument (``None`` skipped), in order.
 
     ``grad``: the output's gradient, or a tuple of one per output for an op returning several.
@@ -46,7 +46,7 @@ def vjp_grads(native: Callable[..., Any], args: Sequence, grad: torch.Tensor | t
     return out
 
 
-def fake_grads(args: Sequence) -> list[torch.Tensor]:
+def fake_grads(args: Sequence) -> List[torch.Tensor]:
     """Fake impl of a backward op: one ``empty_like`` per tensor argument."""
     return [torch.empty_like(a) for a in args if isinstance(a, torch.Tensor)]
 

@@ -6,6 +6,8 @@ than ``x`` (Flux's ``(B, D)`` chunks) are read as ``(B, 1, D)``; others broadcas
 
 from __future__ import annotations
 
+from typing import List, Optional
+
 import torch
 import torch.nn.functional as F
 
@@ -24,9 +26,9 @@ def adaln_modulate_native(
     scale: torch.Tensor,
     shift: torch.Tensor,
     eps: float,
-    weight: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
-    out_dtype: torch.dtype | None = None,
+    weight: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    out_dtype: Optional[torch.dtype] = None,
 ) -> torch.Tensor:
     """Reference implementation (defines the semantics; the fake impl and the CPU path)."""
     cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
@@ -48,9 +50,9 @@ def adaln_modulate(
     scale: torch.Tensor,
     shift: torch.Tensor,
     eps: float,
-    weight: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
-    out_dtype: torch.dtype | None = None,
+    weight: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    out_dtype: Optional[torch.dtype] = None,
 ) -> torch.Tensor:
     """``layer_norm(x) * (1 + scale) + shift`` in one op, computed in fp32.
 
@@ -87,10 +89,10 @@ def adaln_modulate_backward(
     scale: torch.Tensor,
     shift: torch.Tensor,
     eps: float,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    out_dtype: torch.dtype | None,
-) -> list[torch.Tensor]:
+    weight: Optional[torch.Tensor],
+    bias: Optional[torch.Tensor],
+    out_dtype: Optional[torch.dtype],
+) -> List[torch.Tensor]:
     """Gradients ``[dx, dscale, dshift, dweight?, dbias?]`` of `adaln_modulate`."""
     return vjp_grads(adaln_modulate_native, (x, scale, shift, eps, weight, bias, out_dtype), grad)
 

@@ -9,6 +9,8 @@ replaces two graph values with one call.
 
 from __future__ import annotations
 
+from typing import List, Optional
+
 import torch
 
 from ..registry import Provider, dispatch, register_provider
@@ -21,9 +23,9 @@ __all__ = ["add_rms_norm", "add_rms_norm_native"]
 def add_rms_norm_native(
     x1: torch.Tensor,
     x2: torch.Tensor,
-    weight: torch.Tensor | None,
+    weight: Optional[torch.Tensor],
     eps: float,
-    out_dtype: torch.dtype | None = None,
+    out_dtype: Optional[torch.dtype] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Reference implementation (defines the semantics; the fake impl and the CPU path)."""
     s = x1 + x2
@@ -34,9 +36,9 @@ def add_rms_norm_native(
 def add_rms_norm(
     x1: torch.Tensor,
     x2: torch.Tensor,
-    weight: torch.Tensor | None,
+    weight: Optional[torch.Tensor],
     eps: float,
-    out_dtype: torch.dtype | None = None,
+    out_dtype: Optional[torch.dtype] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Residual add then RMSNorm over the last dimension (computed in fp32), returning both.
 
@@ -71,10 +73,10 @@ def add_rms_norm_backward(
     grad_s: torch.Tensor,
     x1: torch.Tensor,
     x2: torch.Tensor,
-    weight: torch.Tensor | None,
+    weight: Optional[torch.Tensor],
     eps: float,
-    out_dtype: torch.dtype | None,
-) -> list[torch.Tensor]:
+    out_dtype: Optional[torch.dtype],
+) -> List[torch.Tensor]:
     """Gradients ``[dx1, dx2, dweight?]`` of `add_rms_norm` (dweight only when weight is given)."""
     return vjp_grads(add_rms_norm_native, (x1, x2, weight, eps, out_dtype), (grad_y, grad_s))
 

@@ -7,6 +7,7 @@ They differ by up to about 0.02 near |x| = 2, so replacing one by the other is o
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import List
 
 import torch
 import torch.nn.functional as F
@@ -56,7 +57,7 @@ def _define_unary(name: str, native: Callable[[torch.Tensor], torch.Tensor], sum
         return torch.empty_like(x)
 
     @torch.library.custom_op(f"ascend_kernels::{name}_backward", mutates_args=())
-    def backward(grad: torch.Tensor, x: torch.Tensor) -> list[torch.Tensor]:
+    def backward(grad: torch.Tensor, x: torch.Tensor) -> List[torch.Tensor]:
         return vjp_grads(native, (x,), grad)
 
     @backward.register_fake

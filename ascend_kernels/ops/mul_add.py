@@ -6,6 +6,8 @@ computed in fp32 (fp64 stays fp64).
 
 from __future__ import annotations
 
+from typing import List
+
 import torch
 
 from ..registry import Provider, dispatch, register_provider
@@ -55,7 +57,7 @@ def _(x, y, z):
 
 
 @torch.library.custom_op("ascend_kernels::mul_add_backward", mutates_args=())
-def mul_add_backward(grad: torch.Tensor, x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> list[torch.Tensor]:
+def mul_add_backward(grad: torch.Tensor, x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> List[torch.Tensor]:
     """Gradients ``[dx, dy, dz]`` of `mul_add` (reduced to each input's shape)."""
     return vjp_grads(mul_add_native, (x, y, z), grad)
 

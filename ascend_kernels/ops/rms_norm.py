@@ -6,6 +6,8 @@ Computed in fp32, returned in ``out_dtype`` or ``x.dtype``. Replaces ``torch.nn.
 
 from __future__ import annotations
 
+from typing import List, Optional
+
 import torch
 
 from ..registry import Provider, dispatch, register_provider
@@ -19,7 +21,7 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def rms_norm_native(
-    x: torch.Tensor, weight: torch.Tensor | None, eps: float, out_dtype: torch.dtype | None = None
+    x: torch.Tensor, weight: Optional[torch.Tensor], eps: float, out_dtype: Optional[torch.dtype] = None
 ) -> torch.Tensor:
     """Reference implementation (defines the semantics; the fake impl and the CPU path)."""
     cdt = _compute_dtype(x.dtype)
@@ -32,7 +34,7 @@ def rms_norm_native(
 
 @torch.library.custom_op("ascend_kernels::rms_norm", mutates_args=())
 def rms_norm(
-    x: torch.Tensor, weight: torch.Tensor | None, eps: float, out_dtype: torch.dtype | None = None
+    x: torch.Tensor, weight: Optional[torch.Tensor], eps: float, out_dtype: Optional[torch.dtype] = None
 ) -> torch.Tensor:
     """RMSNorm over the last dimension, computed in fp32.
 
@@ -61,8 +63,8 @@ def _(x, weight, eps, out_dtype=None):
 
 @torch.library.custom_op("ascend_kernels::rms_norm_backward", mutates_args=())
 def rms_norm_backward(
-    grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor | None, eps: float, out_dtype: torch.dtype | None
-) -> list[torch.Tensor]:
+    grad: torch.Tensor, x: torch.Tensor, weight: Optional[torch.Tensor], eps: float, out_dtype: Optional[torch.dtype]
+) -> List[torch.Tensor]:
     """Gradients ``[dx, dweight?]`` of `rms_norm` (dweight only when weight is given)."""
     return vjp_grads(rms_norm_native, (x, weight, eps, out_dtype), grad)
 

@@ -8,6 +8,8 @@ rotate (Flux's ``apply_rotary_emb``; Wan's closure when ``cos[2i] == cos[2i+1]``
 
 from __future__ import annotations
 
+from typing import List
+
 import torch
 
 from ..registry import Provider, dispatch, register_provider
@@ -75,7 +77,7 @@ def _(x, cos, sin, layout):
 @torch.library.custom_op("ascend_kernels::rope_backward", mutates_args=())
 def rope_backward(
     grad: torch.Tensor, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str
-) -> list[torch.Tensor]:
+) -> List[torch.Tensor]:
     """Gradients ``[dx, dcos, dsin]`` of `rope`."""
     return vjp_grads(rope_native, (x, cos, sin, layout), grad)
 

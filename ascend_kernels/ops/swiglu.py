@@ -8,6 +8,8 @@ rounds twice), returned in ``x.dtype``.
 
 from __future__ import annotations
 
+from typing import List, Optional
+
 import torch
 import torch.nn.functional as F
 
@@ -17,7 +19,7 @@ from ._autograd import fake_grads, register_vjp_autograd, vjp_grads
 __all__ = ["swiglu", "swiglu_native"]
 
 
-def _gate_and_up(x: torch.Tensor, up: torch.Tensor | None, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _gate_and_up(x: torch.Tensor, up: Optional[torch.Tensor], dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     if up is not None:
         if dim != -1:
             raise ValueError(f"swiglu: dim={dim} applies to the packed layout (up=None) only; leave it at -1 with up")
@@ -35,7 +37,7 @@ def _gate_and_up(x: torch.Tensor, up: torch.Tensor | None, dim: int) -> tuple[to
     return gate, up
 
 
-def swiglu_native(x: torch.Tensor, up: torch.Tensor | None = None, dim: int = -1) -> torch.Tensor:
+def swiglu_native(x: torch.Tensor, up: Optional[torch.Tensor] = None, dim: int = -1) -> torch.Tensor:
     """Reference implementation (defines the semantics; the fake impl and the CPU path)."""
     gate, up = _gate_and_up(x, up, dim)
     cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
@@ -43,7 +45,7 @@ def swiglu_native(x: torch.Tensor, up: torch.Tensor | None = None, dim: int = -1
 
 
 @torch.library.custom_op("ascend_kernels::swiglu", mutates_args=())
-def swiglu(x: torch.Tensor, up: torch.Tensor | None = None, dim: int = -1) -> torch.Tensor:
+def swiglu(x: torch.Tensor, up: Optional[torch.Tensor] = None, dim: int = -1) -> torch.Tensor:
     """SwiGLU gate ``silu(gate) * up`` in one op, computed in fp32.
 
     Args:
@@ -71,7 +73,7 @@ def _(x, up=None, dim=-1):
 
 
 @torch.library.custom_op("ascend_kernels::swiglu_backward", mutates_args=())
-def swiglu_backward(grad: torch.Tensor, x: torch.Tensor, up: torch.Tensor | None, dim: int) -> list[torch.Tensor]:
+def swiglu_backward(grad: torch.Tensor, x: torch.Tensor, up: Optional[torch.Tensor], dim: int) -> List[torch.Tensor]:
     """Gradients ``[dx, dup?]`` of `swiglu`."""
     return vjp_grads(swiglu_native, (x, up, dim), grad)
 
