@@ -633,7 +633,10 @@ def export_from_json(data: bytes):
     )
     reader = getattr(serde, "ExportedProgramDeserializer", None)
     if not (
-        hasattr(serde, "_dict_to_dataclass") and reader is not None and _has_param(reader.deserialize, "constants")
+        hasattr(serde, "_dict_to_dataclass")
+        and reader is not None
+        and _has_param(reader.deserialize, "constants")
+        and _schema_parts() is not None
     ):
         return serde.deserialize(serde.SerializedArtifact(data, b"", b"", b""))
     program = _schema_objects(serde, serde.ExportedProgram, json.loads(data))
@@ -641,8 +644,20 @@ def export_from_json(data: bytes):
 
 
 @functools.cache
+def _schema_parts():
+    """(the schema module, its ``_Union`` base), from their own modules (2.6's serializer does not
+    re-export them as later releases do); None where they are elsewhere."""
+    try:
+        import torch._export.serde.schema as schema
+        from torch._export.serde.union import _Union
+    except ImportError:
+        return None
+    return schema, _Union
+
+
+@functools.cache
 def _schema_hints(serde, cls) -> dict[str, Any]:
-    return typing.get_type_hints(cls, globalns=vars(serde.schema))
+    return typing.get_type_hints(cls, globalns=vars(_schema_parts()[0]))
 
 
 def _schema_objects(serde, cls, data):
@@ -656,7 +671,7 @@ def _schema_objects(serde, cls, data):
         return _schema_objects(serde, cls.__origin__, data)
     if origin in (typing.Union, types.UnionType) and type(None) in typing.get_args(cls):
         return None if data is None else _schema_objects(serde, typing.get_args(cls)[0], data)
-    if isinstance(cls, type) and issubclass(cls, serde._Union):
+    if isinstance(cls, type) and issubclass(cls, _schema_parts()[1]):
         if not isinstance(data, dict) or len(data) != 1:
             raise ValueError(f"a {cls.__name__} must be an object of one key")
         ((name, value),) = data.items()

@@ -355,7 +355,13 @@ def test_a_torch_that_traces_the_pattern_otherwise_is_blamed_with_the_ops_that_d
     # graphs it must match (silu decomposed): the pattern never fires, through no fault of its own.
     from torch._decomp import get_decompositions
 
-    monkeypatch.setattr(base, "no_decompositions", lambda: get_decompositions([torch.ops.aten.silu]))
+    # Through the trace function itself: releases before 2.13 call it without `get_decomp_fn`, so
+    # patching the default table would not reach them.
+    real = base.trace_functional
+    silu_decomposed = get_decompositions([torch.ops.aten.silu])
+    monkeypatch.setattr(
+        base, "trace_functional", lambda fn, args, **kw: real(fn, args, get_decomp_fn=lambda: silu_decomposed)
+    )
     with pytest.raises(TorchCompatError) as info:
         _pass_of("ok").verify()
     message = str(info.value)
