@@ -24,19 +24,12 @@ next process traces again.
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 import json
 import operator
-import os
-import platform
-import secrets
-import sys
 from typing import Any
 
 import torch
 
-from .. import _compat
 from . import verdict
 
 FORMAT = 1
@@ -55,34 +48,11 @@ class _NotStorable(ValueError):
 
 def cache_key(fusion_pass: type) -> str:
     """sha256 of everything `fusion_pass`'s traced search graphs depend on."""
-    import ascend_kernels.ops  # noqa: F401  (every op definition loaded: the key never depends on import order)
-
-    h = hashlib.sha256()
-    for part in (
-        str(FORMAT),
-        torch.__version__,
-        str(getattr(torch.version, "git_version", "")),
-        sys.version,
-        platform.machine(),
-        fusion_pass.__module__,
-        fusion_pass.__qualname__,
-        fusion_pass.source_hash(),
-    ):
-        h.update(part.encode())
-        h.update(b"\0")
-    modules = [_compat] + sorted(
-        (m for n, m in list(sys.modules.items()) if n == "ascend_kernels.ops" or n.startswith("ascend_kernels.ops.")),
-        key=lambda m: m.__name__,
-    )
-    for module in modules:
-        h.update(module.__name__.encode())
-        h.update(inspect.getsource(module).encode())
-    return h.hexdigest()
+    return verdict.engine_key(str(FORMAT), fusion_pass.__module__, fusion_pass.__qualname__, fusion_pass.source_hash())
 
 
 def _path(key: str) -> str | None:
-    directory = verdict.verdict_dir()
-    return None if directory is None else os.path.join(directory, "patterns", f"{key}.json")
+    return verdict.cache_path(key, "patterns")
 
 
 # -- graph <-> JSON --------------------------------------------------------------------------------
@@ -231,17 +201,7 @@ def save(fusion_pass: type, graphs: dict[str, list]) -> None:
     path = _path(key)
     if path is None or not graphs:
         return
-    tmp = f"{path}.tmp-{secrets.token_hex(8)}"
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"key": key, "torch": torch.__version__, "graphs": graphs}, f, separators=(",", ":"))
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+    verdict.write_json(path, {"key": key, "torch": torch.__version__, "graphs": graphs})
 
 
 class InitialTrace:

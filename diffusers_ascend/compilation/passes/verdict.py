@@ -42,8 +42,10 @@ def verdict_dir() -> str | None:
     return os.path.join(base, "diffusers_ascend", "verdicts")
 
 
-def verdict_key(manager, fusions_checked: bool) -> str:
-    """sha256 of everything the self-check of `manager` (a `FusionPassManager`) depends on."""
+def engine_key(*parts: str) -> str:
+    """sha256 of `parts` and of what every result cached here depends on: torch's version and git
+    revision, Python's version, the machine, and the source of `_compat` and of the
+    ``ascend_kernels`` op definitions (their fake implementations decide what matches)."""
     import ascend_kernels.ops  # noqa: F401  (all op definitions loaded: the key never depends on import order)
 
     from .. import _compat
@@ -54,8 +56,7 @@ def verdict_key(manager, fusions_checked: bool) -> str:
         str(getattr(torch.version, "git_version", "")),
         sys.version,
         platform.machine(),
-        str(fusions_checked),
-        manager.uuid(),
+        *parts,
     ):
         h.update(part.encode())
         h.update(b"\0")
@@ -69,9 +70,35 @@ def verdict_key(manager, fusions_checked: bool) -> str:
     return h.hexdigest()
 
 
-def _path(key: str) -> str | None:
+def verdict_key(manager, fusions_checked: bool) -> str:
+    """sha256 of everything the self-check of `manager` (a `FusionPassManager`) depends on."""
+    return engine_key(str(fusions_checked), manager.uuid())
+
+
+def cache_path(key: str, *subdir: str) -> str | None:
+    """``<verdict dir>/<subdir...>/<key>.json``, or None when the cache is turned off."""
     directory = verdict_dir()
-    return None if directory is None else os.path.join(directory, f"{key}.json")
+    return None if directory is None else os.path.join(directory, *subdir, f"{key}.json")
+
+
+def write_json(path: str, data: dict) -> None:
+    """Writes `data` to `path` atomically (a reader never sees half a file); silently not where the
+    directory cannot be written (the next process then computes again)."""
+    tmp = f"{path}.tmp-{secrets.token_hex(8)}"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, separators=(",", ":"))
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+def _path(key: str) -> str | None:
+    return cache_path(key)
 
 
 def passed_before(key: str) -> bool:
@@ -90,16 +117,5 @@ def passed_before(key: str) -> bool:
 def record_pass(key: str) -> None:
     """Records that the self-check of `key` passed (atomically; silently not where it cannot be written)."""
     path = _path(key)
-    if path is None:
-        return
-    tmp = f"{path}.tmp-{secrets.token_hex(8)}"
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"key": key, "torch": torch.__version__}, f)
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+    if path is not None:
+        write_json(path, {"key": key, "torch": torch.__version__})
