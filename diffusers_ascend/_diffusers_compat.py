@@ -69,6 +69,7 @@ DIFFUSERS_NEWEST_VERIFIED: tuple[int, int] = (0, 42)
 
 # Where `import diffusers_ascend` waits for diffusers to define the classes it patches (module, class).
 PIPELINE_BASE = ("diffusers.pipelines.pipeline_utils", "DiffusionPipeline")
+_PIPELINES_PACKAGE = "diffusers.pipelines"
 MODEL_BASE = ("diffusers.models.modeling_utils", "ModelMixin")
 
 _DISPATCH = "diffusers.models.attention_dispatch"
@@ -101,6 +102,7 @@ PRIVATE_NAMES: dict[str, str] = {
     "frozen config": "diffusers.configuration_utils:FrozenDict",
     "torch_npu found at import": "diffusers.utils.import_utils:is_torch_npu_available",
 }
+_PIPELINE_PATH = PRIVATE_NAMES["pipeline base class"]
 # Parameters we pass (or that diffusers passes to our backend, ``_parallel_config``), by name.
 _PARAMETERS: dict[str, tuple[str, ...]] = {
     "registry: register": ("constraints", "supports_context_parallel"),
@@ -207,7 +209,8 @@ def require(what: str) -> Any:
 
 def check_diffusers() -> None:
     """Raises `DiffusersCompatError` unless the installed diffusers has every name of
-    `PRIVATE_NAMES` (all missing ones in one message); warns once on a release newer than
+    `PRIVATE_NAMES` (all missing ones in one message; the pipeline base class once diffusers'
+    pipelines package is imported, as no pipeline exists before); warns once on a release newer than
     `DIFFUSERS_NEWEST_VERIFIED`. Called at enable time, before any model is changed.
 
     Raises:
@@ -222,6 +225,11 @@ def check_diffusers() -> None:
         _warn_untested(sentence)
     missing: dict[str, str] = {}
     for what, path in PRIVATE_NAMES.items():
+        if path == _PIPELINE_PATH and _PIPELINES_PACKAGE not in sys.modules:
+            # Every pipeline class is defined under `diffusers.pipelines`: while that package is not
+            # imported no pipeline exists, and importing it to check (every family's package: 0.1-0.3 s)
+            # would cost a model-only process more than a warm-started enable. Checked once it is.
+            continue
         try:
             _lookup(path)
         except (ImportError, AttributeError) as e:

@@ -49,6 +49,27 @@ def test_import_stays_light():
     assert out.stdout.strip() == "[]"
 
 
+def test_enabling_a_model_does_not_import_the_pipelines():
+    # No pipeline can exist before `diffusers.pipelines` is imported; the check must not import it.
+    code = (
+        "import sys, diffusers_ascend\n"
+        "from diffusers_ascend.tiny import tiny_flux_transformer\n"
+        "m = tiny_flux_transformer()\n"
+        "diffusers_ascend.enable_ascend_compile(m, fusions=['rms_norm'], compile='none')\n"
+        "print(sorted(n for n in sys.modules if n.startswith('diffusers.pipelines')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_moved_pipeline_base_is_refused_once_pipelines_are_imported(monkeypatch):
+    from diffusers.pipelines import pipeline_utils
+
+    monkeypatch.delattr(pipeline_utils, "DiffusionPipeline")
+    with pytest.raises(DiffusersCompatError, match=r"pipeline_utils\.DiffusionPipeline` \(pipeline base class"):
+        dc.check_diffusers()
+
+
 def _untouched(model) -> dict:
     return {
         "state": "_ascend_state" in model.__dict__,

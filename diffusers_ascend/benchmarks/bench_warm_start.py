@@ -159,9 +159,33 @@ def warm_start(size: str = "small", models=("flux", "wan"), repeat: int = 1) -> 
     )
 
 
+def _median_run(runs: list[dict]) -> dict:
+    """One mode's runs as one: the median of each number, the first run's other values."""
+    return {k: statistics.median(r[k] for r in runs) if isinstance(v, (int, float)) else v for k, v in runs[0].items()}
+
+
+def _eager_ratios(runs: dict) -> dict:
+    floor, cold_first, cold, warm = (runs[m]["to_first_output_s"] for m in EAGER_MODES)
+
+    def enable_call(run):
+        return run["enable_s"] + run["first_call_s"]
+
+    return dict(
+        ratio=warm / cold,
+        ratio_first=warm / cold_first,
+        ratio_enable_call=enable_call(runs["warm"]) / enable_call(runs["cold"]),
+        ratio_cpu=runs["warm"]["cpu_s"] / runs["cold"]["cpu_s"],
+        # What diffusers-ascend adds to a process's first output, warm over cold: each less the
+        # floor (the same process without us).
+        ratio_above_floor=(warm - floor) / (cold - floor),
+        ratio_first_above_floor=(warm - floor) / (cold_first - floor),
+    )
+
+
 # executor="eager": a fresh process on a machine where no process ran before (no self-check
-# verdict), one after it, and one from saved eager packages.
-EAGER_MODES = ("cold_first", "cold", "warm")
+# verdict), one after it, and one from saved eager packages; "floor" is the same process without
+# diffusers-ascend (diffusers' eager forward): what any process pays before and besides us.
+EAGER_MODES = ("floor", "cold_first", "cold", "warm")
 
 
 def _eager_child(model: str, size: str, mode: str, art: str, capture: str) -> None:
@@ -169,10 +193,24 @@ def _eager_child(model: str, size: str, mode: str, art: str, capture: str) -> No
 
     import torch
 
-    import diffusers_ascend
     from diffusers_ascend import tiny
-    from diffusers_ascend.compilation.passes import base
-    from diffusers_ascend.compilation.passes.manager import FusionPassManager
+
+    overrides, shape = SIZES[size][model]
+    if mode == "floor":
+        if model == "flux":
+            net, inputs = tiny.tiny_flux_transformer(**overrides), tiny.flux_model_inputs(*shape)
+        else:
+            net, inputs = tiny.tiny_wan_transformer(**overrides), tiny.wan_model_inputs(*shape)
+        t = time.perf_counter()
+        with torch.no_grad():
+            net(**inputs)
+        first_call_s = time.perf_counter() - t
+        info = dict(enable_s=0.0, first_call_s=first_call_s, first_output_at=time.time(), cpu_s=time.process_time())
+        print("RESULT " + json.dumps(info), flush=True)
+        return
+
+    import diffusers_ascend
+    from diffusers_ascend._import_hooks import when_imported
     from diffusers_ascend.integration import package_counters
 
     spent = {
@@ -196,9 +234,16 @@ def _eager_child(model: str, size: str, mode: str, art: str, capture: str) -> No
 
         return wrapper
 
-    # Instrumented in this child only: where the cold path's fixed cost goes.
-    FusionPassManager.ensure_verified = timed(FusionPassManager.ensure_verified, "self_check_s")
-    base._registered = timed(base._registered, "registration_s")
+    # Instrumented in this child only: where the cold path's fixed cost goes. Installed as each
+    # module finishes importing, so the enable timed below imports (and pays for) them itself.
+    def instrument_manager(module):
+        module.FusionPassManager.ensure_verified = timed(module.FusionPassManager.ensure_verified, "self_check_s")
+
+    def instrument_base(module):
+        module._registered = timed(module._registered, "registration_s")
+
+    when_imported("diffusers_ascend.compilation.passes.manager", instrument_manager)
+    when_imported("diffusers_ascend.compilation.passes.base", instrument_base)
     # Importing Inductor's pattern matcher (lowering, templates: seconds) happens inside the first
     # registration or self-check; timed apart, as any process that runs a pattern pass pays it.
     from diffusers_ascend.compilation import _compat
@@ -219,7 +264,6 @@ def _eager_child(model: str, size: str, mode: str, art: str, capture: str) -> No
 
             P.graph_api = lambda platform=None: standin_graph_api()
             scope = P.override_platform("cuda")
-    overrides, shape = SIZES[size][model]
     if model == "flux":
         net, inputs = tiny.tiny_flux_transformer(**overrides), tiny.flux_model_inputs(*shape)
     else:
@@ -258,36 +302,43 @@ def _eager_child(model: str, size: str, mode: str, art: str, capture: str) -> No
     print("RESULT " + json.dumps(info), flush=True)
 
 
-def eager_warm_start(size: str = "depth", models=("flux", "wan"), captures=(False, True)) -> dict:
+def eager_warm_start(size: str = "depth", models=("flux", "wan"), captures=(False, True), repeat: int = 1) -> dict:
     """``executor="eager"``: fresh-process time to the first output, per model and with or without
-    graph capture (the CPU stand-in), for the three `EAGER_MODES` (each in a new process, sharing
-    one new self-check verdict directory). Ratio = warm / cold (after the first process) of one run."""
+    graph capture (the CPU stand-in), for the `EAGER_MODES` (each in a new process; each repetition
+    with a new self-check verdict directory and package folder). Each mode's numbers are medians
+    over the repetitions, and the ratios (warm / cold after the first process: from process start,
+    over enable + first call, and over what each adds to the floor) are of those medians."""
     from .. import platform as _platform  # noqa: F401  (fails here, not in a child, if the package is broken)
 
     rows = []
     for model in models:
         for capture in captures:
-            art = tempfile.mkdtemp(prefix=f"ascend-eager-cache-{model}-")
-            # One intra-op thread: what is timed is host work (trace, passes, loading), the same on
-            # an NPU host; tiny-width CPU kernels with two OpenMP threads on a shared 2-core machine
-            # cost more than all of it and depend on the machine's load alone.
-            env = {"DIFFUSERS_ASCEND_VERDICT_DIR": tempfile.mkdtemp(prefix="ascend-verdicts-"), "OMP_NUM_THREADS": "1"}
-            runs = {
-                mode: _run(model, size, mode, art, child="eager", extra=["1" if capture else "0"], env=env)
-                for mode in EAGER_MODES
-            }
-            cold, warm = runs["cold"], runs["warm"]
+            repetitions = []
+            for _ in range(repeat):
+                art = tempfile.mkdtemp(prefix=f"ascend-eager-cache-{model}-")
+                # One intra-op thread: what is timed is host work (trace, passes, loading), the same on
+                # an NPU host; tiny-width CPU kernels with two OpenMP threads on a shared 2-core machine
+                # cost more than all of it and depend on the machine's load alone.
+                env = {
+                    "DIFFUSERS_ASCEND_VERDICT_DIR": tempfile.mkdtemp(prefix="ascend-verdicts-"),
+                    "OMP_NUM_THREADS": "1",
+                }
+                repetitions.append(
+                    {
+                        mode: _run(model, size, mode, art, child="eager", extra=["1" if capture else "0"], env=env)
+                        for mode in EAGER_MODES
+                    }
+                )
+            runs = {mode: _median_run([r[mode] for r in repetitions]) for mode in EAGER_MODES}
             rows.append(
                 dict(
                     model=model,
                     graph_capture="graph_with_compile (CPU stand-in)" if capture else None,
                     blocks=SIZES[size][model][0],
+                    repeat=repeat,
                     **runs,
-                    ratio=warm["to_first_output_s"] / cold["to_first_output_s"],
-                    ratio_first=warm["to_first_output_s"] / runs["cold_first"]["to_first_output_s"],
-                    ratio_enable_call=(warm["enable_s"] + warm["first_call_s"])
-                    / (cold["enable_s"] + cold["first_call_s"]),
-                    ratio_cpu=warm["cpu_s"] / cold["cpu_s"],
+                    **_eager_ratios(runs),
+                    ratios_per_run=[_eager_ratios(r) for r in repetitions],
                 )
             )
     import torch
@@ -304,26 +355,35 @@ def eager_warm_start(size: str = "depth", models=("flux", "wan"), captures=(Fals
 
 
 def _eager_cli(args) -> int:
-    result = eager_warm_start(args.size, args.models)
+    result = eager_warm_start(args.size, args.models, repeat=args.repeat)
     print(
         f"torch {result['torch']}, {result['machine'].get('cpu', '')}, executor=eager; seconds from process start to "
-        "first output (in brackets: enable + first call); self-check + registration: in the enable of a cold process "
-        "[over the whole first output]"
+        "first output (in brackets: enable + first call); floor: the same process without diffusers-ascend; "
+        "ratio warm/cold (of medians over --repeat runs): from process start [enable + first call; per-run range] "
+        "{above the floor; per-run range}; self-check + registration: "
+        "in the enable of a cold process [over the whole first output]"
     )
     print(
-        "| model | graph capture | cold, first process | cold | warm (packages) | ratio warm/cold | ratio of CPU s | "
-        "self-check + registration, cold | matcher import |"
+        "| model | graph capture | floor | cold, first process | cold | warm (packages) | ratio warm/cold | "
+        "ratio of CPU s | self-check + registration, cold | matcher import |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
 
     def cell(run):
         return f"{run['to_first_output_s']:.1f} [{run['enable_s'] + run['first_call_s']:.1f}]"
 
     for r in result["rows"]:
         cold = r["cold"]
+
+        def spread(key, r=r):
+            values = [x[key] for x in r["ratios_per_run"]]
+            return f"{min(values):.2f}-{max(values):.2f}"
+
         print(
-            f"| {r['model']} | {r['graph_capture'] or '-'} | {cell(r['cold_first'])} | {cell(cold)} | {cell(r['warm'])} | "
-            f"{r['ratio']:.2f} [{r['ratio_enable_call']:.2f}] | {r['ratio_cpu']:.2f} | "
+            f"| {r['model']} | {r['graph_capture'] or '-'} | {r['floor']['to_first_output_s']:.1f} | "
+            f"{cell(r['cold_first'])} | {cell(cold)} | {cell(r['warm'])} | "
+            f"{r['ratio']:.2f} [{r['ratio_enable_call']:.2f}; {spread('ratio_enable_call')}] "
+            f"{{{r['ratio_above_floor']:.2f}; {spread('ratio_above_floor')}}} | {r['ratio_cpu']:.2f} | "
             f"{cold['enable_self_check_s'] + cold['enable_registration_s']:.2f} "
             f"[{cold['self_check_s'] + cold['registration_s'] - cold['matcher_import_s']:.2f}; CPU "
             f"{cold['self_check_cpu_s'] + cold['registration_cpu_s'] - cold['matcher_import_cpu_s']:.2f}] | "

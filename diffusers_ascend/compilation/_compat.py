@@ -617,16 +617,17 @@ def export_to_json(program) -> bytes:
     return serde.serialize(program).exported_program
 
 
-def export_from_json(data: bytes):
-    """The ExportedProgram of `export_to_json` bytes, with an empty state dict, no constants and
-    no example inputs: nothing is unpickled (``deserialize`` reads those three as pickles only when
-    they are non-empty).
+def export_from_json(data: bytes | dict):
+    """The ExportedProgram of `export_to_json` bytes (or of their parsed JSON object), with an empty
+    state dict, no constants and no example inputs: nothing is unpickled (``deserialize`` reads
+    those three as pickles only when they are non-empty).
 
     ``deserialize`` is JSON -> schema dataclasses (``_dict_to_dataclass``) -> program
     (``ExportedProgramDeserializer``). Its first step resolves each dataclass's type hints again for
-    every object (``typing.get_type_hints``: most of the time a warm-started eager process spends
-    reading its packages), so where the serializer has both steps, the first runs here with the
-    hints resolved once per class (`_schema_objects`, the same conversion); elsewhere torch's own."""
+    every object (``typing.get_type_hints``: most of the time a warm-started eager process spent
+    reading its packages), so where the serializer has both steps, the first runs here with one
+    converter per schema type, built once (`_schema_objects`, the same conversion); elsewhere
+    torch's own."""
     serde = require(
         "torch._export.serde.serialize",
         lambda: __import__("torch._export.serde.serialize", fromlist=["deserialize", "SerializedArtifact"]),
@@ -638,8 +639,10 @@ def export_from_json(data: bytes):
         and _has_param(reader.deserialize, "constants")
         and _schema_parts() is not None
     ):
+        if isinstance(data, dict):
+            data = json.dumps(data).encode()
         return serde.deserialize(serde.SerializedArtifact(data, b"", b"", b""))
-    program = _schema_objects(serde, serde.ExportedProgram, json.loads(data))
+    program = _schema_objects(serde, serde.ExportedProgram, json.loads(data) if isinstance(data, bytes) else data)
     return reader().deserialize(program, b"", b"", b"")
 
 
@@ -655,44 +658,67 @@ def _schema_parts():
     return schema, _Union
 
 
-@functools.cache
-def _schema_hints(serde, cls) -> dict[str, Any]:
-    return typing.get_type_hints(cls, globalns=vars(_schema_parts()[0]))
-
-
 def _schema_objects(serde, cls, data):
-    """``serialize._dict_to_dataclass(cls, data)`` (2.6-2.15 read alike), with each class's type
-    hints resolved once; tests/test_warm_start_eager.py checks it builds equal objects."""
+    """``serialize._dict_to_dataclass(cls, data)`` (2.6-2.15 read alike); tests/test_warm_start_eager.py
+    checks it builds equal objects."""
+    return _schema_converter(serde, cls)(data)
+
+
+@functools.cache
+def _schema_converter(serde, cls) -> Callable[[Any], Any]:
+    """The function that turns JSON data of schema type `cls` into its objects, by
+    ``_dict_to_dataclass``'s rules; each class's type hints are resolved here once, and the
+    converters of its fields on first use (schema types are recursive)."""
     resolve = getattr(serde, "_resolve_schema_cls", None)
     if resolve is not None:
         cls = resolve(cls)
     origin = typing.get_origin(cls)
     if origin is typing.Annotated:
-        return _schema_objects(serde, cls.__origin__, data)
+        return _schema_converter(serde, cls.__origin__)
     if origin in (typing.Union, types.UnionType) and type(None) in typing.get_args(cls):
-        return None if data is None else _schema_objects(serde, typing.get_args(cls)[0], data)
+        inner = typing.get_args(cls)[0]
+        return lambda data: None if data is None else _schema_converter(serde, inner)(data)
     if isinstance(cls, type) and issubclass(cls, _schema_parts()[1]):
-        if not isinstance(data, dict) or len(data) != 1:
-            raise ValueError(f"a {cls.__name__} must be an object of one key")
-        ((name, value),) = data.items()
-        return cls.create(**{name: _schema_objects(serde, _schema_hints(serde, cls)[name], value)})
+        hints = _schema_hints(cls)
+
+        def union(data):
+            if not isinstance(data, dict) or len(data) != 1:
+                raise ValueError(f"a {cls.__name__} must be an object of one key")
+            ((name, value),) = data.items()
+            return cls.create(**{name: _schema_converter(serde, hints[name])(value)})
+
+        return union
     if dataclasses.is_dataclass(cls):
-        hints = _schema_hints(serde, cls)
-        return cls(
-            **{
-                f.name: _schema_objects(serde, hints[f.name], data[f.name])
-                for f in dataclasses.fields(cls)
-                if f.name in data
-            }
-        )
-    if isinstance(data, list):
-        return [_schema_objects(serde, typing.get_args(cls)[0], d) for d in data] if data else data
-    if isinstance(data, dict):
-        value_type = typing.get_args(cls)[1]
-        return {k: _schema_objects(serde, value_type, v) for k, v in data.items()}
-    if cls is float:
-        return float(data)
-    return data
+        hints = _schema_hints(cls)
+        names = tuple(f.name for f in dataclasses.fields(cls))
+        fields: list[tuple[str, Callable]] = []
+
+        def dataclass(data):
+            if not fields:
+                fields.extend((n, _schema_converter(serde, hints[n])) for n in names)
+            return cls(**{n: convert(data[n]) for n, convert in fields if n in data})
+
+        return dataclass
+
+    def other(data):
+        if isinstance(data, list):
+            if not data:
+                return data
+            convert = _schema_converter(serde, typing.get_args(cls)[0])
+            return [convert(d) for d in data]
+        if isinstance(data, dict):
+            convert = _schema_converter(serde, typing.get_args(cls)[1])
+            return {k: convert(v) for k, v in data.items()}
+        if cls is float:
+            return float(data)
+        return data
+
+    return other
+
+
+@functools.cache
+def _schema_hints(cls) -> dict[str, Any]:
+    return typing.get_type_hints(cls, globalns=vars(_schema_parts()[0]))
 
 
 def tree_flatten(tree: Any) -> tuple[list[Any], Any]:

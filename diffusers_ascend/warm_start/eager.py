@@ -161,7 +161,7 @@ def _refuse_fields(value: Any) -> None:
 
 def _read_program(program: dict) -> torch.fx.GraphModule:
     """The graph of a checked program: inputs ``(*state, *call tensors)``, outputs a tuple."""
-    ep = _compat.export_from_json(json.dumps(program).encode())
+    ep = _compat.export_from_json(program)
     return ep.graph_module
 
 
