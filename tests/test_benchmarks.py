@@ -187,3 +187,47 @@ def test_device_commands_are_the_modules():
     }
     assert set(warm["size"].choices) == set(bench_warm_start.SIZES)
     assert set(warm["models"].choices) == set(bench_warm_start.SIZES["small"])
+
+
+def test_eager_warm_start_ratios_are_of_medians():
+    from diffusers_ascend.benchmarks import bench_warm_start as b
+
+    def run(total, enable=0.0, call=0.0, cpu=None):
+        return {"to_first_output_s": total, "enable_s": enable, "first_call_s": call, "cpu_s": cpu or total}
+
+    repetitions = [
+        {"floor": run(4.0), "cold_first": run(10.0), "cold": run(8.0, 0.5, 3.5), "warm": run(4.5, 0.3, 0.1)},
+        {"floor": run(5.0), "cold_first": run(12.0), "cold": run(9.0, 0.5, 4.5), "warm": run(5.0, 0.4, 0.1)},
+        {"floor": run(6.0), "cold_first": run(11.0), "cold": run(7.0, 0.5, 2.5), "warm": run(9.0, 0.5, 0.1)},
+    ]
+    medians = {m: b._median_run([r[m] for r in repetitions]) for m in b.EAGER_MODES}
+    assert medians["warm"] == run(5.0, 0.4, 0.1) and medians["cold_first"]["to_first_output_s"] == 11.0
+    ratios = b._eager_ratios(medians)
+    assert ratios["ratio"] == 5.0 / 8.0 and ratios["ratio_first"] == 5.0 / 11.0
+    assert ratios["ratio_enable_call"] == 0.5 / 4.0 and ratios["ratio_cpu"] == 5.0 / 8.0
+    assert ratios["ratio_above_floor"] == (5.0 - 5.0) / (8.0 - 5.0)
+    assert ratios["ratio_first_above_floor"] == 0.0
+    # A non-numeric field (the package counters) is the first run's.
+    assert b._median_run([{"packages": {"calls": 1}, "x": 1.0}, {"packages": {"calls": 2}, "x": 3.0}]) == {
+        "packages": {"calls": 1},
+        "x": 2.0,
+    }
+
+
+def test_eager_warm_start_floor_runs_diffusers_alone():
+    # The floor is the same child without enabling: none of the engine is imported (the package is,
+    # as `tiny` lives in it, and patches diffusers' classes: the light `integration` modules).
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, runpy\n"
+        "sys.argv = ['x', 'eager', 'flux', 'tiny', 'floor', '-', '0']\n"
+        "runpy.run_module('diffusers_ascend.benchmarks.bench_warm_start', run_name='__main__')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('diffusers_ascend.compilation', "
+        "'diffusers_ascend.warm_start', 'diffusers_ascend.adapters', 'ascend_kernels'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    result, modules = out.stdout.strip().splitlines()[-2:]
+    assert result.startswith("RESULT ") and json.loads(result[7:])["first_call_s"] > 0
+    assert modules == "[]"

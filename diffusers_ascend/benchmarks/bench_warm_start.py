@@ -184,7 +184,8 @@ def _eager_ratios(runs: dict) -> dict:
 
 # executor="eager": a fresh process on a machine where no process ran before (no self-check
 # verdict), one after it, and one from saved eager packages; "floor" is the same process without
-# diffusers-ascend (diffusers' eager forward): what any process pays before and besides us.
+# enabling (diffusers' eager forward; the package is imported, which only patches diffusers'
+# classes): what any process pays before and besides us.
 EAGER_MODES = ("floor", "cold_first", "cold", "warm")
 
 
@@ -358,7 +359,7 @@ def _eager_cli(args) -> int:
     result = eager_warm_start(args.size, args.models, repeat=args.repeat)
     print(
         f"torch {result['torch']}, {result['machine'].get('cpu', '')}, executor=eager; seconds from process start to "
-        "first output (in brackets: enable + first call); floor: the same process without diffusers-ascend; "
+        "first output (in brackets: enable + first call); floor: the same process without enabling; "
         "ratio warm/cold (of medians over --repeat runs): from process start [enable + first call; per-run range] "
         "{above the floor; per-run range}; self-check + registration: "
         "in the enable of a cold process [over the whole first output]"
