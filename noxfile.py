@@ -52,6 +52,9 @@ TORCH_BY_HAND = {"2.8": "2.8.0", "2.9": "2.9.1", "2.12": "2.12.1"}
 # - warm start (tests/test_warm_start.py): torch's portable caches and AOTInductor packages, whose
 #   APIs and save-time behaviour differ by release (2.6 has no portable cache; 2.8 and 2.11 fail the
 #   package check). Not on 2.14, whose neighbours 2.13 (full suite) and 2.15 pass the check alike.
+# - eager warm start (tests/test_warm_start_eager.py, about 35 s): torch.export (non-strict) and its
+#   schema serializer, which `_compat` reads with its own converter: which releases carry eager
+#   packages, the NPU default executor's warm start (docs/warm-start.md#torch-releases).
 # - tests/triton/test_traceable.py: the kernels' triton_ops as Inductor traces them, a torch
 #   internal (higher-order op, functionalization); PyPI's CUDA torch wheels bring their own triton,
 #   so tests/triton/test_compile.py also compiles every launch with that release's Triton (3.2 with
@@ -65,6 +68,7 @@ ENGINE_TESTS = [
     "tests/integration/test_pipelines.py",
     "tests/models/test_adapters.py",
     "tests/test_warm_start.py",
+    "tests/test_warm_start_eager.py",
     "tests/triton/test_traceable.py",
     "tests/triton/test_compile.py",
 ]
