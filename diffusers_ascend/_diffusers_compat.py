@@ -69,7 +69,7 @@ DIFFUSERS_NEWEST_VERIFIED: tuple[int, int] = (0, 42)
 
 # Where `import diffusers_ascend` waits for diffusers to define the classes it patches (module, class).
 PIPELINE_BASE = ("diffusers.pipelines.pipeline_utils", "DiffusionPipeline")
-_PIPELINES_PACKAGE = "diffusers.pipelines"
+_PIPELINES_PACKAGE = PIPELINE_BASE[0].rpartition(".")[0]  # where every pipeline class is defined
 MODEL_BASE = ("diffusers.models.modeling_utils", "ModelMixin")
 
 _DISPATCH = "diffusers.models.attention_dispatch"

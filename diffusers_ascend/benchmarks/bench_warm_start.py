@@ -42,19 +42,24 @@ SIZES = {
 }
 
 
+def _model(model: str, size: str):
+    """The tiny `model` ("flux" or "wan") at `size` and its call's inputs."""
+    from diffusers_ascend import tiny
+
+    overrides, shape = SIZES[size][model]
+    if model == "flux":
+        return tiny.tiny_flux_transformer(**overrides), tiny.flux_model_inputs(*shape)
+    return tiny.tiny_wan_transformer(**overrides), tiny.wan_model_inputs(*shape)
+
+
 def _child(model: str, size: str, mode: str, art: str) -> None:
     import torch
 
     import diffusers_ascend
-    from diffusers_ascend import tiny
     from diffusers_ascend.compilation._compat import compile_cache_counters
     from diffusers_ascend.integration import enabled_models, package_counters
 
-    overrides, shape = SIZES[size][model]
-    if model == "flux":
-        net, inputs = tiny.tiny_flux_transformer(**overrides), tiny.flux_model_inputs(*shape)
-    else:
-        net, inputs = tiny.tiny_wan_transformer(**overrides), tiny.wan_model_inputs(*shape)
+    net, inputs = _model(model, size)
     t = time.perf_counter()
     diffusers_ascend.enable_ascend_compile(
         net, fusions="all", executor="inductor", compile="blocks", cache=None if mode == "cold" else art
@@ -145,18 +150,7 @@ def warm_start(size: str = "small", models=("flux", "wan"), repeat: int = 1) -> 
                 ratio_caches_only=statistics.median(r["ratio_caches_only"] for r in runs),
             )
         )
-    import torch
-
-    return dict(
-        benchmark="warm_start",
-        size=size,
-        executor="inductor",
-        compile="blocks",
-        torch=torch.__version__,
-        repeat=repeat,
-        rows=rows,
-        machine=machine_info(),
-    )
+    return _result("inductor", size, rows, repeat=repeat)
 
 
 def _median_run(runs: list[dict]) -> dict:
@@ -194,14 +188,8 @@ def _eager_child(model: str, size: str, mode: str, art: str, capture: str) -> No
 
     import torch
 
-    from diffusers_ascend import tiny
-
-    overrides, shape = SIZES[size][model]
+    net, inputs = _model(model, size)
     if mode == "floor":
-        if model == "flux":
-            net, inputs = tiny.tiny_flux_transformer(**overrides), tiny.flux_model_inputs(*shape)
-        else:
-            net, inputs = tiny.tiny_wan_transformer(**overrides), tiny.wan_model_inputs(*shape)
         t = time.perf_counter()
         with torch.no_grad():
             net(**inputs)
@@ -265,10 +253,6 @@ def _eager_child(model: str, size: str, mode: str, art: str, capture: str) -> No
 
             P.graph_api = lambda platform=None: standin_graph_api()
             scope = P.override_platform("cuda")
-    if model == "flux":
-        net, inputs = tiny.tiny_flux_transformer(**overrides), tiny.flux_model_inputs(*shape)
-    else:
-        net, inputs = tiny.tiny_wan_transformer(**overrides), tiny.wan_model_inputs(*shape)
     net.to(device)
     inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
     with scope:
@@ -342,14 +326,20 @@ def eager_warm_start(size: str = "depth", models=("flux", "wan"), captures=(Fals
                     ratios_per_run=[_eager_ratios(r) for r in repetitions],
                 )
             )
+    return _result("eager", size, rows)
+
+
+def _result(executor: str, size: str, rows: list, **extra) -> dict:
+    """The JSON both executors' benchmarks write."""
     import torch
 
     return dict(
         benchmark="warm_start",
         size=size,
-        executor="eager",
+        executor=executor,
         compile="blocks",
         torch=torch.__version__,
+        **extra,
         rows=rows,
         machine=machine_info(),
     )

@@ -667,8 +667,8 @@ def _schema_objects(serde, cls, data):
 @functools.cache
 def _schema_converter(serde, cls) -> Callable[[Any], Any]:
     """The function that turns JSON data of schema type `cls` into its objects, by
-    ``_dict_to_dataclass``'s rules; each class's type hints are resolved here once, and the
-    converters of its fields on first use (schema types are recursive)."""
+    ``_dict_to_dataclass``'s rules; each class's type hints are resolved here once. A converter
+    looks its parts' converters up when it runs (this cache: schema types are recursive)."""
     resolve = getattr(serde, "_resolve_schema_cls", None)
     if resolve is not None:
         cls = resolve(cls)
@@ -691,12 +691,9 @@ def _schema_converter(serde, cls) -> Callable[[Any], Any]:
     if dataclasses.is_dataclass(cls):
         hints = _schema_hints(cls)
         names = tuple(f.name for f in dataclasses.fields(cls))
-        fields: list[tuple[str, Callable]] = []
 
         def dataclass(data):
-            if not fields:
-                fields.extend((n, _schema_converter(serde, hints[n])) for n in names)
-            return cls(**{n: convert(data[n]) for n, convert in fields if n in data})
+            return cls(**{n: _schema_converter(serde, hints[n])(data[n]) for n in names if n in data})
 
         return dataclass
 
