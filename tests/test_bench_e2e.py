@@ -121,36 +121,34 @@ def test_construction_refuses_global_rng_draws():
         assert torch.empty(2).dtype == torch.bfloat16 and torch.empty(2, dtype=torch.float32).dtype == torch.float32
 
 
+# The smallest e2e job on the CPU (the variants and output are each test's).
+E2E_TINY = [
+    "bench",
+    "e2e",
+    "--model",
+    "wan",
+    "--depth",
+    "1",
+    "--height",
+    "16",
+    "--width",
+    "16",
+    "--frames",
+    "1",
+    "--steps",
+    "2",
+    "--text-len",
+    "8",
+    "--device",
+    "cpu",
+]
+
+
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     """One CLI run: eager plus the two variants that cannot exist on a CPU (listed as skipped)."""
     out = tmp_path_factory.mktemp("e2e")
-    argv = [
-        "bench",
-        "e2e",
-        "--model",
-        "wan",
-        "--depth",
-        "1",
-        "--height",
-        "16",
-        "--width",
-        "16",
-        "--frames",
-        "1",
-        "--steps",
-        "2",
-        "--text-len",
-        "8",
-        "--device",
-        "cpu",
-        "--variants",
-        "ascend+graph",
-        "mindiesd",
-        "--out",
-        str(out),
-        "--json",
-    ]
+    argv = [*E2E_TINY, "--variants", "ascend+graph", "mindiesd", "--out", str(out), "--json"]
     return cli.main(argv), out
 
 
@@ -273,28 +271,6 @@ def test_command_runs_as_a_module():
     )
     assert out.returncode == 0, out.stderr
     assert "--model {flux,wan,wan-14b,qwen-image}" in out.stdout and "--variants" in out.stdout
-
-
-E2E_TINY = [
-    "bench",
-    "e2e",
-    "--model",
-    "wan",
-    "--depth",
-    "1",
-    "--height",
-    "16",
-    "--width",
-    "16",
-    "--frames",
-    "1",
-    "--steps",
-    "2",
-    "--text-len",
-    "8",
-    "--device",
-    "cpu",
-]
 
 
 def _out_of_memory(model, device):

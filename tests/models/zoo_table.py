@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from diffusers_ascend.fusions import default_fusions
+from diffusers_ascend.tiny import FLUX_TRANSFORMER_CONFIG, WAN_TRANSFORMER_CONFIG
 
 # Ops a fusion replaces, counted (regex over the rewritten graph's code) where they are still
 # present: the sites left unfused. A heuristic: a LayerNorm without modulation is no adaLN site.
@@ -277,34 +278,11 @@ def _wan_inputs(channels=16, text_dim=32, size=8):
     return inputs
 
 
-_WAN = dict(
-    patch_size=(1, 2, 2),
-    num_attention_heads=2,
-    attention_head_dim=12,
-    in_channels=16,
-    out_channels=16,
-    text_dim=32,
-    freq_dim=256,
-    ffn_dim=32,
-    num_layers=2,
-    cross_attn_norm=True,
-    qk_norm="rms_norm_across_heads",
-    rope_max_seq_len=32,
-)
+_WAN = WAN_TRANSFORMER_CONFIG  # the suite's tiny Wan (each row below copies it)
 
 TINY: dict[str, Tiny] = {
     "FluxTransformer2DModel": Tiny(
-        init=dict(
-            patch_size=1,
-            in_channels=4,
-            num_layers=1,
-            num_single_layers=1,
-            attention_head_dim=16,
-            num_attention_heads=2,
-            joint_attention_dim=32,
-            pooled_projection_dim=32,
-            axes_dims_rope=[4, 4, 8],
-        ),
+        init=dict(FLUX_TRANSFORMER_CONFIG),
         inputs=lambda gen: dict(
             hidden_states=_r(gen, 1, 16, 4),
             encoder_hidden_states=_r(gen, 1, 8, 32),
