@@ -120,12 +120,18 @@ def _install_torch(session: nox.Session, version: str) -> None:
     )
 
 
+def _pytest(session: nox.Session, *tests: str, xdist: bool = True, env: dict | None = None) -> None:
+    """pytest on `tests` with the caller's arguments; exit 5 (the selection, with the caller's -k /
+    -m, holds no tests) is no failure. ``xdist=False``: one process (the Triton sessions)."""
+    workers = ("-n", "2") if xdist else ("-p", "no:xdist")
+    session.run("python", "-m", "pytest", "-q", *workers, *tests, *session.posargs, env=env, success_codes=[0, 5])
+
+
 def _engine(session: nox.Session, version: str, zoo: bool, warm_start: bool) -> None:
     _install_torch(session, version)
     tests = [t for t in ENGINE_TESTS if warm_start or t != "tests/test_warm_start.py"]
     tests += ["tests/models/test_zoo.py"] if zoo else []
-    # exit 5: the selection (with the caller's -k / -m) holds no tests, which is no failure.
-    session.run("python", "-m", "pytest", "-q", "-n", "2", *tests, *session.posargs, success_codes=[0, 5])
+    _pytest(session, *tests)
     if _short_of(version) in SIMHOST_RELEASES:
         _simhost(session, zoo="subset")
 
@@ -138,9 +144,7 @@ def _simhost(session: nox.Session, zoo: str) -> None:
     """The simulated-host suite in its own process (see `SIMHOST_TESTS`); ``zoo``: ``"subset"`` or ``"all"``."""
     site = os.path.join(os.getcwd(), "tests", "simhost", "site")
     env = {"PYTHONPATH": os.pathsep.join([site, os.getcwd()]), "DIFFUSERS_ASCEND_SIMHOST_ZOO": zoo}
-    session.run(
-        "python", "-m", "pytest", "-q", "-n", "2", *SIMHOST_TESTS, *session.posargs, env=env, success_codes=[0, 5]
-    )
+    _pytest(session, *SIMHOST_TESTS, env=env)
 
 
 for _short, _version in {**TORCH, **TORCH_BY_HAND}.items():
@@ -172,30 +176,8 @@ def triton_interpret(session: nox.Session) -> None:
     """
     session.install("torch==2.13.0", "-e", ".[test]", "triton", "numpy", *SEED)
     session.run("python", "-c", "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)")
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:xdist",
-        "tests/triton",
-        *session.posargs,
-        env={"TRITON_INTERPRET": "1"},
-        success_codes=[0, 5],
-    )
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:xdist",
-        "tests/triton/test_compile.py",
-        "tests/triton/test_traceable.py",
-        *session.posargs,
-        success_codes=[0, 5],
-    )
+    _pytest(session, "tests/triton", xdist=False, env={"TRITON_INTERPRET": "1"})
+    _pytest(session, "tests/triton/test_compile.py", "tests/triton/test_traceable.py", xdist=False)
 
 
 # The triton-ascend release whose API tests/triton/test_ascend_lowering.py drives (3.2.0 is the
@@ -219,27 +201,11 @@ def triton_ascend(session: nox.Session) -> None:
         "import importlib.metadata as m, torch; "
         "print('torch', torch.__version__, 'triton-ascend', m.version('triton-ascend'))",
     )
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:xdist",
-        "tests/triton/test_ascend_lowering.py",
-        *session.posargs,
-        success_codes=[0, 5],
-    )
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:xdist",
+    _pytest(session, "tests/triton/test_ascend_lowering.py", xdist=False)
+    _pytest(
+        session,
         "tests/triton/test_kernels.py",
         "tests/triton/test_blocks.py",
-        *session.posargs,
+        xdist=False,
         env={"TRITON_INTERPRET": "1"},
-        success_codes=[0, 5],
     )
