@@ -5,6 +5,11 @@ The contract (v1/v2 schemas, BSND layout, mask polarity True = masked out, addit
 ``pse_shift``, limits, graph capture) is written out in docs/npu-notes.md, with the text of the
 installed wheel's doc (``torch_npu/_op_plugin_docs.py``) it is taken from. No sequence lengths are
 passed: the kernel reads them from the shapes, so a captured graph never needs an update.
+
+Masks: each op gets only the mask shapes its doc lists; a query row the mask leaves no key gets
+SDPA's value (what the running torch's SDPA returns there: 0 on torch 2.13), never the kernel's
+(undocumented); masks whose meaning depends on the SDPA kernel (fewer than 2 dims) or that SDPA
+refuses go to SDPA itself. So every path gives SDPA's numbers or SDPA's error.
 """
 
 from __future__ import annotations
@@ -298,7 +303,8 @@ def fia(
     Args:
         query: ``[B, S, N, D]``; key, value: ``[B, S_kv, N_kv, D]`` (GQA when N_kv < N).
         attn_mask: SDPA convention: bool True = attend, or additive float; broadcastable to
-            ``[B, N, S, S_kv]`` with one head.
+            ``[B, N, S, S_kv]`` (bool: with one head). Rows it leaves no key hold SDPA's value
+            there (and an LSE of -inf).
         scale: softmax scale, default ``1/sqrt(D)``.
         return_lse: also return the log-sum-exp, fp32 ``[B, S, N]`` (diffusers' ring attention form).
 
@@ -423,8 +429,10 @@ def fallback(
     """Attention for a call FIA cannot take, computing what SDPA computes on the same arguments.
 
     ``npu_fusion_attention`` where it computes exactly that (float16/bfloat16, no mask, a bool mask
-    or ``is_causal`` alone; see docs/npu-notes.md), else ``torch.nn.functional.scaled_dot_product_attention``
-    itself, so a call SDPA refuses (an int mask, heads that do not divide) raises SDPA's error.
+    of 2 to 4 dims, inverted and expanded to a shape its doc lists, with SDPA's value in fully
+    masked rows, or ``is_causal`` alone; see docs/npu-notes.md), else
+    ``torch.nn.functional.scaled_dot_product_attention`` itself, so a call SDPA refuses (an int mask,
+    heads that do not divide, a 1-D mask where its kernel refuses one) raises SDPA's error.
 
     Args:
         query: ``[B, S, N, D]``; key, value: ``[B, S_kv, N_kv, D]``.
