@@ -134,6 +134,11 @@ def test_fia_returns_lse_in_diffusers_form(simulated_npu, mask):
         (dict(dropout_p=0.1), "dropout_p=0.1"),
         (dict(is_causal=True), "is_causal"),
         (dict(attn_mask=torch.zeros(3, 1, 32, 24, dtype=torch.bool)), "does not broadcast"),
+        (dict(attn_mask=torch.ones(24, dtype=torch.bool)), "attn_mask (24,) of 1 dim(s)"),
+        (
+            dict(attn_mask=torch.zeros(32, 24, dtype=torch.float16)),
+            "attn_mask dtype torch.float16 for query torch.bfloat16",
+        ),
     ],
 )
 def test_fia_unsupported_reasons(simulated_npu, kw, reason):

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ascend_kernels.testing import TOLERANCES
+from tests.kernels.npu_standins import WHEELS, fusion_attention_mask_shapes
 
 MASK_KINDS = ("none", "bool", "additive", "float01")
 
@@ -288,6 +289,11 @@ MASK_CASES = [
 ]
 
 
+@pytest.mark.parametrize("wheel", WHEELS)
+def test_standin_reads_npu_fusion_attention_mask_shapes_from_the_wheel_doc(wheel):
+    assert fusion_attention_mask_shapes(wheel) == ("BNSS", "B1SS", "11SS", "SS")
+
+
 def shaped_mask(shape: tuple, kind: str, dead: bool, dtype) -> torch.Tensor:
     """A ``kind`` mask of ``shape`` that keeps key 0 of every row, unless ``dead``: then the last
     query row of the last batch/head entry the mask has (all of it, for a 1-D mask) keeps no key."""
@@ -392,6 +398,7 @@ def test_dead_rows_follow_the_running_torchs_sdpa(monkeypatch, path):
         (torch.float16, torch.bfloat16, False),
         (torch.float64, torch.float16, False),
     ],
+    ids=["fp32_mask-bf16_query", "fp16_mask-bf16_query", "fp64_mask-fp16_query"],
 )
 @pytest.mark.parametrize("path", ["fia", "npu_fa", "sdpa-910a"])
 def test_float_mask_dtypes_as_sdpa_takes_them(monkeypatch, mask_dtype, query_dtype, takes, path):
