@@ -13,11 +13,17 @@ from __future__ import annotations
 
 import types
 import weakref
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from .. import config as _config
 from . import _compat
+
+if TYPE_CHECKING:
+    import torch
+
+    from .backend import AscendBackend
+    from .report import FusionReport
 
 __all__ = [
     "NOT_BY_NAME",
@@ -111,7 +117,9 @@ def options_config(options: Mapping[str, Any] | None = None, *, mode: str | None
         raise TypeError(f"backend='ascend': unknown option(s) {unknown}; valid: {list(OPTIONS)}.{hints}")
     if mode is not None:
         if "mode" in fields:  # torch refuses mode= with options=, but a direct call may pass both
-            raise ValueError("backend='ascend': mode given twice (torch.compile's mode= and options['mode']); give one.")
+            raise ValueError(
+                "backend='ascend': mode given twice (torch.compile's mode= and options['mode']); give one."
+            )
         fields["mode"] = mode
     try:
         cfg = _config.AscendConfig(compile="model", **fields)  # every field's rule, and the contradictions
@@ -121,7 +129,9 @@ def options_config(options: Mapping[str, Any] | None = None, *, mode: str | None
     return cfg
 
 
-def backend_from_options(options: Mapping[str, Any] | None = None, *, mode: str | None = None, verify: bool = True):
+def backend_from_options(
+    options: Mapping[str, Any] | None = None, *, mode: str | None = None, verify: bool = True
+) -> AscendBackend:
     """An `AscendBackend` configured as ``torch.compile(..., backend="ascend", options=options)`` would
     be, for stacks that pass backend objects (as cache-dit passes MindIE SD's ``MindieSDBackend()``).
     Unlike the name, it validates now and can be shared across several torch.compile calls.
@@ -150,7 +160,14 @@ def backend_from_options(options: Mapping[str, Any] | None = None, *, mode: str 
     return AscendBackend(options_config(options, mode=mode), verify=verify)
 
 
-def ascend_backend(gm, example_inputs, *, options: Mapping[str, Any] | None = None, mode: str | None = None, **kwargs):
+def ascend_backend(
+    gm: torch.fx.GraphModule,
+    example_inputs: list[Any],
+    *,
+    options: Mapping[str, Any] | None = None,
+    mode: str | None = None,
+    **kwargs: Any,
+) -> Callable:
     """The backend torch finds by the name ``"ascend"`` (entry point in ``torch_dynamo_backends``).
 
     Dynamo calls it once per graph; every graph of one torch.compile call goes to one `AscendBackend`
@@ -214,7 +231,7 @@ def _reset() -> None:
 ascend_backend.reset = _reset
 
 
-def named_backends(obj: Any) -> list:
+def named_backends(obj: Any) -> list[AscendBackend]:
     """The `AscendBackend`s that ``backend="ascend"`` made for `obj` and its submodules, each once."""
     import torch
 
@@ -239,7 +256,7 @@ def named_backends(obj: Any) -> list:
     return list(found.values())
 
 
-def compiled_report(obj: Any):
+def compiled_report(obj: Any) -> FusionReport | None:
     """The `FusionReport` of what ``torch.compile(..., backend="ascend")`` compiled for `obj`: merged
     over the backends of `obj` and of its submodules (e.g. the blocks ``compile_repeated_blocks``
     compiles in place), or None when none was compiled by name.

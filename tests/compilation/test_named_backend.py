@@ -135,7 +135,9 @@ def test_one_backend_per_torch_compile_call():
     norm = torch.nn.RMSNorm(8)
     options = {"fusions": ["rms_norm"], "executor": "eager"}
     first = torch.compile(norm, backend="ascend", options=options, dynamic=False)
-    second = torch.compile(norm, backend="ascend", options={"fusions": ["rms_norm"], "executor": "eager", "on_error": "raise"})
+    second = torch.compile(
+        norm, backend="ascend", options={"fusions": ["rms_norm"], "executor": "eager", "on_error": "raise"}
+    )
     with torch.no_grad():
         first(torch.randn(2, 8))
         first(torch.randn(3, 8))  # static shapes: a second graph
@@ -147,7 +149,9 @@ def test_one_backend_per_torch_compile_call():
 
 
 def test_reset_reaches_the_backends_by_name():
-    compiled = torch.compile(torch.nn.RMSNorm(8), backend="ascend", options={"fusions": ["rms_norm"], "executor": "eager"})
+    compiled = torch.compile(
+        torch.nn.RMSNorm(8), backend="ascend", options={"fusions": ["rms_norm"], "executor": "eager"}
+    )
     with torch.no_grad():
         compiled(torch.randn(2, 8))
     (backend,) = named_backends(compiled)
@@ -204,6 +208,28 @@ def test_bad_options_are_refused_before_anything_compiles(options, exc, names):
         assert _dynamo_config() == before and torch._inductor.config.get_config_copy() == inductor_before
 
 
+def test_the_entry_point_is_declared_as_torch_looks_it_up():
+    """pyproject's entry point names this module's callable (a rename would need the venv reinstalled)."""
+    import pathlib
+
+    import tomllib
+
+    pyproject = tomllib.loads((pathlib.Path(__file__).parents[2] / "pyproject.toml").read_text())
+    target = pyproject["project"]["entry-points"]["torch_dynamo_backends"]["ascend"]
+    module, _, attr = target.partition(":")
+    assert getattr(__import__(module, fromlist=[attr]), attr) is ascend_backend
+
+
+@pytest.mark.parametrize("fn", [ascend_backend, backend_from_options, compiled_report, options_config])
+def test_public_functions_are_annotated_with_examples(fn):
+    import inspect
+
+    sig = inspect.signature(fn)
+    assert sig.return_annotation is not inspect.Signature.empty
+    assert [p.name for p in sig.parameters.values() if p.annotation is inspect.Parameter.empty] == []
+    assert ">>>" in fn.__doc__
+
+
 def test_every_config_field_is_an_option_or_refused_with_a_reason():
     from dataclasses import fields
 
@@ -223,6 +249,7 @@ def test_mode_and_torch_arguments():
 
 def test_name_labels_the_graphs():
     """torch 2.15 passes torch.compile's ``name=`` to backends; called as it does."""
+
     class Norm(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -248,7 +275,7 @@ def test_name_labels_the_graphs():
 FRESH_PROCESS = r"""
 import json, sys
 import torch
-from diffusers.models.transformers.transformer_flux import FluxTransformerBlock
+from diffusers.models.transformers.transformer_flux import FluxPosEmbed, FluxTransformerBlock
 
 torch.manual_seed(0)
 block = FluxTransformerBlock(dim=32, num_attention_heads=2, attention_head_dim=16).eval()
@@ -256,7 +283,6 @@ gen = torch.Generator().manual_seed(1)
 hidden, enc, temb = (torch.randn(1, n, 32, generator=gen) for n in (16, 8, 1))
 temb = temb[:, 0]
 ids = torch.cat([torch.zeros(8, 3), torch.stack(torch.meshgrid(torch.zeros(1), torch.arange(4.0), torch.arange(4.0), indexing="ij"), -1).reshape(16, 3)])
-from diffusers.models.embeddings import FluxPosEmbed
 rope = FluxPosEmbed(theta=10000, axes_dim=[4, 4, 8])(ids)
 kwargs = dict(hidden_states=hidden, encoder_hidden_states=enc, temb=temb, image_rotary_emb=rope)
 assert "diffusers_ascend" not in sys.modules
