@@ -129,6 +129,19 @@ def test_compile_repeated_blocks_by_name():
     assert {f: report.matches[f] for f in GRAPH_PASS_FUSIONS} == {f: theirs.matches[f] for f in GRAPH_PASS_FUSIONS}
 
 
+def test_report_of_a_pipeline_covers_its_components():
+    from diffusers_ascend.tiny import tiny_flux_pipeline
+
+    pipe = tiny_flux_pipeline()
+    assert compiled_report(pipe) is None
+    pipe.transformer.compile_repeated_blocks(backend="ascend", options={"fusions": ["adaln"], "executor": "eager"})
+    with torch.no_grad():
+        pipe.transformer(**flux_model_inputs())
+    report = compiled_report(pipe)
+    d, s = EXPECTED_BLOCK_COUNTS["flux_double"]["adaln"], EXPECTED_BLOCK_COUNTS["flux_single"]["adaln"]
+    assert report.matches == {"adaln": d + s} == compiled_report(pipe.transformer).matches
+
+
 def test_one_backend_per_torch_compile_call():
     """Every graph of one torch.compile call (here a recompile) goes to one backend and one report;
     another torch.compile call gets its own."""
