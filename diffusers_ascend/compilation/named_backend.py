@@ -2,7 +2,7 @@
 
 The package declares ``ascend`` in the ``torch_dynamo_backends`` entry points (pyproject.toml), so
 torch finds `ascend_backend` in a process that never imported diffusers_ascend, as it finds
-torch_npu's ``npugraph_ex``; ``torch._dynamo.list_backends()`` lists it. ``options`` are the
+torch_npu's ``npugraph_ex``; dynamo's ``list_backends`` lists it. ``options`` are the
 `AscendConfig` fields a backend uses (`OPTIONS`), validated by the config's own rules.
 
 What a backend by name cannot do that `enable_ascend_compile` does (layer swaps, attention, per-block
