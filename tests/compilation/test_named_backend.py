@@ -260,6 +260,17 @@ def test_mode_and_torch_arguments():
         ascend_backend(torch.fx.symbolic_trace(torch.nn.ReLU()), [torch.randn(2)], backend_kwarg=1)
 
 
+def test_torch_compile_mode_reaches_the_backend():
+    """torch.compile's ``mode=`` (alone: torch refuses it with ``options=``) is the backend's Inductor mode."""
+    compiled = torch.compile(torch.nn.ReLU(), backend="ascend", mode="max-autotune-no-cudagraphs")
+    with torch.no_grad():
+        compiled(torch.randn(4))
+    (backend,) = named_backends(compiled)
+    assert backend.config.mode == "max-autotune-no-cudagraphs"
+    with pytest.raises(RuntimeError, match="Either mode or options"):
+        torch.compile(torch.nn.ReLU(), backend="ascend", mode="max-autotune", options={"fusions": "all"})
+
+
 def test_name_labels_the_graphs():
     """torch 2.15 passes torch.compile's ``name=`` to backends; called as it does."""
 
