@@ -82,7 +82,7 @@ def multiple_of_16(text: str) -> int:
 # them against the modules) so that --help imports no torch ------------------------------------------
 
 _E2E_MODELS = ("flux", "wan", "wan-14b", "qwen-image")
-_E2E_VARIANTS = ("eager", "ascend", "ascend+graph", "regional", "mindiesd")
+_E2E_VARIANTS = ("eager", "ascend", "ascend+graph", "regional", "ascend-by-name", "mindiesd")
 _GRAPH_CONFIGS = (
     "eager",
     "eager_capture",
@@ -120,6 +120,12 @@ def _e2e_flags(p: argparse.ArgumentParser) -> None:
         help=f"variants to run, of {', '.join(_E2E_VARIANTS)} (default: all; eager always runs, as the reference)",
     )
     p.add_argument("--seed", type=int, default=0, help="seeds the weights, embeddings and latents (default 0)")
+    p.add_argument(
+        "--fusions",
+        default="auto",
+        help="fusions of ascend, ascend+graph and ascend-by-name: auto, all, none or names, e.g. rms_norm,rope "
+        "(default auto: none on a CPU)",
+    )
     p.add_argument("--out", default="bench-results", help="output folder (default bench-results)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
 

@@ -935,3 +935,67 @@ def compiled_code_entries(code) -> int:
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
     return len(_debug_get_cache_entry_list(code))
+
+
+# torch.compile with a backend given by name or as a function builds one `torch._TorchCompileWrapper`
+# per call and calls the backend from the wrapper's `__call__` as `compiler_fn(gm, inputs, **kwargs)`
+# (2.6 to 2.15). Dynamo wraps that wrapper in its own callables, each pointing at the next by
+# `_torchdynamo_orig_callable` (2.6) or `_torchdynamo_orig_backend` (2.13 on).
+_ORIG_BACKEND_ATTRS = ("_torchdynamo_orig_backend", "_torchdynamo_orig_callable")
+
+
+def calling_compile_wrapper(max_depth: int = 8) -> Any:
+    """The ``torch._TorchCompileWrapper`` whose ``__call__`` is up the stack of the caller (the one
+    torch.compile call a graph handed to a named backend belongs to), or None (e.g. a backend
+    called by ``torch._dynamo.optimize(name)`` or directly)."""
+    wrapper_cls = getattr(torch, "_TorchCompileWrapper", None)
+    code = getattr(vars(wrapper_cls).get("__call__") if wrapper_cls is not None else None, "__code__", None)
+    if code is None:
+        return None
+    frame = sys._getframe(1)
+    for _ in range(max_depth):
+        if frame is None:
+            return None
+        if frame.f_code is code:
+            wrapper = frame.f_locals.get("self")
+            return wrapper if isinstance(wrapper, wrapper_cls) else None
+        frame = frame.f_back
+    return None
+
+
+def _compile_wrapper_from(obj: Any) -> Any:
+    wrapper_cls = getattr(torch, "_TorchCompileWrapper", None)
+    seen = set()
+    while obj is not None and id(obj) not in seen:
+        seen.add(id(obj))
+        if wrapper_cls is not None and isinstance(obj, wrapper_cls):
+            return obj
+        obj = next((getattr(obj, a) for a in _ORIG_BACKEND_ATTRS if getattr(obj, a, None) is not None), None)
+    return None
+
+
+def compile_wrapper_of(compiled: Any) -> Any:
+    """The ``torch._TorchCompileWrapper`` torch.compile built for `compiled`, or None.
+
+    Args:
+        compiled: an ``OptimizedModule`` (``torch.compile(module)``), or the function torch.compile
+            returned for a function (also a module's ``_compiled_call_impl`` after ``module.compile()``).
+    """
+    if "torch._dynamo" not in sys.modules:  # nothing was compiled
+        return None
+    from torch._dynamo.eval_frame import OptimizedModule, _TorchDynamoContext
+
+    if isinstance(compiled, OptimizedModule):
+        return _compile_wrapper_from(getattr(getattr(compiled, "dynamo_ctx", None), "callback", None))
+    # The function holds its context (and, on 2.6, the context's callback) in its closure.
+    for cell in getattr(compiled, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(value, _TorchDynamoContext):
+            value = getattr(value, "callback", None)
+        found = _compile_wrapper_from(value) if not isinstance(value, torch.nn.Module) else None
+        if found is not None:
+            return found
+    return None
