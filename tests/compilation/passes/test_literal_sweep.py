@@ -197,3 +197,35 @@ def test_the_sweep_writes_the_issues_look_alike():
 
     found = {(w.split(" -> ")[-1] if not eps else "eps") for w, _, _, eps in _look_alikes(AdaLNPattern("per_frame"))}
     assert {"2", "eps"} <= found, found
+
+
+class PerFrameWithConstant(torch.nn.Module):
+    """Sana-WM's per-frame modulation with ``c + scale`` for ``1 + scale``: adaLN only for c = 1."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+
+    def forward(self, x, scale, shift):
+        y = torch.nn.functional.layer_norm(x, (16,), eps=1e-6).reshape(x.shape[0], scale.shape[1], -1, 16)
+        return (y * (self.c + scale) + shift).reshape(x.shape)
+
+
+@pytest.mark.parametrize("c", [2, 0.5, 1])
+def test_the_issues_per_frame_constants_in_a_first_process_and_from_the_cache(c, tmp_path, monkeypatch):
+    # #42: c = 2 and c = 0.5 fused as adaLN (max |compiled - eager| 3.02 and 1.51) in both processes.
+    from diffusers_ascend.compilation.passes import base, verdict
+
+    from .harness import run
+
+    monkeypatch.setenv(verdict.ENV, str(tmp_path))
+    x, scale, shift = torch.randn(2, 6, 16), torch.randn(2, 3, 1, 16), torch.randn(2, 3, 1, 16)
+    try:
+        for process in ("first", "from the pattern cache"):
+            base._registered_impl.cache_clear()
+            base._verified_impl.cache_clear()
+            run(PerFrameWithConstant(c), x, scale, shift, fusions=["adaln"], dtype=torch.float32, expected=int(c == 1))
+            assert process == "first" or list((tmp_path / "patterns").glob("*.json")), "no pattern file was read"
+    finally:
+        base._registered_impl.cache_clear()
+        base._verified_impl.cache_clear()
