@@ -4,7 +4,9 @@ A fusion is one file here (``XxxPattern`` variants and an ``XxxFusionPass``) plu
 `diffusers_ascend.fusions.TABLE`. Patterns are traced as their graphs were made (aot without
 decompositions, functionalized): plain ``fwd_only`` keeps in-place ops and silently matches nothing. Besides
 Inductor's exact re-trace, every pattern checks under fake tensors that the replacement returns
-the matched code's dtype and shape.
+the matched code's dtype and shape, and every traced pattern checks each match's ops, wiring and
+literals against its search function traced again (`FusionPattern.literal_mismatch`): patterns
+matched without the re-trace, or read from the pre-traced cache, take no look-alike.
 """
 
 from __future__ import annotations

@@ -10,8 +10,11 @@ the replacement's trace, our checks) is unchanged, so a cached graph finds the s
 
 Like Inductor's own serialized patterns (``torch/_inductor/fx_passes/serialized_patterns``), but
 stored as data, not Python: a file is JSON that names call targets from ``aten``, ``prims`` or
-``operator.getitem`` and holds literals of a few types; anything else makes the whole file
-ignored (the process traces, as without a cache). Nothing is executed or unpickled.
+``operator.getitem`` and holds literals of a few types. Nothing is executed or unpickled. A file
+is used only while its bytes have the sha256 recorded when it was written (beside the verdicts);
+any other file is dropped with a `PretracedCacheWarning` naming it, and the process traces and
+writes it anew. A self-check failing on graphs read from a file drops it and traces again before
+it blames torch (`base._verified_impl`).
 
 The file of one fusion is named by the sha256 of what its graphs depend on (torch's version and
 git revision, Python, the machine, the fusion's and the machinery's source: `FusionPass.source_hash`,
