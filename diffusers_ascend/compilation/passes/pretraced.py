@@ -30,12 +30,12 @@ from __future__ import annotations
 import json
 import operator
 import os
-import warnings
 from typing import Any
 
 import torch
 
-from ...errors import PREFIX, AscendWarning
+from ... import errors
+from ...errors import AscendWarning
 from . import verdict
 
 FORMAT = 1
@@ -196,10 +196,10 @@ class PretracedCacheWarning(AscendWarning):
 def distrust(path: str, why: str, *, dropped: bool = False) -> None:
     """Warns that the file at `path` is not used because `why`, and drops it (unless the caller
     `dropped` it already and the fresh trace rewrote it)."""
-    warnings.warn(
-        f"{PREFIX}the pre-traced pattern file {path} is not used: {why}. It is dropped and the patterns "
+    errors.warn(
+        f"the pre-traced pattern file {path} is not used: {why}. It is dropped and the patterns "
         "are traced again (the file is written anew).",
-        PretracedCacheWarning,
+        category=PretracedCacheWarning,
         stacklevel=3,
     )
     if not dropped:
