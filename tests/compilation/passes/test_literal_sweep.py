@@ -41,11 +41,15 @@ def _alternatives(value):
         return [v for v in (value + 1, value - 1, 2 * value, -value, 0, 1, 3) if v != value]
     if isinstance(value, float):
         return [v for v in (2 * value, value + 0.5, -value, 0.0) if v != value]
-    return []
+    return [v for v in _OTHER_STRINGS.get(value, ()) if v != value] if isinstance(value, str) else []
+
+
+# String arguments with another valid value (GELU's approximation).
+_OTHER_STRINGS = {"tanh": ("none",), "none": ("tanh",)}
 
 
 def _literal_sites(graph: torch.fx.Graph):
-    """``(node index, path, value)`` of every int, float and bool argument of the graph's calls; a
+    """``(node index, path, value)`` of every int, float, bool and str argument of the graph's calls; a
     path is the argument's key (position or keyword) then its indices inside lists."""
     sites = []
 
@@ -53,7 +57,7 @@ def _literal_sites(graph: torch.fx.Graph):
         if isinstance(value, (list, tuple)):
             for i, v in enumerate(value):
                 walk(v, (*path, i), index)
-        elif isinstance(value, (bool, int, float)):
+        elif isinstance(value, (bool, int, float, str)):
             sites.append((index, path, value))
 
     for index, node in enumerate(graph.nodes):
