@@ -296,6 +296,23 @@ def match_kwarg(match, name: str, default: Any) -> Any:
     return match.kwargs.get(name, default)
 
 
+def size_hint(value: Any) -> int | float | None:
+    """The concrete value a (possibly symbolic) size or scalar stands for, without adding a guard;
+    None for an unbacked symbol (no value known at compile time). ``SymNode.hint`` on 2.6-2.15."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat)):
+        node = value.node
+        hint = node.hint if getattr(node, "has_hint", lambda: node.hint is not None)() else None
+        return None if hint is None else (int(hint) if isinstance(value, torch.SymInt) else float(hint))
+    return value
+
+
+def new_fake_mode():
+    """A fresh `FakeTensorMode` (static shapes): tensors with sizes and no data, to trace on."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode()
+
+
 def pattern_matcher_pass(name: str):
     """A new `PatternMatcherPass` named `name` (``pass_name`` exists from 2.5; ``subsystem`` is 2.9+)."""
     cls = require("pattern_matcher.PatternMatcherPass", lambda: _pm().PatternMatcherPass)
