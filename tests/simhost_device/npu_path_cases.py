@@ -142,8 +142,8 @@ def test_two_devices_as_on_a_two_card_host(host):
 
 
 def test_model_on_npu1_refuses_inputs_on_npu0(host):
-    """A tiny Flux transformer on npu:1 runs inputs on npu:1 (its output equal to CPU eager, on npu:1)
-    and refuses inputs left on npu:0, as a real multi-card host does."""
+    """A tiny Flux transformer on npu:1 runs inputs on npu:1 (its output equal to CPU eager, on npu:1),
+    eager and with our compile, and refuses inputs left on npu:0, as a real multi-card host does."""
     from diffusers_ascend.tiny import flux_model_inputs, tiny_flux_transformer
 
     inputs = flux_model_inputs()
@@ -155,6 +155,14 @@ def test_model_on_npu1_refuses_inputs_on_npu0(host):
     torch.testing.assert_close(out.cpu(), want, **FP32_TOL)
     with pytest.raises(RuntimeError, match="same device, but found at least two devices, npu:[01] and npu:[01]"):
         model(**_on("npu:0", inputs))
+    # Our compile on npu:1: the providers' torch_npu calls get npu:1 tensors, the output stays there.
+    diffusers_ascend.enable_ascend_compile(model, fusions="all")
+    out = model(**_on("npu:1", inputs))[0]
+    assert out.device == torch.device("npu", 1)
+    torch.testing.assert_close(out.cpu(), want, **FP32_TOL)
+    calls = [c for c in host.torch_npu.calls if c[0] != "npu_fusion_attention"]
+    devices = {v.device for _, bound in calls for v in bound.values() if isinstance(v, torch.Tensor)}
+    assert calls and devices == {torch.device("npu", 1)}, devices
 
 
 def test_fusions_all_two_steps_match_cpu_eager(host, cpu_eager):
