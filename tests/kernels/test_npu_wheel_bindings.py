@@ -197,7 +197,8 @@ def _scope(node, parents):
     return node
 
 
-def op_call_sites(root: Path = ROOT) -> tuple[list[Site], list[str]]:
+@functools.cache
+def op_call_sites(root: Path = ROOT) -> tuple[tuple[Site, ...], tuple[str, ...]]:
     """Every op call site in ascend_kernels and diffusers_ascend (under ``root``), and the op
     references the scan cannot follow (neither called where named, nor bound to a local name that
     is called, nor a ``.default._schema`` read)."""
@@ -232,7 +233,7 @@ def op_call_sites(root: Path = ROOT) -> tuple[list[Site], list[str]]:
                     unfollowed.append(f"{rel}:{node.lineno} {ast.unparse(parent)}")
             elif not (isinstance(parent, ast.Attribute) and parent.attr in ("_schema", "default")):  # schema reads
                 unfollowed.append(f"{rel}:{node.lineno} {ast.unparse(parent)[:80]}")
-    return sites, unfollowed
+    return tuple(sites), tuple(unfollowed)
 
 
 # -- the call sites: driven through the package ----------------------------------------------------
@@ -427,7 +428,7 @@ def binding_failures(calls, schemas: dict[str, dict[str, str]]) -> list[str]:
 def test_the_scan_finds_every_op_call_site():
     """The scan sees each call form the package uses (and follows or reports every op reference)."""
     sites, unfollowed = op_call_sites()
-    assert unfollowed == [], "op references the scan cannot follow to a call: extend op_call_sites"
+    assert unfollowed == (), "op references the scan cannot follow to a call: extend op_call_sites"
     found = {(s.path, s.function, s.op) for s in sites}
     assert {
         ("ascend_kernels/npu/kernels.py", "rms_norm", "npu_rms_norm"),
@@ -465,7 +466,7 @@ def test_a_call_site_added_later_is_found_and_fails_until_driven(tmp_path):
         ("dynamic_quant", "npu_dynamic_quant", 6),
         ("quant_matmul", "npu_quant_matmul", 3),
     ]
-    assert unfollowed == ["ascend_kernels/npu/quant.py:8 [torch.ops.npu.npu_anti_quant]"]
+    assert unfollowed == ("ascend_kernels/npu/quant.py:8 [torch.ops.npu.npu_anti_quant]",)
     calls = [c for stack in STACKS for c in recorded(stack)[0]]
     assert len(undriven(sites, calls)) == 2
     driven = Call("a new case", "torch_npu", "npu_quant_matmul", (), {}, "ascend_kernels/npu/quant.py", 3)
