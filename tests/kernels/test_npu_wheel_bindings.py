@@ -238,8 +238,10 @@ def op_call_sites(root: Path = ROOT) -> tuple[tuple[Site, ...], tuple[str, ...]]
 
 # -- the call sites: driven through the package ----------------------------------------------------
 # The torch_npu stacks the calls are bound against: the wheels, and the newest wheel with op-plugin
-# 6.0.0's npu_rotary_mul (no rotary_mode), which the rope provider gates to its other call.
-STACKS = (*WHEELS, "6.0.0")
+# 6.0.0's npu_rotary_mul (no rotary_mode: the rope provider gates to its other call) or 7.0.0's
+# (rotary_mode, no rotate).
+STACKS = (*WHEELS, "6.0.0", "7.0.0")
+_ROPE_STACKS = (*WHEELS, "7.0.0")
 
 
 def _randn(*shape, dtype=torch.bfloat16):
@@ -284,8 +286,8 @@ CASES = (
     Case("rms_norm, no weight", lambda mp: ops.rms_norm(_randn(2, 13, 64), None, 1e-6, None)),
     Case("add_rms_norm", lambda mp: ops.add_rms_norm(_randn(2, 13, 64), _randn(2, 13, 64), _randn(64), 1e-6, None)),
     Case("probe: npu_rms_norm takes an fp32 gamma?", _probe_fp32_gamma),
-    Case("rope, interleaved", lambda mp: _rope("interleaved")),
-    Case("rope, half", lambda mp: _rope("half")),
+    Case("rope, interleaved", lambda mp: _rope("interleaved"), stacks=_ROPE_STACKS),
+    Case("rope, half", lambda mp: _rope("half"), stacks=_ROPE_STACKS),
     Case("rope, op-plugin 6.0.0 (no rotary_mode)", lambda mp: _rope("half"), stacks=("6.0.0",)),
     Case("gelu_tanh", lambda mp: ops.gelu_tanh(_randn(2, 13, 64))),
     Case("fast_gelu", lambda mp: ops.fast_gelu(_randn(2, 13, 64))),
