@@ -202,7 +202,7 @@ class StandInTorchNpu(types.ModuleType):
         }
         for name, schema in SCHEMAS[version].items():
             setattr(self, name, _Packet(self, schema, impls[name]))
-        npu_attention_ops()
+        npu_attention_ops(self.wheel)
         self.fia = tuple(fia)
         ops = {"v1": "npu_fused_infer_attention_score", "v2": "npu_fused_infer_attention_score_v2"}
         for v in self.fia:
@@ -428,7 +428,7 @@ FIA_SCHEMAS = {
 }
 # What diffusers' "_native_npu" backend calls.
 FUSION_ATTENTION_SCHEMA = CONTRACTS["torch_npu"][NEWEST]["schemas"]["npu_fusion_attention"]
-_NPU_LIB: list = []
+_NPU_LIB: dict = {}  # "lib": the Library of the npu:: attention ops, "schemas": the schema strings it defined
 
 
 def _current() -> StandInTorchNpu | None:
@@ -654,19 +654,29 @@ def _fusion_attention_fake(query, *args, **kw):
     return torch.empty_like(query), z, z.clone(), z.clone(), 0, 0, 0
 
 
-def npu_attention_ops() -> None:
+def npu_attention_ops(wheel: str = NEWEST) -> None:
     """Defines ``npu::npu_fused_infer_attention_score`` (+ ``_v2``) and ``npu::npu_fusion_attention``
-    once per process (torch_npu's schemas, CPU kernels of the documented semantics, fake impls)."""
-    if _NPU_LIB:
+    with ``wheel``'s schemas (CPU kernels of the documented semantics, fake impls); once per process
+    and set of schema strings: a wheel whose schemas differ from those defined replaces them."""
+    schemas = {op: CONTRACTS["torch_npu"][wheel]["schemas"][op] for op in _ATTENTION_IMPLS}
+    if _NPU_LIB.get("schemas") == schemas:
         return
+    if _NPU_LIB:
+        namespace = torch.ops.npu
+        for op in _ATTENTION_IMPLS:  # torch 2.10's _destroy removes each name from the namespace's _dir
+            if hasattr(namespace, op) and op not in namespace._dir:
+                namespace._dir.append(op)
+        _NPU_LIB.pop("lib")._destroy()
     lib = torch.library.Library("npu", "FRAGMENT")  # noqa: TOR901  (test-only stand-in of torch_npu's namespace)
-    for schema, impl, fake in (
-        (FIA_SCHEMAS["v1"], _fia_v1, _fia_fake),
-        (FIA_SCHEMAS["v2"], _fia_v2, _fia_fake),
-        (FUSION_ATTENTION_SCHEMA, _fusion_attention, _fusion_attention_fake),
-    ):
-        name = schema.split("(", 1)[0]
-        lib.define(schema)
-        lib.impl(name, impl, "CPU")
-        torch.library.register_fake(f"npu::{name}", fake, lib=lib)
-    _NPU_LIB.append(lib)
+    for op, (impl, fake) in _ATTENTION_IMPLS.items():
+        lib.define(schemas[op])
+        lib.impl(op, impl, "CPU")
+        torch.library.register_fake(f"npu::{op}", fake, lib=lib)
+    _NPU_LIB.update(lib=lib, schemas=schemas)
+
+
+_ATTENTION_IMPLS = {
+    "npu_fused_infer_attention_score": (_fia_v1, _fia_fake),
+    "npu_fused_infer_attention_score_v2": (_fia_v2, _fia_fake),
+    "npu_fusion_attention": (_fusion_attention, _fusion_attention_fake),
+}
