@@ -14,6 +14,7 @@ import torch
 
 from .. import _diffusers_compat as dc
 from ..attention.setup import report_attention, restore_attention, set_attention
+from ..enabled import ASCEND_CONFIG_KEY, EnabledModel, state_of
 from .block_compile import Backends, compile_in_place, is_ours
 from .diagnostics import (
     foreign_compiles,
@@ -26,7 +27,6 @@ from .diagnostics import (
 )
 from .limits import DYNAMO_DEFAULT_RECOMPILE_LIMIT, hold_recompile_limit, release_recompile_limit
 from .models import is_pipeline, models_of, outer_compiled, set_config_key
-from .state import ASCEND_CONFIG_KEY, EnabledModel, state_of
 
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline, ModelMixin

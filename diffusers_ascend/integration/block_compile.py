@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
+from ..enabled import EnabledModel
 from ..errors import warn
-from .state import EnabledModel
 
 
 def _block_call(module, /, *args, **kwargs):

@@ -10,9 +10,9 @@ from typing import Any
 import torch
 
 from .. import _diffusers_compat as dc
+from ..enabled import EnabledModel
 from ..errors import warn
 from .block_compile import is_ours
-from .state import EnabledModel
 
 
 class RunMarker:

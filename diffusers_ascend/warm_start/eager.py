@@ -33,8 +33,8 @@ from typing import Any
 import torch
 
 from ..compilation import _compat
+from ..enabled import EnabledModel
 from ..errors import warn
-from ..integration.state import EnabledModel
 from .packages import (
     AotBlock,
     CallSignature,
