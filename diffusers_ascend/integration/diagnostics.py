@@ -209,6 +209,8 @@ def note_unswapped(
                 f"{len(mods)} {mods[0][1]} object(s) kept, not fused by the {fusion!r} swap (first: "
                 f"{mods[0][0] or '<root>'}): {patch}; the fused class would replace that code"
             )
+            if state.config.compile != "none" and fusion == "rope":
+                reason += "; the rope graph pass still fuses the rope that code computes (see matches['rope'])"
         warn(f"{name or type(model).__name__}: {reason}")
         state.fallbacks.append(_fallback(_prefixed(name, f"<{fusion} swaps>"), reason, {fusion: len(mods)}))
 

@@ -494,3 +494,81 @@ def test_cache_dit_async_ulysses_processor_is_kept():
         "cache_dit" in got["fallbacks"][0]["reason"] and "FluxAttnProcessor.__call__" in got["fallbacks"][0]["reason"]
     )
     assert any("kept, not fused by the 'rope' swap" in w for w in got["warnings"])
+
+
+_CACHE_DIT_ULYSSES_COMPILED = """
+import json, sys, warnings, torch
+import diffusers_ascend
+from ascend_kernels.testing import assert_close
+
+model_name = sys.argv[1]
+if model_name == "wan":
+    from cache_dit import ParallelismConfig
+    from cache_dit.distributed.transformers.wan import WanContextParallelismPlanner
+    from diffusers_ascend.tiny import tiny_wan_transformer as make, wan_model_inputs as inputs
+
+    model = make()
+    # What cache-dit's Wan context-parallel planner runs for ParallelismConfig(ulysses_size=N): a
+    # class-level patch of WanAttnProcessor.__call__; `_cp_config` is what its parallelize step sets
+    # on each processor (None: this one process, no all-to-all).
+    WanContextParallelismPlanner()._apply(model, ParallelismConfig(ulysses_size=2))
+    for p in model.attn_processors.values():
+        p._cp_config = None
+else:
+    from cache_dit.distributed.async_ulysses import AsyncUlyssesRegistry
+    from diffusers_ascend.tiny import tiny_flux_transformer as make, flux_model_inputs as inputs
+
+    model = make()
+    assert AsyncUlyssesRegistry.apply(model)  # ParallelismConfig(ulysses_async=True)'s class-level patch
+with torch.no_grad():
+    ref = model(**inputs())[0]
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    diffusers_ascend.enable_ascend_compile(model, fusions="all", executor="eager")
+with torch.no_grad():
+    out = model(**inputs())[0]
+assert_close(out, ref, dtype=torch.float32)
+report = diffusers_ascend.ascend_report(model)
+print(json.dumps({"fallbacks": [[fb.module, fb.lost] for fb in report.fallbacks],
+                  "matches": {f: n for f, n in report.matches.items() if n}, "swaps": report.swaps,
+                  "processors": sorted({type(p).__name__ for p in model.attn_processors.values()})}))
+"""
+
+
+@pytest.mark.parametrize(
+    "model,processor,rope_kept,matches",
+    [
+        # Wan: 2 blocks x (self + cross) processors kept; the rope runs in the self-attention only.
+        ("wan", "WanAttnProcessor", 4, {"rope": 2, "adaln": 2, "mul_add": 2}),
+        ("flux", "FluxAttnProcessor", 2, {"rope": 4, "adaln": 5, "mul_add": 5}),
+    ],
+)
+def test_cache_dit_ulysses_processors_are_kept_and_their_rope_fused_in_the_graph(model, processor, rope_kept, matches):
+    """cache-dit's Ulysses on Wan (and its async Ulysses on Flux) patch the processor class's
+    ``__call__``: our fused-rope processor would bypass that code (the all-to-all), so the swap is
+    left out and reported; with compilation on (the default) the rope graph pass fuses the rope that
+    code computes, so the rope is fused after all, inside cache-dit's processor."""
+    import importlib.util
+    import json
+    import os
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("cache_dit") is None:
+        pytest.skip("cache-dit is not installed")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(
+        [sys.executable, "-c", _CACHE_DIT_ULYSSES_COMPILED, model],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["processors"] == [processor]  # cache-dit's patched class kept
+    assert got["fallbacks"] == [["<rope swaps>", {"rope": rope_kept}]]
+    assert "rope" not in got["swaps"]
+    assert got["matches"] == matches  # the rope fused by the graph pass, in cache-dit's code
