@@ -471,22 +471,14 @@ print(json.dumps({"warnings": [str(w.message) for w in caught], "fallbacks": rep
 
 def test_cache_dit_async_ulysses_processor_is_kept():
     import importlib.util
-    import json
-    import os
-    import subprocess
-    import sys
+
+    from tests.integration._fresh_process import run_json
 
     if importlib.util.find_spec("cache_dit") is None:
         pytest.skip("cache-dit is not installed")
     # Its own process: importing cache-dit registers attention backends and patches diffusers'
     # classes for the rest of the process.
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run(
-        [sys.executable, "-c", _CACHE_DIT_ASYNC_ULYSSES], capture_output=True, text=True, env=env, cwd=root, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+    got = run_json(_CACHE_DIT_ASYNC_ULYSSES, timeout=300)
     assert got["processors"] == ["FluxAttnProcessor"]  # cache-dit's patched class, not our fused one
     assert "rope" not in got["swaps"]
     assert [fb["module"] for fb in got["fallbacks"]] == ["<rope swaps>"]
@@ -549,25 +541,12 @@ def test_cache_dit_ulysses_processors_are_kept_and_their_rope_fused_in_the_graph
     left out and reported; with compilation on (the default) the rope graph pass fuses the rope that
     code computes, so the rope is fused after all, inside cache-dit's processor."""
     import importlib.util
-    import json
-    import os
-    import subprocess
-    import sys
+
+    from tests.integration._fresh_process import run_json
 
     if importlib.util.find_spec("cache_dit") is None:
         pytest.skip("cache-dit is not installed")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run(
-        [sys.executable, "-c", _CACHE_DIT_ULYSSES_COMPILED, model],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=root,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+    got = run_json(_CACHE_DIT_ULYSSES_COMPILED, model)
     assert got["processors"] == [processor]  # cache-dit's patched class kept
     assert got["fallbacks"] == [["<rope swaps>", {"rope": rope_kept}]]
     assert "rope" not in got["swaps"]

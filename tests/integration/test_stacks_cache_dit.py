@@ -14,16 +14,13 @@ cases run in one subprocess per backend form.
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 
+from tests.integration._fresh_process import run_json
+
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("cache_dit") is None, reason="cache-dit is not installed")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # form -> Python expression (in the subprocess) for torch.compile's backend keywords.
 BACKENDS = {
     "object": "object_backend()",  # AscendBackend(AscendConfig(fusions="all", executor="eager"))
@@ -65,17 +62,7 @@ print(json.dumps(out))
 @pytest.fixture(scope="module", params=list(BACKENDS))
 def results(request):
     script = _SCRIPT.replace("(BACKEND)", BACKENDS[request.param]).replace("STEPS", str(STEPS))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run(
-        [sys.executable, "-c", script, request.param, *CASES],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_json(script, request.param, *CASES, timeout=900)
 
 
 # The graph fusions made, per case. Under the NPU compile call the whole transformer is one dynamo
