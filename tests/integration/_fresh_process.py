@@ -21,3 +21,18 @@ def run_json(script: str, *argv: str, timeout: float = 600) -> Any:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def join_or_fail(ctx, timeout_s: float) -> None:
+    """Waits for the processes of `ctx` (``torch.multiprocessing.start_processes(..., join=False)``);
+    past `timeout_s` kills them and fails the test (a hung collective never hangs the suite)."""
+    import time
+
+    import pytest
+
+    deadline = time.monotonic() + timeout_s
+    while not ctx.join(timeout=5):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            pytest.fail(f"the {len(ctx.processes)} processes did not finish in {timeout_s} s")

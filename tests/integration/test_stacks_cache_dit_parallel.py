@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
 import traceback
 
 import pytest
 import torch
 import torch.multiprocessing as mp
 
+from tests.integration._fresh_process import join_or_fail
+from tests.integration.test_npu_fia_parallel import _free_port
+
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("cache_dit") is None, reason="cache-dit is not installed")
 
 WORLD = 2
+TIMEOUT_S = 600
 # case -> (ParallelismConfig keywords, the graph fusions made on each rank, rope swaps left out).
 # Its async Ulysses on Flux is not here: given the transformer alone, cache-dit 1.5.3 finds no
 # context-parallel planner for FluxTransformer2DModel (ValueError); test_composition.py applies that
@@ -81,16 +84,13 @@ def _worker(rank: int, world: int, port: int, outdir: str) -> None:
         torch.distributed.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     outdir = str(tmp_path_factory.mktemp("cache_dit_parallel"))
-    mp.start_processes(_worker, args=(WORLD, _free_port(), outdir), nprocs=WORLD, start_method="spawn")
+    ctx = mp.start_processes(
+        _worker, args=(WORLD, _free_port(), outdir), nprocs=WORLD, join=False, start_method="spawn"
+    )
+    join_or_fail(ctx, TIMEOUT_S)
     return [torch.load(os.path.join(outdir, f"rank{r}.pt")) for r in range(WORLD)]
 
 
