@@ -177,7 +177,7 @@ def compile_in_place(module: torch.nn.Module, name: str, state: EnabledModel, cf
     else:
         scope = contextlib.nullcontext
 
-    def run(compiled, eager, *args, **kwargs):
+    def run(compiled, eager, *args, **kwargs):  # `compiled`: the block's call, or its forward (`below`)
         token = graph_label.set(label)
         graphs = []
         sink = compiled_graphs.set(graphs)  # the report entries of the graphs this call compiles
@@ -198,7 +198,9 @@ def compile_in_place(module: torch.nn.Module, name: str, state: EnabledModel, cf
         finally:
             compiled_graphs.reset(sink)
             graph_label.reset(token)
-        if state.record_signatures and graphs:  # this call compiled a graph
+        # A call that compiled a graph is packaged by `save_ascend_cache` (warm start), which replays
+        # the block's call: not the forward below a hook (its graphs are not packaged).
+        if state.record_signatures and graphs and compiled is compiled_call:
             record_signature(state.signatures, label, module, args, kwargs)
         return out
 
