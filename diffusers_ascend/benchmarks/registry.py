@@ -191,6 +191,12 @@ def _warm_start_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeat", type=positive_int, default=1, help="runs per model, each from a new cold process")
 
 
+def _cache_dit_flags(p: argparse.ArgumentParser) -> None:
+    _out_flag("cache_dit")(p)
+    p.add_argument("--steps", type=positive_int, default=8, help="denoising steps")
+    p.add_argument("--taylorseer", action="store_true", help="add cache-dit's TaylorSeer calibrator (order 1)")
+
+
 # name -> benchmark. The suite entries (`function` set) run, in this order, under plain
 # ``diffusers-ascend bench``; the others are ``diffusers-ascend bench <name>``, in this order.
 REGISTRY: dict[str, Benchmark] = {
@@ -261,5 +267,11 @@ REGISTRY: dict[str, Benchmark] = {
         "bench_warm_start",
         arguments=_warm_start_flags,
         help="time to the first output of a fresh process, without and with saved compile artifacts",
+    ),
+    "cache_dit": Benchmark(
+        "cache_dit",
+        "bench_cache_dit",
+        arguments=_cache_dit_flags,
+        help="cache-dit's DBCache on a tiny Flux, alone and with our backend in its NPU compile call (needs cache-dit)",
     ),
 }

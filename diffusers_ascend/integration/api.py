@@ -107,8 +107,10 @@ def disable_model(model: torch.nn.Module) -> None:
         return
     from ..layers import restore_swaps
     from ..processors import unshare_processors
+    from .block_compile import restore_hooks
 
     for m in state.compiled:
+        restore_hooks(m)  # hooks whose call of the block's forward was rerouted to our compiled forward
         if is_ours(m, state):  # another compile since is the user's
             m._compiled_call_impl = None
     if state.backend is not None and state.backend.graph_capture is not None:
