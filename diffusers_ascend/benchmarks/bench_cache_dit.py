@@ -91,7 +91,7 @@ def cache_dit_flux(
         # cache-dit's `mindiesd_compile`: the whole transformer, dynamic=True, after its cache hooks.
         pipe.transformer = torch.compile(transformer, dynamic=True, **compile_kwargs)
         backend = compile_kwargs.get("backend")
-        report = getattr(backend, "report", None)
+        report = getattr(backend, "report", None)  # an object; by name the report is read after the calls
     elif how == "enable_ascend_compile":
         pipe.enable_ascend_compile(**OPTIONS)
     seconds, images = [], None
@@ -102,6 +102,10 @@ def cache_dit_flux(
             seconds.append(s)
     if how == "enable_ascend_compile":
         report = pipe.ascend_report()
+    elif how == "npu_compile_call" and isinstance(compile_kwargs.get("backend"), str):
+        from diffusers_ascend import compiled_report
+
+        report = compiled_report(pipe.transformer)
     stats = cache_dit.summary(transformer, logging=False)
     cached = sorted({s for st in stats for s in st.cached_steps})
     return dict(images=images, seconds=seconds, cached_steps=cached, report=report, compile_kwargs=compile_kwargs)

@@ -246,9 +246,12 @@ def named_backends(obj: Any) -> list[AscendBackend]:
         if isinstance(item, torch.nn.Module):
             for module in item.modules():
                 compiled.append(module)
-                call = module.__dict__.get("_compiled_call_impl")
-                if call is not None:
-                    compiled.append(call)
+                # module.compile() keeps its compiled call here; stacks that compile a bound forward
+                # (vLLM-Omni's regional compile, xDiT) set it on the instance as `forward`.
+                for attr in ("_compiled_call_impl", "forward"):
+                    call = module.__dict__.get(attr)
+                    if call is not None:
+                        compiled.append(call)
         for c in compiled:
             backend = getattr(_compat.compile_wrapper_of(c), _BACKEND_ATTR, None)
             if backend is not None:

@@ -6,8 +6,8 @@
 - cache-dit's DBCache, then ``pipe.enable_ascend_compile(...)``.
 
 Each: fused (exact counts), the same steps cached, images equal to the same stack without us.
-The backend is a parameter (`BACKENDS`): the by-name form (``backend="ascend", options={...}``) is
-one more entry. Importing cache-dit patches diffusers' classes for the rest of the process, so the
+The backend is a parameter (`BACKENDS`): the object, and the name (``backend="ascend",
+options={...}``, the report read back with ``compiled_report``). Importing cache-dit patches diffusers' classes for the rest of the process, so the
 cases run in one subprocess per backend form.
 """
 
@@ -24,6 +24,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("cache_dit") is None, r
 # form -> Python expression (in the subprocess) for torch.compile's backend keywords.
 BACKENDS = {
     "object": "object_backend()",  # AscendBackend(AscendConfig(fusions="all", executor="eager"))
+    "by_name": 'dict(backend="ascend", options=dict(fusions="all", executor="eager"))',
 }
 CASES = ("npu_compile_call-dbcache", "npu_compile_call-taylorseer", "enable_ascend_compile-dbcache")
 STEPS = 6

@@ -10,8 +10,9 @@ transformer with our backend where the stack puts its own: fused (exact counts) 
   (``submodule.compile(**kw)`` per matching block);
 - xDiT: ``torch.compile(transformer.forward, backend=...)``.
 
-The backend is a parameter (`BACKENDS`): the by-name form (``backend="ascend"`` with ``options=``)
-is one more entry.
+The backend is a parameter (`BACKENDS`): the object (``AscendBackend(AscendConfig(...))``, as
+cache-dit passes MindIE SD's) and the name (``backend="ascend"`` with ``options=``, the report read
+back with ``compiled_report(model)``).
 """
 
 from __future__ import annotations
@@ -20,13 +21,15 @@ import pytest
 import torch
 
 from ascend_kernels.testing import assert_close
-from diffusers_ascend import AscendBackend, AscendConfig
+from diffusers_ascend import AscendBackend, AscendConfig, compiled_report
 from diffusers_ascend.tiny import flux_model_inputs, tiny_flux_transformer
 
 OPTIONS = dict(fusions="all", executor="eager")  # "auto" fuses nothing on a CPU
-# form -> (torch.compile keywords, the report of what it compiled)
+# form -> (torch.compile keywords, the report of what it compiled on the model given)
 BACKENDS = {
-    "object": lambda: (lambda b: (dict(backend=b), lambda: b.report))(AscendBackend(AscendConfig(**OPTIONS))),
+    "object": lambda: (lambda b: (dict(backend=b), lambda model: b.report))(AscendBackend(AscendConfig(**OPTIONS))),
+    # by name, as a stack that only passes a string and a dict does: the report read back by name
+    "by_name": lambda: (dict(backend="ascend", options=dict(OPTIONS)), compiled_report),
 }
 
 
@@ -87,7 +90,7 @@ def test_a_stacks_compile_call_with_our_backend_is_fused_and_equal(shape, form):
     apply(model, kw)
     with torch.no_grad():
         out = model(**inputs)[0]
-    got = report()
+    got = report(model)
     assert {f: n for f, n in got.matches.items() if n} == expected
     assert got.graphs_compiled >= 1 and not got.fallbacks
     assert_close(out, ref, dtype=torch.float32)
