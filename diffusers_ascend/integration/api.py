@@ -301,7 +301,9 @@ def disable_ascend_compile(pipe_or_model: PipeOrModel) -> PipeOrModel:
 
 
 def ascend_report(pipe_or_model: DiffusionPipeline | ModelMixin) -> FusionReport | None:
-    """The `FusionReport` merged over every enabled model of `pipe_or_model` (None if not enabled).
+    """The `FusionReport` merged over every enabled model of `pipe_or_model`; for one that was not
+    enabled but compiled with ``backend="ascend"`` (``torch.compile`` or ``compile_repeated_blocks``),
+    the report of those compiles (`compiled_report`); None if neither.
 
     Args:
         pipe_or_model: a `DiffusionPipeline` or a diffusers `ModelMixin`.
@@ -332,4 +334,8 @@ def ascend_report(pipe_or_model: DiffusionPipeline | ModelMixin) -> FusionReport
         rep.record_upstream_fused(upstream_fused(model))
         report_attention(model, state, rep)
         reports.append(rep)
-    return FusionReport.merge(reports) if reports else None
+    if reports:
+        return FusionReport.merge(reports)
+    from ..compilation.named_backend import compiled_report
+
+    return compiled_report(pipe_or_model)

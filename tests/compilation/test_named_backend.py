@@ -134,12 +134,16 @@ def test_report_of_a_pipeline_covers_its_components():
 
     pipe = tiny_flux_pipeline()
     assert compiled_report(pipe) is None
+    assert diffusers_ascend.ascend_report(pipe) is None
     pipe.transformer.compile_repeated_blocks(backend="ascend", options={"fusions": ["adaln"], "executor": "eager"})
     with torch.no_grad():
         pipe.transformer(**flux_model_inputs())
     report = compiled_report(pipe)
     d, s = EXPECTED_BLOCK_COUNTS["flux_double"]["adaln"], EXPECTED_BLOCK_COUNTS["flux_single"]["adaln"]
     assert report.matches == {"adaln": d + s} == compiled_report(pipe.transformer).matches
+    # ascend_report, the enable path's reader, gives the same for what was compiled by name
+    assert diffusers_ascend.ascend_report(pipe).matches == report.matches
+    assert diffusers_ascend.ascend_report(pipe.transformer).matches == report.matches
 
 
 def test_one_backend_per_torch_compile_call():
