@@ -59,6 +59,7 @@ __all__ = [
     "make_boxed_func",
     "match_kwarg",
     "one_op_graph",
+    "op_overload",
     "pattern_matcher_pass",
     "register_replacement",
     "tree_flatten",
@@ -615,6 +616,28 @@ def export_to_json(program) -> bytes:
         "torch._export.serde.serialize", lambda: __import__("torch._export.serde.serialize", fromlist=["serialize"])
     )
     return serde.serialize(program).exported_program
+
+
+def op_overload(namespace: str, name: str, overload: str) -> Any:
+    """The registered operator overload ``namespace::name.overload`` (``default``: the unnamed
+    overload) as ``torch.ops.<namespace>.<name>.<overload>`` resolves it, or None when the
+    dispatcher registers no such overload or that path reaches another object.
+
+    The name is looked up in the dispatcher's registry (``_jit_get_operation``: the lookup behind
+    ``torch.ops``) before any attribute is read, so no attribute of ``torch.ops`` is read for a
+    name that is not an operator. ``_jit_get_operation`` returns ``(None, None)`` for an unknown
+    name on recent releases and raised ``RuntimeError`` on older ones: both mean none."""
+    try:
+        packet, overloads = torch._C._jit_get_operation(f"{namespace}::{name}")
+    except RuntimeError:
+        return None
+    if packet is None or ("" if overload == "default" else overload) not in (overloads or ()):
+        return None
+    op = getattr(getattr(getattr(torch.ops, namespace), name, None), overload, None)
+    if not isinstance(op, torch._ops.OpOverload):
+        return None
+    schema = op._schema
+    return op if (schema.name, schema.overload_name or "default") == (f"{namespace}::{name}", overload) else None
 
 
 def export_from_json(data: bytes | dict):
