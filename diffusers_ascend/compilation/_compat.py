@@ -958,3 +958,32 @@ def compiled_code_entries(code) -> int:
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
     return len(_debug_get_cache_entry_list(code))
+
+
+def guard_finalizers(code) -> list:
+    """The ``weakref.finalize`` callbacks that dynamo's guards of `code`'s compiled graphs hold.
+
+    Dynamo's ``CheckFunctionManager.id_ref`` registers, for each object a guard matches by
+    identity, a finalizer holding the manager (``partial(self.invalidate, ...)`` on 2.13+, the bound
+    ``self.invalidate`` before), and with it the guard tree, its code parts and user stacks: about
+    0.1-0.2 MiB per compiled block graph. Most of those objects (modules, classes, builtins) live as
+    long as the process, so the managers outlive the graphs they guarded, through
+    ``torch._dynamo.reset()`` too. Matched to `code` by the identity of its cache entries' guard
+    managers; an empty list where a release lays these out otherwise (nothing is released then)."""
+    import weakref
+
+    try:
+        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+        from torch._dynamo.guards import CheckFunctionManager
+    except ImportError:
+        return []
+    managers = {id(m) for m in (getattr(e, "guard_manager", None) for e in _debug_get_cache_entry_list(code)) if m}
+    if not managers:
+        return []
+    found = []
+    for fin, info in list(weakref.finalize._registry.items()):
+        func = getattr(info, "func", None)
+        owner = getattr(getattr(func, "func", func), "__self__", None)
+        if isinstance(owner, CheckFunctionManager) and id(getattr(owner, "guard_manager", None)) in managers:
+            found.append(fin)
+    return found

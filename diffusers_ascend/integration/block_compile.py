@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import threading
 import types
+import weakref
 from typing import Any
 
 import torch
@@ -45,6 +46,13 @@ class CompiledCall:
         self.backend, self.cfg = backend, cfg
         self.signatures: dict[str, list[tuple[Any, Any]]] = {}  # see `EnabledModel.signatures`
         self._wrapper = None
+        # The finalizers through which dynamo's guards of this code's graphs outlive them
+        # (`_compat.guard_finalizers`), released once the graphs are gone: on `drop`, on
+        # ``torch._dynamo.reset()`` (the backend's reset hook) and when this object is collected.
+        # Neither holds this object: the backend lives in dynamo until its reset.
+        self._guards: list[Any] = []
+        backend.reset_hooks.append(functools.partial(_release, None, self._guards))
+        weakref.finalize(self, _release, self.code, self._guards).atexit = False
 
     def __call__(self, module, *args, **kwargs):
         wrapper = self._wrapper
@@ -57,6 +65,17 @@ class CompiledCall:
                 wrapper = self._wrapper
         return wrapper(module, *args, **kwargs)
 
+    def track_guards(self) -> None:
+        """Records the guard finalizers of the graphs compiled so far (after a call that compiled)."""
+        from ..compilation._compat import guard_finalizers
+
+        known = {id(f) for f in self._guards}
+        self._guards.extend(f for f in guard_finalizers(self.code) if id(f) not in known)
+
+    def release_guards(self) -> None:
+        """Lets dynamo's guard records of graphs already freed go (their finalizers detached)."""
+        _release(None, self._guards)
+
     @property
     def code(self) -> types.CodeType:
         return self.fn.__code__
@@ -65,9 +84,22 @@ class CompiledCall:
         """Frees this config's compiled graphs (and device graphs); a later call compiles anew."""
         from ..compilation._compat import drop_compiled_code
 
+        self.track_guards()  # those of a compile that failed after its guards were built, too
         drop_compiled_code(self.code)
+        self.release_guards()
         if self.backend.graph_capture is not None:
             self.backend.graph_capture.clear()
+
+
+def _release(code, guards: list) -> None:
+    """Frees `code`'s graphs (when given), then the guard records `guards` kept alive. Detaching a
+    finalizer only skips dynamo's invalidation of a cache entry that no longer exists."""
+    if code is not None:
+        from ..compilation._compat import drop_compiled_code
+
+        drop_compiled_code(code)
+    while guards:
+        guards.pop().detach()
 
 
 # The configs whose compiled graphs a model keeps (least recently enabled dropped first): enabling
@@ -173,6 +205,8 @@ def compile_in_place(module: torch.nn.Module, name: str, state: EnabledModel, cf
         finally:
             compiled_graphs.reset(sink)
             graph_label.reset(token)
+        if compiled:  # this call compiled a graph: its guards now exist
+            compiled_call.track_guards()
         if state.record_signatures and compiled:  # this call compiled a graph
             record_signature(state.signatures, label, module, args, kwargs)
         return out
