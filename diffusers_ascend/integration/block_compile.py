@@ -49,9 +49,10 @@ class CompiledCall:
         # The finalizers through which dynamo's guards of this code's graphs outlive them
         # (`_compat.guard_finalizers`), released once the graphs are gone: on `drop`, on
         # ``torch._dynamo.reset()`` (the backend's reset hook) and when this object is collected.
-        # Neither holds this object: the backend lives in dynamo until its reset.
+        # Neither holds this object (the backend lives in dynamo until its reset); each drops the
+        # code's graphs before it detaches (after a reset: none left).
         self._guards: list[Any] = []
-        backend.reset_hooks.append(functools.partial(_release, None, self._guards))
+        backend.reset_hooks.append(functools.partial(_release, self.code, self._guards))
         weakref.finalize(self, _release, self.code, self._guards).atexit = False
 
     def __call__(self, module, *args, **kwargs):
@@ -72,32 +73,24 @@ class CompiledCall:
         known = {id(f) for f in self._guards}
         self._guards.extend(f for f in guard_finalizers(self.code) if id(f) not in known)
 
-    def release_guards(self) -> None:
-        """Lets dynamo's guard records of graphs already freed go (their finalizers detached)."""
-        _release(None, self._guards)
-
     @property
     def code(self) -> types.CodeType:
         return self.fn.__code__
 
     def drop(self) -> None:
         """Frees this config's compiled graphs (and device graphs); a later call compiles anew."""
-        from ..compilation._compat import drop_compiled_code
-
         self.track_guards()  # those of a compile that failed after its guards were built, too
-        drop_compiled_code(self.code)
-        self.release_guards()
+        _release(self.code, self._guards)
         if self.backend.graph_capture is not None:
             self.backend.graph_capture.clear()
 
 
 def _release(code, guards: list) -> None:
-    """Frees `code`'s graphs (when given), then the guard records `guards` kept alive. Detaching a
-    finalizer only skips dynamo's invalidation of a cache entry that no longer exists."""
-    if code is not None:
-        from ..compilation._compat import drop_compiled_code
+    """Frees `code`'s graphs, then the guard records `guards` kept alive: detaching a finalizer
+    only skips dynamo's invalidation of a cache entry that no longer exists."""
+    from ..compilation._compat import drop_compiled_code
 
-        drop_compiled_code(code)
+    drop_compiled_code(code)
     while guards:
         guards.pop().detach()
 
