@@ -59,6 +59,7 @@ __all__ = [
     "make_boxed_func",
     "match_kwarg",
     "one_op_graph",
+    "op_overload",
     "pattern_matcher_pass",
     "register_replacement",
     "tree_flatten",
@@ -634,6 +635,28 @@ def export_to_json(program) -> bytes:
     return serde.serialize(program).exported_program
 
 
+def op_overload(namespace: str, name: str, overload: str) -> Any:
+    """The registered operator overload ``namespace::name.overload`` (``default``: the unnamed
+    overload) as ``torch.ops.<namespace>.<name>.<overload>`` resolves it, or None when the
+    dispatcher registers no such overload or that path reaches another object.
+
+    The name is looked up in the dispatcher's registry (``_jit_get_operation``: the lookup behind
+    ``torch.ops``) before any attribute is read, so no attribute of ``torch.ops`` is read for a
+    name that is not an operator. ``_jit_get_operation`` returns ``(None, None)`` for an unknown
+    name on recent releases and raised ``RuntimeError`` on older ones: both mean none."""
+    try:
+        packet, overloads = torch._C._jit_get_operation(f"{namespace}::{name}")
+    except RuntimeError:
+        return None
+    if packet is None or ("" if overload == "default" else overload) not in (overloads or ()):
+        return None
+    op = getattr(getattr(getattr(torch.ops, namespace), name, None), overload, None)
+    if not isinstance(op, torch._ops.OpOverload):
+        return None
+    schema = op._schema
+    return op if (schema.name, schema.overload_name or "default") == (f"{namespace}::{name}", overload) else None
+
+
 def export_from_json(data: bytes | dict):
     """The ExportedProgram of `export_to_json` bytes (or of their parsed JSON object), with an empty
     state dict, no constants and no example inputs: nothing is unpickled (``deserialize`` reads
@@ -1016,3 +1039,32 @@ def compile_wrapper_of(compiled: Any) -> Any:
         if found is not None:
             return found
     return None
+
+
+def guard_finalizers(code) -> list:
+    """The ``weakref.finalize`` callbacks that dynamo's guards of `code`'s compiled graphs hold.
+
+    Dynamo's ``CheckFunctionManager.id_ref`` registers, for each object a guard matches by
+    identity, a finalizer holding the manager (``partial(self.invalidate, ...)`` on 2.13+, the bound
+    ``self.invalidate`` before), and with it the guard tree, its code parts and user stacks: about
+    0.1-0.2 MiB per compiled block graph. Most of those objects (modules, classes, builtins) live as
+    long as the process, so the managers outlive the graphs they guarded, through
+    ``torch._dynamo.reset()`` too. Matched to `code` by the identity of its cache entries' guard
+    managers; an empty list where a release lays these out otherwise (nothing is released then)."""
+    import weakref
+
+    try:
+        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+        from torch._dynamo.guards import CheckFunctionManager
+    except ImportError:
+        return []
+    managers = {id(m) for m in (getattr(e, "guard_manager", None) for e in _debug_get_cache_entry_list(code)) if m}
+    if not managers:
+        return []
+    found = []
+    for fin, info in list(weakref.finalize._registry.items()):
+        func = getattr(info, "func", None)
+        owner = getattr(getattr(func, "func", func), "__self__", None)
+        if isinstance(owner, CheckFunctionManager) and id(getattr(owner, "guard_manager", None)) in managers:
+            found.append(fin)
+    return found

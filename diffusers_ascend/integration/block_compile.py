@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import threading
 import types
+import weakref
 from typing import Any
 
 import torch
@@ -58,6 +59,14 @@ class CompiledCall:
         self.backend, self.cfg = backend, cfg
         self.signatures: dict[str, list[tuple[Any, Any]]] = {}  # see `EnabledModel.signatures`
         self._wrapper = self._forward_wrapper = None
+        # The finalizers through which dynamo's guards of these codes' graphs outlive them
+        # (`_compat.guard_finalizers`), released once the graphs are gone: on `drop`, on
+        # ``torch._dynamo.reset()`` (the backend's reset hook) and when this object is collected.
+        # Neither holds this object (the backend lives in dynamo until its reset); each drops the
+        # codes' graphs before it detaches (after a reset: none left).
+        self._guards: list[Any] = []
+        backend.reset_hooks.append(functools.partial(_release, self.codes, self._guards))
+        weakref.finalize(self, _release, self.codes, self._guards).atexit = False
 
     def _compiled(self, attr: str, fn):
         wrapper = getattr(self, attr)
@@ -78,6 +87,14 @@ class CompiledCall:
         """`module`'s own forward compiled (no module hooks): what a hook that disables dynamo calls."""
         return self._compiled("_forward_wrapper", self.forward_fn)(module, *args, **kwargs)
 
+    def track_guards(self) -> None:
+        """Records the guard finalizers of the graphs compiled so far (after a call that compiled)."""
+        from ..compilation._compat import guard_finalizers
+
+        known = {id(f) for f in self._guards}
+        for code in self.codes:
+            self._guards.extend(f for f in guard_finalizers(code) if id(f) not in known)
+
     @property
     def code(self) -> types.CodeType:
         return self.fn.__code__
@@ -89,12 +106,21 @@ class CompiledCall:
 
     def drop(self) -> None:
         """Frees this config's compiled graphs (and device graphs); a later call compiles anew."""
-        from ..compilation._compat import drop_compiled_code
-
-        for code in self.codes:
-            drop_compiled_code(code)
+        self.track_guards()  # those of a compile that failed after its guards were built, too
+        _release(self.codes, self._guards)
         if self.backend.graph_capture is not None:
             self.backend.graph_capture.clear()
+
+
+def _release(codes, guards: list) -> None:
+    """Frees the graphs of `codes`, then the guard records `guards` kept alive: detaching a
+    finalizer only skips dynamo's invalidation of a cache entry that no longer exists."""
+    from ..compilation._compat import drop_compiled_code
+
+    for code in codes:
+        drop_compiled_code(code)
+    while guards:
+        guards.pop().detach()
 
 
 # The configs whose compiled graphs a model keeps (least recently enabled dropped first): enabling
@@ -198,6 +224,8 @@ def compile_in_place(module: torch.nn.Module, name: str, state: EnabledModel, cf
         finally:
             compiled_graphs.reset(sink)
             graph_label.reset(token)
+        if graphs:  # this call compiled a graph: its guards now exist
+            compiled_call.track_guards()
         # A call that compiled a graph is packaged by `save_ascend_cache` (warm start), which replays
         # the block's call: not the forward below a hook (its graphs are not packaged).
         if state.record_signatures and graphs and compiled is compiled_call:
