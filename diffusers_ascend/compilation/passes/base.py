@@ -155,6 +155,21 @@ class _TensorSpec(tuple):
 _UNBOUND = object()
 
 
+_VIEW_OPS = (torch.ops.aten.view.default, torch.ops.aten.reshape.default, torch.ops.aten._unsafe_view.default)
+
+
+def _view_shape_difference(t: torch.fx.Node, m: torch.fx.Node, where: str) -> str | None:
+    """None when the form's view `t` and the matched view `m` give one shape (a -1 resolved)."""
+    want, have = _meta_val(t), _meta_val(m)
+    if not isinstance(want, torch.Tensor) or not isinstance(have, torch.Tensor):
+        return f"{where}: the form's view has no shape to compare"
+    want_shape = [_compat.size_hint(s) for s in want.shape]
+    have_shape = [_compat.size_hint(s) for s in have.shape]
+    if None in want_shape or want_shape != have_shape:
+        return f"{where}: the form views to {want_shape} where the match views to {have_shape}"
+    return None
+
+
 def _graph_difference(graph: torch.fx.Graph, names: Sequence[str], match, has_scalars: bool) -> str | None:
     """The first difference between `graph` (the search function traced on the match's inputs,
     placeholders in the order of `names`) and the nodes `match` holds, walking both from the outputs
@@ -186,7 +201,12 @@ def _graph_difference(graph: torch.fx.Graph, names: Sequence[str], match, has_sc
                 return f"{where}: the form calls {t.format_node()} where the match has {shown}"
             here = f"{t.target}"
             for i, (ta, ma) in enumerate(zip(t.args, m.args)):
-                why = differs(ta, ma, f"{here} argument {i}")
+                if i == 1 and t.target in _VIEW_OPS:
+                    # a view's sizes compute alike when they resolve to one shape: the form's
+                    # ``reshape(..., -1, 2)`` is the model's ``unflatten(2, (-1, 2))`` (sizes [.., 8, 2])
+                    why = _view_shape_difference(t, m, f"{here} argument 1")
+                else:
+                    why = differs(ta, ma, f"{here} argument {i}")
                 if why is not None:
                     return why
             for k, ta in t.kwargs.items():

@@ -262,7 +262,7 @@ class RopePattern(FusionPattern):
 
     def _search_complex(self, x, freqs):
         xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
-        return torch.view_as_real(xc * freqs).flatten(3).type_as(x)
+        return torch.view_as_real(xc * freqs).flatten(-2).type_as(x)
 
     @staticmethod
     def _replace_complex(x, freqs, conj=False):
@@ -297,7 +297,7 @@ class RopePattern(FusionPattern):
             return x * cos + rotated * sin
         if self.form == "flux":
             x_real, x_imag = x.reshape(*x.shape[:-1], -1, 2).unbind(-1)
-            x_rotated = torch.stack([-x_imag, x_real], dim=-1).flatten(3)
+            x_rotated = torch.stack([-x_imag, x_real], dim=-1).flatten(-2)  # any rank (LTX: 3-D x)
             return (x.float() * cos + x_rotated.float() * sin).to(x.dtype)
         if self.form == "wan":
             x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)
