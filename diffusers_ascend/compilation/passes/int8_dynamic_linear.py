@@ -1,0 +1,130 @@
+"""torchao's int8 dynamic-activation linear (W8A8) -> ``ascend_kernels.int8_dynamic_linear``.
+
+A linear whose weight is torchao's ``Int8Tensor`` with activation quantization
+(``Int8DynamicActivationInt8WeightConfig``, per-row weight and per-token activations, symmetric: torchao
+0.18's defaults) reaches the backend as aten ops: dynamo inlines the subclass's ``F.linear`` and
+aot_autograd flattens the weight into ``qdata`` (int8) and ``scale`` (fp32, ``(N, 1)``). The search
+functions below are torchao 0.18's code written out (``Int8Tensor.from_hp`` with ``PerRow()``, then
+``int_scaled_matmul``), in plain torch so that the pass imports no torchao. Forms:
+
+- ``s8s8``: ``torch._int_mm`` on the int8 activations (CPU with AMX, or without VNNI);
+- ``u8s8``: the activations shifted to uint8 and the weight's column sums subtracted (CPU with
+  AVX512-VNNI and without AMX, torch >= 2.12): torchao picks it by the CPU's features, the result is
+  the same integer product.
+
+Each with and without bias, in fp32 and bf16 (casts vanish in fp32; bf16 also covers fp16). Left
+alone, with torchao's own path: per-group / per-tensor scales (other graphs), asymmetric activations
+(a zero-point correction), ``act_pre_scale`` (SmoothQuant/AWQ), static activation scales, and the
+graph of a non-CPU device (``out_dtype(mm)``, see docs/quantization.md).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import FusionPass, FusionPattern, tensor_arg
+
+__all__ = ["Int8DynamicLinearFusionPass", "Int8DynamicLinearPattern", "torchao_per_token_quant"]
+
+
+def torchao_per_token_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """torchao 0.18's ``choose_qparams_affine`` + ``quantize_affine`` (symmetric int8, per token), op for
+    op as aot_autograd records them: ``(q int8, scale fp32 (..., 1))``."""
+    last = x.dim() - 1  # torchao reduces over the block's dims, counted from the front
+    amin = torch.amin(x, last, keepdim=True)
+    amax = torch.amax(x, last, keepdim=True)
+    min_neg = torch.minimum(amin, torch.zeros_like(amin))
+    max_pos = torch.maximum(amax, torch.zeros_like(amax))
+    scale = torch.maximum(-min_neg, max_pos) / 127.5
+    zero_point = torch.full_like(scale, 0)
+    scale = torch.clamp(scale, min=torch.finfo(torch.float32).eps).to(dtype=torch.float32, device=x.device)
+    zero_point = zero_point.to(torch.int8)
+    q = torch.round(x * (scale.reciprocal() * 1.0)) + zero_point
+    return torch.clamp(q, -128, 127).to(torch.int8), scale
+
+
+class Int8DynamicLinearPattern(FusionPattern):
+    """torchao's W8A8 linear in one written form.
+
+    Args:
+        form: ``"s8s8"`` or ``"u8s8"`` (torchao's two CPU matmul branches).
+        bias: the linear has a bias.
+        dtype: example dtype (fp32, or bf16 for the casts half-precision graphs keep).
+    """
+
+    FORMS = ("s8s8", "u8s8")
+
+    def __init__(self, form: str, bias: bool, dtype: torch.dtype = torch.float32):
+        super().__init__(form, dtype)
+        self.bias = bias
+
+    def variant(self) -> str:
+        return f"{self.form},{'bias' if self.bias else 'nobias'}"
+
+    def _linear(self, x, qdata, scale, bias):
+        q, x_scale = torchao_per_token_quant(x)
+        a = q.reshape(-1, q.shape[-1])
+        xs = x_scale.reshape(-1, 1)
+        w_t = qdata.t()
+        if self.form == "u8s8":
+            a = (a.to(torch.int32) + 128).to(torch.uint8)
+            acc = torch._int_mm(a, w_t)
+            acc = acc - w_t.sum(dim=0, keepdim=True, dtype=torch.int32) * 128
+        else:
+            acc = torch._int_mm(a, w_t)
+        y = (acc.to(xs.dtype) * xs).to(x.dtype)
+        y = (y * scale.flatten()).reshape(*q.shape[:-1], y.shape[-1])
+        if bias is not None:
+            y += bias
+        return y.to(x.dtype)
+
+    def _search_bias(self, x, qdata, scale, bias):
+        return self._linear(x, qdata, scale, bias)
+
+    def _search_nobias(self, x, qdata, scale):
+        return self._linear(x, qdata, scale, None)
+
+    def _replace_bias(self, x, qdata, scale, bias):
+        return torch.ops.ascend_kernels.int8_dynamic_linear(x, qdata, scale, bias)
+
+    def _replace_nobias(self, x, qdata, scale):
+        return torch.ops.ascend_kernels.int8_dynamic_linear(x, qdata, scale, None)
+
+    @property
+    def search(self):
+        return self._search_bias if self.bias else self._search_nobias
+
+    @property
+    def replace(self):
+        return self._replace_bias if self.bias else self._replace_nobias
+
+    def example_inputs(self):
+        x = torch.randn(2, 3, 8, dtype=self.dtype)
+        qdata = torch.randint(-128, 128, (6, 8), dtype=torch.int8)
+        scale = torch.rand(6, 1) + 0.5
+        return [x, qdata, scale, torch.randn(6, dtype=self.dtype)] if self.bias else [x, qdata, scale]
+
+    def check(self, match) -> bool:
+        qdata, scale = tensor_arg(match, "qdata"), tensor_arg(match, "scale")
+        # Per-row weights only: a per-tensor scale (1, 1) broadcasts through the same ops.
+        return (
+            qdata is not None
+            and scale is not None
+            and qdata.dtype == torch.int8
+            and qdata.dim() == 2
+            and tuple(scale.shape) == (qdata.shape[0], 1)
+        )
+
+
+class Int8DynamicLinearFusionPass(FusionPass):
+    """Replaces torchao's int8 dynamic-activation linears by ``ascend_kernels.int8_dynamic_linear``."""
+
+    fusion = "int8_dynamic_linear"
+
+    @classmethod
+    def patterns(cls):
+        # Bias first: the no-bias search is the biased one's prefix.
+        for bias in (True, False):
+            for form in Int8DynamicLinearPattern.FORMS:
+                for dtype in (torch.float32, torch.bfloat16):
+                    yield Int8DynamicLinearPattern(form, bias, dtype)
