@@ -120,6 +120,12 @@ def _e2e_flags(p: argparse.ArgumentParser) -> None:
         help=f"variants to run, of {', '.join(_E2E_VARIANTS)} (default: all; eager always runs, as the reference)",
     )
     p.add_argument("--seed", type=int, default=0, help="seeds the weights, embeddings and latents (default 0)")
+    p.add_argument(
+        "--quant",
+        choices=("int8-dynamic", "int8-weight"),
+        help="after the bf16 eager reference, quantize the transformer with torchao and run eager, ascend "
+        "(fusions='all') and regional on it (needs torchao)",
+    )
     p.add_argument("--out", default="bench-results", help="output folder (default bench-results)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
 

@@ -12,7 +12,8 @@ functions below are torchao 0.18's code written out (``Int8Tensor.from_hp`` with
   AVX512-VNNI and without AMX, torch >= 2.12): torchao picks it by the CPU's features, the result is
   the same integer product.
 
-Each with and without bias, in fp32 and bf16 (casts vanish in fp32; bf16 also covers fp16). Left
+Each with and without bias, for x of rank 2 (no reshapes) and more, in fp32 and bf16 (casts vanish in
+fp32; bf16 also covers fp16). Left
 alone, with torchao's own path: per-group / per-tensor scales (other graphs), asymmetric activations
 (a zero-point correction), ``act_pre_scale`` (SmoothQuant/AWQ), static activation scales, and the
 graph of a non-CPU device (``out_dtype(mm)``, see docs/quantization.md).
@@ -24,7 +25,7 @@ import torch
 
 from .base import FusionPass, FusionPattern, tensor_arg
 
-__all__ = ["Int8DynamicLinearFusionPass", "Int8DynamicLinearPattern", "torchao_per_token_quant"]
+__all__ = ["Int8DynamicLinearFusionPass", "Int8DynamicLinearPattern", "Int8LinearPattern", "torchao_per_token_quant"]
 
 
 def torchao_per_token_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,25 +44,88 @@ def torchao_per_token_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     return torch.clamp(q, -128, 127).to(torch.int8), scale
 
 
-class Int8DynamicLinearPattern(FusionPattern):
-    """torchao's W8A8 linear in one written form.
+class Int8LinearPattern(FusionPattern):
+    """What torchao's int8 linears share: the arguments ``(x, qdata, scale[, bias])``, the variants
+    with and without bias, x of rank 2 (an adaLN's ``linear(silu(temb))``: no reshapes) or more, and
+    the check that the weight is per-row int8. Subclasses write `linear` and name their `op`.
 
     Args:
-        form: ``"s8s8"`` or ``"u8s8"`` (torchao's two CPU matmul branches).
+        form: one of `FORMS` (when the subclass has forms).
         bias: the linear has a bias.
+        rank: x's rank in the example (2, or 3 for every higher rank: the same reshapes).
         dtype: example dtype (fp32, or bf16 for the casts half-precision graphs keep).
     """
 
-    FORMS = ("s8s8", "u8s8")
+    op: str = ""
 
-    def __init__(self, form: str, bias: bool, dtype: torch.dtype = torch.float32):
+    def __init__(self, form: str | None, bias: bool, rank: int, dtype: torch.dtype = torch.float32):
         super().__init__(form, dtype)
-        self.bias = bias
+        if rank not in (2, 3):
+            raise ValueError(f"unknown {type(self).__name__} rank {rank!r}; valid: (2, 3)")
+        self.bias, self.rank = bias, rank
 
     def variant(self) -> str:
-        return f"{self.form},{'bias' if self.bias else 'nobias'}"
+        return ",".join(filter(None, (self.form, "bias" if self.bias else "nobias", f"rank{self.rank}")))
 
-    def _linear(self, x, qdata, scale, bias):
+    def linear(self, x, qdata, scale, bias):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _search_bias(self, x, qdata, scale, bias):
+        return self.linear(x, qdata, scale, bias)
+
+    def _search_nobias(self, x, qdata, scale):
+        return self.linear(x, qdata, scale, None)
+
+    def _replace_bias(self, x, qdata, scale, bias):
+        return getattr(torch.ops.ascend_kernels, self.op)(x, qdata, scale, bias)
+
+    def _replace_nobias(self, x, qdata, scale):
+        return getattr(torch.ops.ascend_kernels, self.op)(x, qdata, scale, None)
+
+    # The matcher binds the parameter names of these functions.
+    @property
+    def search(self):
+        return self._search_bias if self.bias else self._search_nobias
+
+    @property
+    def replace(self):
+        return self._replace_bias if self.bias else self._replace_nobias
+
+    def example_inputs(self):
+        x = torch.randn(*((2, 3) if self.rank == 3 else (6,)), 8, dtype=self.dtype)
+        qdata = torch.randint(-128, 128, (6, 8), dtype=torch.int8)
+        scale = torch.rand(6, 1) + 0.5
+        return [x, qdata, scale, torch.randn(6, dtype=self.dtype)] if self.bias else [x, qdata, scale]
+
+    def check(self, match) -> bool:
+        qdata, scale = tensor_arg(match, "qdata"), tensor_arg(match, "scale")
+        # Per-row weights only: a per-tensor scale (1, 1) broadcasts through the same ops.
+        return (
+            qdata is not None
+            and scale is not None
+            and qdata.dtype == torch.int8
+            and qdata.dim() == 2
+            and tuple(scale.shape) == (qdata.shape[0], 1)
+        )
+
+    @classmethod
+    def variants(cls, forms=(None,)):
+        """Every registration, biased ones first (the no-bias search is the biased one's prefix)."""
+        for bias in (True, False):
+            for form in forms:
+                for rank in (3, 2):
+                    for dtype in (torch.float32, torch.bfloat16):
+                        yield cls(form, bias, rank, dtype)
+
+
+class Int8DynamicLinearPattern(Int8LinearPattern):
+    """torchao's W8A8 linear in one written form: `FORMS` ``"s8s8"`` or ``"u8s8"`` (torchao's two CPU
+    matmul branches); see `Int8LinearPattern` for the other arguments."""
+
+    FORMS = ("s8s8", "u8s8")
+    op = "int8_dynamic_linear"
+
+    def linear(self, x, qdata, scale, bias):
         q, x_scale = torchao_per_token_quant(x)
         a = q.reshape(-1, q.shape[-1])
         xs = x_scale.reshape(-1, 1)
@@ -78,43 +142,6 @@ class Int8DynamicLinearPattern(FusionPattern):
             y += bias
         return y.to(x.dtype)
 
-    def _search_bias(self, x, qdata, scale, bias):
-        return self._linear(x, qdata, scale, bias)
-
-    def _search_nobias(self, x, qdata, scale):
-        return self._linear(x, qdata, scale, None)
-
-    def _replace_bias(self, x, qdata, scale, bias):
-        return torch.ops.ascend_kernels.int8_dynamic_linear(x, qdata, scale, bias)
-
-    def _replace_nobias(self, x, qdata, scale):
-        return torch.ops.ascend_kernels.int8_dynamic_linear(x, qdata, scale, None)
-
-    @property
-    def search(self):
-        return self._search_bias if self.bias else self._search_nobias
-
-    @property
-    def replace(self):
-        return self._replace_bias if self.bias else self._replace_nobias
-
-    def example_inputs(self):
-        x = torch.randn(2, 3, 8, dtype=self.dtype)
-        qdata = torch.randint(-128, 128, (6, 8), dtype=torch.int8)
-        scale = torch.rand(6, 1) + 0.5
-        return [x, qdata, scale, torch.randn(6, dtype=self.dtype)] if self.bias else [x, qdata, scale]
-
-    def check(self, match) -> bool:
-        qdata, scale = tensor_arg(match, "qdata"), tensor_arg(match, "scale")
-        # Per-row weights only: a per-tensor scale (1, 1) broadcasts through the same ops.
-        return (
-            qdata is not None
-            and scale is not None
-            and qdata.dtype == torch.int8
-            and qdata.dim() == 2
-            and tuple(scale.shape) == (qdata.shape[0], 1)
-        )
-
 
 class Int8DynamicLinearFusionPass(FusionPass):
     """Replaces torchao's int8 dynamic-activation linears by ``ascend_kernels.int8_dynamic_linear``."""
@@ -123,8 +150,4 @@ class Int8DynamicLinearFusionPass(FusionPass):
 
     @classmethod
     def patterns(cls):
-        # Bias first: the no-bias search is the biased one's prefix.
-        for bias in (True, False):
-            for form in Int8DynamicLinearPattern.FORMS:
-                for dtype in (torch.float32, torch.bfloat16):
-                    yield Int8DynamicLinearPattern(form, bias, dtype)
+        return Int8DynamicLinearPattern.variants(Int8DynamicLinearPattern.FORMS)
