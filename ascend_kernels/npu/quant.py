@@ -3,8 +3,9 @@ contract of the torch_npu 2.10.0.post6 / 2.14.0 wheels (same schema and doc in b
 in tests/kernels/npu_contracts.json, the docs in the wheels' ``_op_plugin_docs.py``).
 
 The activations are quantized with torchao's scheme in plain torch ops (``max|x| / 127.5``, round
-half to even, clamp to [-128, 127]) and NOT with ``npu_dynamic_quant``, whose per-token scale is
-``max|x| / 127``: other int8 values, another scheme. The matmul kernels dequantize in one fp32
+half to even, clamp to [-128, 127]) and NOT with ``npu_dynamic_quant``: its doc gives an asymmetric
+per-token formula (``(rowMax - rowMin) / 255`` and an offset), CANN's symmetric mode ``max|x| / 127``:
+other int8 values either way, another scheme. The matmul kernels dequantize in one fp32
 epilogue where torchao rounds to x's dtype in between: docs/quantization.md says by how much that
 differs. Registered from ``npu/__init__.py``; torch_npu is imported only when a call runs.
 """
@@ -61,7 +62,7 @@ def int8_dynamic_linear_supports(x, weight, weight_scale, bias=None) -> bool:
 
 def int8_dynamic_linear(x, weight, weight_scale, bias=None) -> torch.Tensor:
     n, k = weight.shape
-    q, x_scale = quantize_per_token(x)  # torchao's int8 values and fp32 scale, in aten ops
+    q, x_scale = quantize_per_token(x)  # torchao's int8 values and fp32 scale, in aten ops (not npu_dynamic_quant)
     # npu_quant_matmul(x1 int8 (M, K), x2 int8 (K, N) [a transposed view: ND, transpose taken by the
     # kernel], scale (N,) fp32, pertoken_scale (M,) fp32, bias (N,), output_dtype) ->
     # (x1 @ x2) * scale * pertoken_scale + bias in fp32, rounded once to output_dtype.

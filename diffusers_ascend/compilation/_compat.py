@@ -142,6 +142,15 @@ def require(api: str, getter: Callable[[], Any]) -> Any:
         ) from e
 
 
+def out_dtype_op() -> Any:
+    """``torch.ops.higher_order.out_dtype`` (2.1+): how torchao's compiled int8 matmul on a non-CPU
+    device appears in aot graphs (``out_dtype(aten.mm.default, torch.int32, a, b)``)."""
+    return require(
+        "higher_order.out_dtype",
+        lambda: __import__("torch._higher_order_ops.out_dtype", fromlist=["out_dtype"]).out_dtype,
+    )
+
+
 def _has_param(fn: Callable, name: str) -> bool:
     try:
         return name in inspect.signature(fn).parameters

@@ -62,7 +62,7 @@ def test_dynamic_linear_calls_npu_quant_matmul_with_torchaos_int8_activations(np
     ((name, call),) = fake.calls
     assert name == "npu_quant_matmul"
     q, x_scale = quantize_per_token(x)
-    assert torch.equal(call["x1"], q.reshape(-1, 64))  # torchao's int8 values, not npu_dynamic_quant's (/127)
+    assert torch.equal(call["x1"], q.reshape(-1, 64))  # torchao's int8 values (npu_dynamic_quant's are another scheme)
     assert torch.equal(call["x2"], w.t()) and torch.equal(call["pertoken_scale"], x_scale.reshape(-1))
     assert call["scale"].dtype == torch.float32 and torch.equal(call["scale"], scale.reshape(-1))
     assert call["output_dtype"] == dtype and (call["bias"] is b)

@@ -10,19 +10,21 @@ functions below are torchao 0.18's code written out (``Int8Tensor.from_hp`` with
 - ``s8s8``: ``torch._int_mm`` on the int8 activations (CPU with AMX, or without VNNI);
 - ``u8s8``: the activations shifted to uint8 and the weight's column sums subtracted (CPU with
   AVX512-VNNI and without AMX, torch >= 2.12): torchao picks it by the CPU's features, the result is
-  the same integer product.
+  the same integer product;
+- ``device``: any other device (NPU, CUDA): the scale expanded to ``(M, N)`` and the product as
+  ``out_dtype(aten.mm, int32, a, w)`` (a higher-order op), then ``int32 * fp32``: the same numbers.
 
 Each with and without bias, for x of rank 2 (no reshapes) and more, in fp32 and bf16 (casts vanish in
 fp32; bf16 also covers fp16). Left
 alone, with torchao's own path: per-group / per-tensor scales (other graphs), asymmetric activations
-(a zero-point correction), ``act_pre_scale`` (SmoothQuant/AWQ), static activation scales, and the
-graph of a non-CPU device (``out_dtype(mm)``, see docs/quantization.md).
+(a zero-point correction), ``act_pre_scale`` (SmoothQuant/AWQ) and static activation scales.
 """
 
 from __future__ import annotations
 
 import torch
 
+from .. import _compat
 from .base import FusionPass, FusionPattern, tensor_arg
 
 __all__ = ["Int8DynamicLinearFusionPass", "Int8DynamicLinearPattern", "Int8LinearPattern", "torchao_per_token_quant"]
@@ -120,9 +122,9 @@ class Int8LinearPattern(FusionPattern):
 
 class Int8DynamicLinearPattern(Int8LinearPattern):
     """torchao's W8A8 linear in one written form: `FORMS` ``"s8s8"`` or ``"u8s8"`` (torchao's two CPU
-    matmul branches); see `Int8LinearPattern` for the other arguments."""
+    matmul branches) or ``"device"`` (any other device); see `Int8LinearPattern` for the other arguments."""
 
-    FORMS = ("s8s8", "u8s8")
+    FORMS = ("s8s8", "u8s8", "device")
     op = "int8_dynamic_linear"
 
     def linear(self, x, qdata, scale, bias):
@@ -130,13 +132,17 @@ class Int8DynamicLinearPattern(Int8LinearPattern):
         a = q.reshape(-1, q.shape[-1])
         xs = x_scale.reshape(-1, 1)
         w_t = qdata.t()
-        if self.form == "u8s8":
-            a = (a.to(torch.int32) + 128).to(torch.uint8)
-            acc = torch._int_mm(a, w_t)
-            acc = acc - w_t.sum(dim=0, keepdim=True, dtype=torch.int32) * 128
+        if self.form == "device":  # int_scaled_matmul off the CPU, under dynamo: safe_int_mm's out_dtype
+            scales = xs.expand((a.shape[0], w_t.shape[1]))
+            y = (_compat.out_dtype_op()(torch.ops.aten.mm.default, torch.int32, a, w_t) * scales).to(x.dtype)
         else:
-            acc = torch._int_mm(a, w_t)
-        y = (acc.to(xs.dtype) * xs).to(x.dtype)
+            if self.form == "u8s8":
+                a = (a.to(torch.int32) + 128).to(torch.uint8)
+                acc = torch._int_mm(a, w_t)
+                acc = acc - w_t.sum(dim=0, keepdim=True, dtype=torch.int32) * 128
+            else:
+                acc = torch._int_mm(a, w_t)
+            y = (acc.to(xs.dtype) * xs).to(x.dtype)
         y = (y * scale.flatten()).reshape(*q.shape[:-1], y.shape[-1])
         if bias is not None:
             y += bias

@@ -109,3 +109,74 @@ def test_schemes_we_do_not_fuse_keep_torchaos_path(config, name):
     assert backend.report.matches["int8_dynamic_linear"] == 0, name
     assert backend.report.matches["int8_weight_only_linear"] == 0, name
     assert torch.equal(actual, expected)
+
+
+def _aot_graph_on_meta(module, x):
+    """The forward graph aot_autograd hands a backend for `module` on the meta device: torchao takes
+    its non-CPU branch there (scales expanded, ``out_dtype(aten.mm, int32)``), the graph an NPU or
+    CUDA host compiles."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    with torch.no_grad():
+        compile_module(module, aot_autograd(fw_compiler=keep))(x)
+    return graphs[0]
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+def test_fuses_torchaos_non_cpu_graph_equal_to_it(bias):
+    """torchao's device graph, made on the meta device, its device constants then pointed at the CPU
+    (Inductor's matcher skips meta tensors, and the graph must run here): one match, and the rewritten
+    graph returns the original graph's numbers bit for bit."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    from diffusers_ascend.compilation.passes.int8_dynamic_linear import Int8DynamicLinearFusionPass
+    from diffusers_ascend.compilation.passes.manager import eliminate_noops
+
+    dtype = torch.bfloat16
+    module = _quantized(TwoLinears(bias), SCHEMES["int8_dynamic_linear"](), dtype)  # the weights, on the CPU
+    torch.manual_seed(0)
+    on_meta = TwoLinears(bias).to(dtype).to("meta")
+    quantize_(
+        on_meta,
+        SCHEMES["int8_dynamic_linear"](),
+        filter_fn=lambda m, fqn: isinstance(m, torch.nn.Linear) and fqn != "plain",
+    )
+    gm = _aot_graph_on_meta(on_meta, torch.empty(2, 7, 32, dtype=dtype, device="meta"))
+    assert any(n.target is torch.ops.higher_order.out_dtype for n in gm.graph.nodes)  # the non-CPU form
+    assert not any(n.target is aten._int_mm.default for n in gm.graph.nodes)
+    for node in gm.graph.nodes:
+        if node.kwargs.get("device") is not None:
+            node.kwargs = {**node.kwargs, "device": torch.device("cpu")}
+    gm.recompile()
+    # aot's inputs: each parameter's inner tensors (an Int8Tensor's qdata, scale, zero_point) and x, in
+    # the order dynamo lifted them (by first use): taken from the pool by each placeholder's shape and dtype
+    pool = []
+    for p in module.parameters():
+        inner = [getattr(p, a, None) for a in ("qdata", "scale", "zero_point")]
+        pool += [t for t in inner if t is not None] if hasattr(p, "qdata") else [p.detach()]
+    pool.append(torch.randn(2, 7, 32, generator=torch.Generator().manual_seed(1)).to(dtype))
+    inputs = []
+    for node in (n for n in gm.graph.nodes if n.op == "placeholder"):
+        val = node.meta["val"]
+        inputs.append(pool.pop(next(i for i, t in enumerate(pool) if t.shape == val.shape and t.dtype == val.dtype)))
+    assert pool == []
+    with torch.no_grad():
+        expected = gm(*inputs)[0]
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        FakeTensorProp(gm, mode).propagate(*[mode.from_tensor(t) for t in inputs])
+    eliminate_noops(gm.graph)
+    fusion = Int8DynamicLinearFusionPass()
+    assert fusion(gm.graph) == 2
+    gm.recompile()
+    assert sum(n.target is torch.ops.ascend_kernels.int8_dynamic_linear.default for n in gm.graph.nodes) == 2
+    assert not any(n.target is torch.ops.higher_order.out_dtype for n in gm.graph.nodes)
+    with torch.no_grad():
+        actual = gm(*inputs)[0]
+    assert torch.equal(actual, expected)
