@@ -151,6 +151,17 @@ def out_dtype_op() -> Any:
     )
 
 
+@functools.cache
+def int_mm_takes_uint8() -> bool:
+    """Whether ``torch._int_mm`` takes uint8 activations on the CPU (torchao's ``u8s8`` branch, which it
+    takes from torch 2.12 only): the int8_dynamic_linear ``u8s8`` form is registered only then."""
+    try:
+        torch._int_mm(torch.zeros(17, 8, dtype=torch.uint8), torch.zeros(8, 8, dtype=torch.int8))
+    except (RuntimeError, TypeError, AttributeError):
+        return False
+    return True
+
+
 def _has_param(fn: Callable, name: str) -> bool:
     try:
         return name in inspect.signature(fn).parameters

@@ -156,4 +156,6 @@ class Int8DynamicLinearFusionPass(FusionPass):
 
     @classmethod
     def patterns(cls):
-        return Int8DynamicLinearPattern.variants(Int8DynamicLinearPattern.FORMS)
+        # u8s8 only where torch's CPU _int_mm takes uint8 (2.12+: torchao's branch needs it too).
+        forms = [f for f in Int8DynamicLinearPattern.FORMS if f != "u8s8" or _compat.int_mm_takes_uint8()]
+        return Int8DynamicLinearPattern.variants(forms)
