@@ -16,6 +16,10 @@ _LAZY = {
     "disable_ascend_compile": ("diffusers_ascend.integration", "disable_ascend_compile"),
     "ascend_report": ("diffusers_ascend.integration", "ascend_report"),
     "save_ascend_cache": ("diffusers_ascend.integration", "save_ascend_cache"),
+    # The backend torch.compile finds by the name "ascend" (docs/named-backend.md), and what it compiled.
+    "ascend_backend": ("diffusers_ascend.compilation.named_backend", "ascend_backend"),
+    "backend_from_options": ("diffusers_ascend.compilation.named_backend", "backend_from_options"),
+    "compiled_report": ("diffusers_ascend.compilation.named_backend", "compiled_report"),
     # The category of every warning we emit (filter ours with it).
     "AscendWarning": ("diffusers_ascend.errors", "AscendWarning"),
     # Raised when the running torch cannot serve the fusion engine (see docs/troubleshooting.md).

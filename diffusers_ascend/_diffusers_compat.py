@@ -45,6 +45,8 @@ __all__ = [
     "dispatches_attention",
     "is_diffusers_config",
     "keep_in_fp32_modules",
+    "hook_forward_refs",
+    "rebind_hooked_forward",
     "module_hooks",
     "parallel_config",
     "private_attributes",
@@ -288,6 +290,29 @@ def module_hooks(module: Any) -> list:
     registry = module.__dict__.get("_diffusers_hook")
     hooks = getattr(registry, "hooks", None)
     return list(hooks.values()) if isinstance(hooks, dict) else []
+
+
+def hook_forward_refs(module: Any) -> list[tuple[Any, Any]]:
+    """``(hook, function reference)`` for each diffusers hook on `module` that replaces its forward
+    (``new_forward``): the reference's ``original_forward`` is what that hook calls to run the module,
+    the module's own forward for the first such hook registered."""
+    return [(h, h.fn_ref) for h in module_hooks(module) if hasattr(h, "new_forward") and getattr(h, "fn_ref", None)]
+
+
+def rebind_hooked_forward(module: Any, old: type, new: type) -> int:
+    """Points the references of `module`'s diffusers hooks that call ``old.forward`` on it (the
+    forward they wrap: group offloading at leaf level hooks every leaf) at ``new.forward``; returns
+    how many there were. A class swap under such hooks then runs inside them, its parameters
+    untouched (the hooks move them)."""
+    n = 0
+    for hook in module_hooks(module):
+        ref = getattr(hook, "fn_ref", None)
+        for attr in ("forward", "original_forward"):
+            fn = getattr(ref, attr, None)
+            if getattr(fn, "__self__", None) is module and getattr(fn, "__func__", None) is old.forward:
+                setattr(ref, attr, new.forward.__get__(module))
+                n += 1
+    return n
 
 
 def default_processor_class(module: Any) -> type | None:

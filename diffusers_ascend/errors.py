@@ -31,13 +31,16 @@ class AscendWarning(UserWarning):
     """
 
 
-def warn(message: str, *, stacklevel: int = 2) -> None:
+def warn(message: str, *, stacklevel: int = 2, category: type[AscendWarning] = AscendWarning) -> None:
     """Emit `message` as an `AscendWarning` with our one prefix.
 
     Args:
         message: the text; the ``"diffusers-ascend: "`` prefix is added unless already there.
         stacklevel: as for `warnings.warn`, counted from the caller of this function.
+        category: `AscendWarning` or a subclass of it (one a caller may filter apart).
     """
+    if not (isinstance(category, type) and issubclass(category, AscendWarning)):
+        raise TypeError(f"category must be AscendWarning or a subclass of it, not {category!r}")
     if not message.startswith(PREFIX):
         message = PREFIX + message
-    warnings.warn(message, AscendWarning, stacklevel=stacklevel + 1)
+    warnings.warn(message, category, stacklevel=stacklevel + 1)

@@ -184,6 +184,8 @@ def apply_swaps(
     >>> counts == {"rms_norm": 6, "gelu_tanh": 3}  # tiny Flux: 1 double + 1 single block
     True
     """
+    from ._diffusers_compat import rebind_hooked_forward
+
     swaps = SWAPS + tuple(extra)
     enabled = set(fusions)
     fast = "fast_gelu" in enabled
@@ -204,15 +206,23 @@ def apply_swaps(
                     continue
                 factory = swap.fast_target if fast and swap.fast_target is not None else swap.target
                 target = factory()
-                hooked = isinstance(obj, torch.nn.Module) and "forward" in obj.__dict__
-                patch = None if hooked else _patched(type(obj), target)
-                if hooked or patch is not None:
-                    if skipped is not None:
-                        skipped.append((swap.fusion, names.get(id(obj), ""), type(obj).__name__, patch))
-                    break
                 original = type(obj)
-                obj.__class__ = target
-                undo.append((obj, original))
+                # An instance `forward` (a hook) bypasses the class: swap under it only where it is
+                # diffusers' hook dispatcher, whose call of the class's forward can be re-pointed.
+                hooked = isinstance(obj, torch.nn.Module) and "forward" in obj.__dict__
+                patch = None if hooked else _patched(original, target)
+                kept = patch is not None
+                if not kept:
+                    obj.__class__ = target
+                    undo.append((obj, original))
+                    if hooked and rebind_hooked_forward(obj, original, target) == 0:
+                        undo.pop()  # another hook (not diffusers'): the swap would never run
+                        obj.__class__ = original
+                        kept = True
+                if kept:
+                    if skipped is not None:
+                        skipped.append((swap.fusion, names.get(id(obj), ""), original.__name__, patch))
+                    break
                 name = "fast_gelu" if fast and swap.fusion == "gelu_tanh" else swap.fusion
                 counts[name] = counts.get(name, 0) + 1
                 break
@@ -242,8 +252,13 @@ def _patched(cls: type, target: type) -> str | None:
 
 
 def restore_swaps(undo: list[tuple[object, type]]) -> None:
-    """Puts back the original classes recorded by `apply_swaps` (the objects never changed)."""
+    """Puts back the original classes recorded by `apply_swaps` (the objects never changed), and
+    the hooks' references to their forward."""
+    from ._diffusers_compat import rebind_hooked_forward
+
     for obj, cls in reversed(undo):
+        if isinstance(obj, torch.nn.Module) and "forward" in obj.__dict__:
+            rebind_hooked_forward(obj, type(obj), cls)
         obj.__class__ = cls
 
 

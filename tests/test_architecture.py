@@ -1,8 +1,9 @@
 """The house: the package's import graph has no cycles and its imports run down the floors.
 
-Module-level and function-level imports both count (a lazy import is still a dependency). The
-floors, lowest first, are the layering docs/how-fusion-works.md draws; a module may import its own
-floor or any lower one."""
+Module-level and function-level imports both count (a lazy import is still a dependency), and so
+does every package above the module imported: ``from ..integration.state import X`` runs
+``integration/__init__.py`` first, so it imports ``integration``. The floors, lowest first, are the
+layering docs/index.md draws; a module may import its own floor or any lower one."""
 
 import ast
 import pathlib
@@ -31,7 +32,7 @@ FLOORS = (
         "diffusers_ascend.layers",
         "diffusers_ascend.processors",
         "diffusers_ascend.attention",
-        "diffusers_ascend.integration.state",
+        "diffusers_ascend.enabled",
     ),
     ("diffusers_ascend.adapters",),
     ("diffusers_ascend.warm_start",),
@@ -71,9 +72,12 @@ def _imports(name: str, path: pathlib.Path, mods) -> set[str]:
         for target in targets:
             while target and target not in mods:
                 target = target.rpartition(".")[0]
-            # A module's own package (its __init__) runs before it anyway: not an edge.
-            if target and target != name and not name.startswith(target + "."):
-                found.add(target)
+            # Python runs each package above the target first. The module's own packages (their
+            # __init__) run before it anyway: not an edge.
+            while target:
+                if target in mods and target != name and not name.startswith(target + "."):
+                    found.add(target)
+                target = target.rpartition(".")[0]
     return found
 
 
@@ -147,6 +151,19 @@ def test_kernels_never_import_diffusers_ascend(graph):
 
 def test_the_check_sees_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
+
+
+def test_the_check_sees_an_import_up_through_a_package(tmp_path):
+    # The layout before #41: the record in integration/state.py, read by warm start (floor 4). Importing
+    # it runs integration/__init__.py (floor 5) first, so that edge runs up a floor even where FLOORS
+    # would place integration.state itself lower (as it did then).
+    path = tmp_path / "save.py"
+    path.write_text("from ..integration.state import EnabledModel\n")
+    name = "diffusers_ascend.warm_start.save"
+    mods = {m: path for m in (name, "diffusers_ascend.integration", "diffusers_ascend.integration.state")}
+    found = _imports(name, path, mods)
+    assert found == {"diffusers_ascend.integration", "diffusers_ascend.integration.state"}
+    assert _floor("diffusers_ascend.integration") > _floor(name)
 
 
 # -- diffusers' private names live in diffusers_ascend/_diffusers_compat.py only --------------------

@@ -205,6 +205,7 @@ def test_anchors_are_comparable_only_for_the_same_job_at_full_depth():
         (dict(model="wan", frames=4), "4k\\+1"),
         (dict(model="flux", height=100), "multiple of 16"),
         (dict(model="flux", depth=0), "depth must be a positive integer"),
+        (dict(model="flux", fusions="rms_nrm"), "fusions='rms_nrm' is invalid.*Did you mean 'rms_norm'"),
     ],
 )
 def test_bad_arguments_raise_before_anything_is_built(kwargs, match, monkeypatch):

@@ -10,6 +10,7 @@ The fault tests mirror those of the Inductor packages (tests/test_warm_start*.py
 import dataclasses
 import hashlib
 import json
+import re
 import shutil
 
 import pytest
@@ -227,6 +228,83 @@ def test_a_tampered_eager_package_is_refused_and_nothing_is_loaded(saved, tmp_pa
     with pytest.raises(ValueError, match=needle):
         diffusers_ascend.enable_ascend_compile(model, CFG, cache=str(tmp_path / "copy"))
     assert getattr(model, "_ascend_state", None) is None  # nothing changed
+
+
+def _forbid_reading(monkeypatch):
+    """torch's program reader (and the attribute walk that resolves its call targets) fails if reached."""
+    from torch._export.serde import serialize as serde
+
+    def reached(*args, **kwargs):
+        raise AssertionError("torch's reader saw a program check_program should have refused")
+
+    monkeypatch.setattr(_compat, "export_from_json", reached)
+    monkeypatch.setattr(serde.GraphModuleDeserializer, "deserialize_operator", reached)
+
+
+# Names that are no operator overload: dunder attributes below torch.ops (which the grammar alone
+# lets through), an overload packet, a module attribute, other modules, extra or missing parts, a
+# trailing newline, look-alike letters (Cyrillic a, fullwidth digit), a namespace not allowed.
+HOSTILE_TARGETS = [
+    "torch.ops.aten.__class__.__init__",
+    "torch.ops.aten.add.__dict__",
+    "torch.ops.aten.add.Tensor.__call__",
+    "torch.ops.aten._ops",
+    "torch.ops.aten.add",
+    "torch.ops.aten.add.overloads",
+    "torch.ops.aten.__getattr__.default",
+    "torch.ops.ascend_kernels.__dict__.default",
+    "torch.ops.ascend_kernels.gelu_tanh.__class__",
+    "builtins.eval",
+    "os.system",
+    "torch.ops.aten..add.Tensor",
+    "torch.ops.aten.add.Tensor.",
+    "torch.ops.aten.add.Tensor\n",
+    "torch.ops.aten.\u0430dd.Tensor",
+    "torch.ops.aten.add.Tensor\uff11",
+    "torch.ops.higher_order.cond",
+    "torch.ops.mylib.add.Tensor",
+    "torch.ops.aten.add.Tensor.default",
+    "torch.serialization.os.system",
+]
+
+
+@pytest.mark.parametrize("target", HOSTILE_TARGETS)
+def test_check_program_refuses_every_target_that_is_not_an_operator_overload(saved, monkeypatch, target):
+    directory, _, manifest = saved
+    payload = json.loads((directory / manifest["blocks"][0]["file"]).read_bytes())
+    _first_node(payload).update(target=target)
+    _forbid_reading(monkeypatch)
+    with pytest.raises(ValueError, match=f"calls {re.escape(repr(target))}: only overloads of registered"):
+        eager.check_program(payload["program"])
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "torch.ops.aten.__and__.Tensor",  # a dunder that is a registered aten operator
+        "torch.ops.aten._to_copy.default",
+        "torch.ops.prims.convert_element_type.default",
+        "torch.ops.ascend_kernels.gelu_tanh.default",
+        "_operator.getitem",
+    ],
+)
+def test_check_program_accepts_registered_overloads_by_the_registry_not_by_their_spelling(saved, target):
+    directory, _, manifest = saved
+    payload = json.loads((directory / manifest["blocks"][0]["file"]).read_bytes())
+    _first_node(payload).update(target=target)
+    eager.check_program(payload["program"])
+
+
+def test_a_package_calling_a_dunder_below_torch_ops_is_refused_before_torch_reads_it(saved, tmp_path, monkeypatch):
+    """torch's own reader would walk ``getattr`` down ``torch.ops.aten.__class__.__init__`` (and then
+    warn); our check refuses it first, with the documented ValueError, and nothing is loaded."""
+    directory, _, _ = saved
+    _tamper(directory, tmp_path / "copy", lambda p: _first_node(p).update(target="torch.ops.aten.__class__.__init__"))
+    _forbid_reading(monkeypatch)
+    model = _model()
+    with pytest.raises(ValueError, match=r"calls 'torch\.ops\.aten\.__class__\.__init__'"):
+        diffusers_ascend.enable_ascend_compile(model, CFG, cache=str(tmp_path / "copy"))
+    assert getattr(model, "_ascend_state", None) is None
 
 
 def test_swapped_eager_package_entries_are_refused(saved, tmp_path):

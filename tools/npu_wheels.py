@@ -11,8 +11,9 @@ test (tests/kernels/test_npu_wheel_bindings.py) read the generated file, offline
 
 Usage::
 
-    python tools/npu_wheels.py           # download (cached) + extract + write the contract file
-    python tools/npu_wheels.py --check   # download afresh + extract; exit 1 if the committed file differs
+    python tools/npu_wheels.py                    # download (cached) + extract + write the contract file
+    python tools/npu_wheels.py --check            # download afresh + extract; exit 1 if the committed file differs
+    python tools/npu_wheels.py --only torch_npu   # the torch_npu part only (MindIE SD's is kept as committed)
 
 Wheels are cached under ``~/.cache/diffusers-ascend/wheels`` (``--cache`` to change); ``--check``
 downloads into a temporary directory so a stale cache cannot hide a changed wheel.
@@ -400,9 +401,18 @@ def read_mindiesd(wheel: Path) -> dict:
     }
 
 
-def build(cache: Path) -> dict:
-    out: dict = {"generated_by": "tools/npu_wheels.py", "torch_npu": {}, "mindiesd": {}}
+DISTRIBUTIONS = tuple(dict.fromkeys(dist for dist, _, _ in WHEELS))
+
+
+def build(cache: Path, only: str | None = None, committed: dict | None = None) -> dict:
+    """The contract file's content, read from the wheels; with ``only``, that distribution's part
+    read from its wheels and every other part taken from ``committed``."""
+    out: dict = {"generated_by": "tools/npu_wheels.py", **{dist: {} for dist in DISTRIBUTIONS}}
+    if only is not None:
+        out.update({dist: part for dist, part in (committed or {}).items() if dist not in ("generated_by", only)})
     for dist, version, platform in WHEELS:
+        if only is not None and dist != only:
+            continue
         wheel = download(dist, version, platform, cache)
         out[dist][version] = read_torch_npu(wheel) if dist == "torch_npu" else read_mindiesd(wheel)
     return out
@@ -417,12 +427,22 @@ def main(argv=None) -> int:
     parser.add_argument("--check", action="store_true", help="download afresh and fail if the committed file differs")
     parser.add_argument("--cache", type=Path, default=CACHE, help=f"wheel cache (default {CACHE})")
     parser.add_argument("--out", type=Path, default=CONTRACT)
+    parser.add_argument(
+        "--only",
+        choices=DISTRIBUTIONS,
+        help="download and read only this distribution's wheels; the other parts are kept as the file has them",
+    )
     args = parser.parse_args(argv)
     start = time.perf_counter()
+    committed = args.out.read_text() if args.out.exists() else ""
+    if args.only and not committed:
+        parser.error(
+            f"--only {args.only} keeps the other parts of {args.out}, which does not exist: run without --only"
+        )
+    kept = json.loads(committed) if args.only else None
     if args.check:
         with tempfile.TemporaryDirectory(prefix="npu-wheels-") as tmp:
-            text = dumps(build(Path(tmp)))
-        committed = args.out.read_text() if args.out.exists() else ""
+            text = dumps(build(Path(tmp), args.only, kept))
         took = time.perf_counter() - start
         if text != committed:
             import difflib
@@ -435,7 +455,7 @@ def main(argv=None) -> int:
             return 1
         print(f"{args.out} matches the wheels ({took:.0f}s)")
         return 0
-    args.out.write_text(dumps(build(args.cache)))
+    args.out.write_text(dumps(build(args.cache, args.only, kept)))
     print(f"wrote {args.out} ({time.perf_counter() - start:.0f}s)")
     return 0
 

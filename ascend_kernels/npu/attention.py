@@ -5,6 +5,11 @@ The contract (v1/v2 schemas, BSND layout, mask polarity True = masked out, addit
 ``pse_shift``, limits, graph capture) is written out in docs/npu-notes.md, with the text of the
 installed wheel's doc (``torch_npu/_op_plugin_docs.py``) it is taken from. No sequence lengths are
 passed: the kernel reads them from the shapes, so a captured graph never needs an update.
+
+Masks: each op gets only the mask shapes its doc lists; a query row the mask leaves no key gets
+SDPA's value (what the running torch's SDPA returns there: 0 on torch 2.13), never the kernel's
+(undocumented); masks whose meaning depends on the SDPA kernel (fewer than 2 dims) or that SDPA
+refuses go to SDPA itself. So every path gives SDPA's numbers or SDPA's error.
 """
 
 from __future__ import annotations
@@ -124,12 +129,78 @@ def describe() -> str:
 
 def _mask_batch(mask: torch.Tensor, batch: int, heads: int, sq: int, skv: int) -> str | None:
     """Why ``mask`` (SDPA broadcasting against ``[B, N, S, S_kv]``) has no FIA form, or None."""
-    shape = _mask_batch_shape(mask, batch, heads, sq, skv)
-    if shape is None:
-        return f"attn_mask {tuple(mask.shape)} does not broadcast to [B, N, S, S_kv] = {(batch, heads, sq, skv)}"
-    if shape[1] != 1 and mask.dtype == torch.bool:
+    if mask.dtype == torch.bool and _mask_batch_shape(mask, batch, heads, sq, skv)[1] != 1:
         return f"per-head attn_mask {tuple(mask.shape)}: FIA's atten_mask has no head dimension"
     return None
+
+
+def _mask_for_sdpa(mask: torch.Tensor, query: torch.Tensor, batch: int, heads: int, sq: int, skv: int) -> str | None:
+    """Why only SDPA itself can answer for ``mask`` (it decides what the mask means, or raises), or None.
+
+    SDPA takes a bool mask, or a float mask in float32 or the query's dtype, broadcasting against
+    ``[B, N, S, S_kv]``; whether a mask of fewer than 2 dims works depends on the SDPA kernel that
+    runs (torch 2.13's CPU flash kernel raises IndexError for ``(S_kv,)``, its math kernel takes it):
+    it stays SDPA's. A mask that leaves a query row no key is answered as SDPA answers it on this
+    torch (`_dead_row_value`); where that is not a constant, SDPA runs.
+    """
+    if mask.dtype != torch.bool and mask.dtype not in (torch.float32, query.dtype):
+        return f"attn_mask dtype {mask.dtype} for query {query.dtype} (SDPA takes bool, float32 or the query's dtype)"
+    if mask.dim() < 2:
+        return f"attn_mask {tuple(mask.shape)} of {mask.dim()} dim(s) (SDPA's kernels decide: some refuse it)"
+    if _mask_batch_shape(mask, batch, heads, sq, skv) is None:
+        return f"attn_mask {tuple(mask.shape)} does not broadcast to [B, N, S, S_kv] = {(batch, heads, sq, skv)}"
+    if _dead_row_value(query.dtype, mask.dtype == torch.bool) is None:
+        return f"SDPA's output for a fully masked row ({query.dtype}) is neither 0 nor NaN on this torch"
+    return None
+
+
+@torch.compiler.assume_constant_result
+def _dead_row_value(dtype: torch.dtype, bool_mask: bool) -> float | None:
+    """What SDPA returns in a query row its mask leaves no key (0.0 on torch 2.13, NaN where its
+    softmax is not the safe one), asked once per (dtype, mask kind) of torch's own SDPA on a tiny
+    CPU call; None when that is not one constant. A constant to a compiled graph."""
+    key = (dtype, bool_mask)
+    if key not in _DEAD_ROW:
+        _DEAD_ROW[key] = _ask_sdpa_dead_row(dtype, bool_mask)
+    return _DEAD_ROW[key]
+
+
+_DEAD_ROW: dict = {}  # (dtype, bool mask) -> SDPA's value in a fully masked row
+
+
+def _ask_sdpa_dead_row(dtype: torch.dtype, bool_mask: bool) -> float | None:
+    with torch.no_grad():
+        q = torch.linspace(-1.0, 1.0, 2 * 2 * 16).reshape(1, 2, 2, 16).to(dtype)
+        v = torch.linspace(0.5, 2.0, 2 * 3 * 16).reshape(1, 2, 3, 16).to(dtype)
+        keep = torch.tensor([[True, False, True], [False, False, False]])  # query row 1 sees no key
+        mask = keep if bool_mask else torch.zeros(2, 3, dtype=dtype).masked_fill(~keep, float("-inf"))
+        try:
+            row = torch.nn.functional.scaled_dot_product_attention(q, v, v, attn_mask=mask)[:, :, 1].float()
+        except Exception:  # noqa: BLE001  (a torch whose SDPA refuses this: its SDPA answers every such call)
+            return None
+    if bool((row == 0).all()):
+        return 0.0
+    return math.nan if bool(row.isnan().all()) else None
+
+
+def _dead_rows(mask: torch.Tensor) -> torch.Tensor:
+    """Bool ``[B|1, S|1, N|1, 1]`` (BSND order): True where SDPA-convention ``mask`` leaves the query row no key."""
+    full = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
+    dead = ~full.any(-1, keepdim=True) if mask.dtype == torch.bool else (full == -math.inf).all(-1, keepdim=True)
+    return dead.transpose(1, 2)
+
+
+def _as_sdpa_in_dead_rows(out: torch.Tensor, mask: torch.Tensor | None, lse: torch.Tensor | None = None):
+    """``out`` (BSND) with SDPA's value in the rows ``mask`` leaves no key (the kernels' value there
+    is not documented), and ``lse`` ``[B, S, N]`` -inf there (the log of an empty sum)."""
+    if mask is None:
+        return out if lse is None else (out, lse)
+    value = _dead_row_value(out.dtype, mask.dtype == torch.bool)
+    if value is None:
+        raise ValueError("SDPA's fully masked rows are not one constant on this torch: call SDPA (see fia_unsupported)")
+    dead = _dead_rows(mask)
+    out = out.masked_fill(dead, value)
+    return out if lse is None else (out, lse.masked_fill(dead.squeeze(-1), -math.inf))
 
 
 def fia_unsupported(
@@ -194,9 +265,7 @@ def fia_unsupported(
         if n % nkv or n // nkv > MAX_GQA_RATIO:
             return f"GQA {n} query heads over {nkv} key heads (needs a divisor, ratio <= {MAX_GQA_RATIO})"
     if attn_mask is not None:
-        if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
-            return f"attn_mask dtype {attn_mask.dtype} (bool or additive float)"
-        reason = _mask_batch(attn_mask, b, n, sq, skv)
+        reason = _mask_for_sdpa(attn_mask, query, b, n, sq, skv) or _mask_batch(attn_mask, b, n, sq, skv)
         if reason:
             return reason
         if attn_mask.dtype != torch.bool:
@@ -234,7 +303,8 @@ def fia(
     Args:
         query: ``[B, S, N, D]``; key, value: ``[B, S_kv, N_kv, D]`` (GQA when N_kv < N).
         attn_mask: SDPA convention: bool True = attend, or additive float; broadcastable to
-            ``[B, N, S, S_kv]`` with one head.
+            ``[B, N, S, S_kv]`` (bool: with one head). Rows it leaves no key hold SDPA's value
+            there (and an LSE of -inf).
         scale: softmax scale, default ``1/sqrt(D)``.
         return_lse: also return the log-sum-exp, fp32 ``[B, S, N]`` (diffusers' ring attention form).
 
@@ -265,9 +335,9 @@ def fia(
         kwargs = {_V2_NAMES.get(k, k): v for k, v in kwargs.items()}
     out, lse = op(query.contiguous(), key.contiguous(), value.contiguous(), **kwargs)
     if not return_lse:
-        return out
+        return _as_sdpa_in_dead_rows(out, attn_mask)
     # softmax_lse (B, N, S, 1) -> (B, S, N), the layout diffusers' templated attention merges.
-    return out, lse.squeeze(-1).transpose(1, 2).contiguous()
+    return _as_sdpa_in_dead_rows(out, attn_mask, lse.squeeze(-1).transpose(1, 2).contiguous())
 
 
 # -- the fallback -----------------------------------------------------------------------------------
@@ -300,7 +370,7 @@ def _fusion_attention_exact(query, key, value, attn_mask, dropout_p, is_causal, 
     if nkv != n and not (enable_gqa and n % nkv == 0):
         return False
     if attn_mask is not None:
-        if is_causal or attn_mask.dtype != torch.bool or _mask_batch_shape(attn_mask, b, n, sq, skv) is None:
+        if is_causal or attn_mask.dtype != torch.bool or _mask_for_sdpa(attn_mask, query, b, n, sq, skv):
             return False
     return True
 
@@ -324,6 +394,9 @@ def _fusion_attention(query, key, value, attn_mask, is_causal, scale):
         masked = torch.ones(sq, skv, dtype=torch.bool, device=query.device).triu(1)
     elif attn_mask is not None:
         lead, heads = _mask_batch_shape(attn_mask, b, n, sq, skv)[:2]
+        # Its doc's shapes are BNSS, B1SS, 11SS and SS: a per-head mask shared by the batch (1NSS)
+        # is none of them, so it goes in as BNSS.
+        lead = b if heads != 1 else lead
         masked = (
             (~attn_mask.reshape((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape)))
             .expand(lead, heads, sq, skv)
@@ -331,7 +404,7 @@ def _fusion_attention(query, key, value, attn_mask, is_causal, scale):
         )
     # pre/next_tockens left at their defaults (INT_MAX): with sparse_mode=0 and a mask, smaller
     # values cut a band out of the scores, which SDPA does not.
-    return torch.ops.npu.npu_fusion_attention(
+    out = torch.ops.npu.npu_fusion_attention(
         query.contiguous(),
         key.contiguous(),
         value.contiguous(),
@@ -340,6 +413,7 @@ def _fusion_attention(query, key, value, attn_mask, is_causal, scale):
         atten_mask=masked,
         scale=1.0 / math.sqrt(d) if scale is None else float(scale),
     )[0]
+    return _as_sdpa_in_dead_rows(out, attn_mask)  # no mask with is_causal: nothing to do then
 
 
 def fallback(
@@ -355,8 +429,10 @@ def fallback(
     """Attention for a call FIA cannot take, computing what SDPA computes on the same arguments.
 
     ``npu_fusion_attention`` where it computes exactly that (float16/bfloat16, no mask, a bool mask
-    or ``is_causal`` alone; see docs/npu-notes.md), else ``torch.nn.functional.scaled_dot_product_attention``
-    itself, so a call SDPA refuses (an int mask, heads that do not divide) raises SDPA's error.
+    of 2 to 4 dims, inverted and expanded to a shape its doc lists, with SDPA's value in fully
+    masked rows, or ``is_causal`` alone; see docs/npu-notes.md), else
+    ``torch.nn.functional.scaled_dot_product_attention`` itself, so a call SDPA refuses (an int mask,
+    heads that do not divide, a 1-D mask where its kernel refuses one) raises SDPA's error.
 
     Args:
         query: ``[B, S, N, D]``; key, value: ``[B, S_kv, N_kv, D]``.

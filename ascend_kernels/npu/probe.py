@@ -207,14 +207,16 @@ def rms_norm_fp32_gamma(dtype) -> bool:
 _FP32_GAMMA: dict = {}  # dtype -> the device's answer (cache_clear drops it)
 
 
-def _ask_device_fp32_gamma(dtype) -> bool:
+def _ask_device_fp32_gamma(dtype, device: str = "npu") -> bool:
+    # `device`: where the probe's tensors live; the wheel-binding test drives this call on the CPU
+    # with a stand-in torch_npu (tests/kernels/test_npu_wheel_bindings.py).
     import torch
 
     try:
         if not torch.npu.is_available():
             return False
-        x = torch.linspace(-2, 2, 64, device="npu").reshape(2, 32).to(dtype)
-        gamma = torch.linspace(0.5, 1.5, 32, device="npu", dtype=torch.float32)
+        x = torch.linspace(-2, 2, 64, device=device).reshape(2, 32).to(dtype)
+        gamma = torch.linspace(0.5, 1.5, 32, device=device, dtype=torch.float32)
         y = _torch_npu().npu_rms_norm(x, gamma, epsilon=1e-6)[0]
         xf = x.float()
         ref = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * gamma).to(dtype)

@@ -218,7 +218,8 @@ def npu_fia_attention(
 
     Args:
         query, key, value: ``[B, S, N, D]`` (key/value may have fewer heads with ``enable_gqa``).
-        attn_mask: SDPA convention (bool True = attend, or additive), broadcastable to ``[B, N, S, S_kv]``.
+        attn_mask: SDPA convention (bool True = attend, or additive), broadcastable to ``[B, N, S, S_kv]``;
+            every mask SDPA takes gives SDPA's numbers (fully masked rows included), every other its error.
         dropout_p, is_causal, scale, enable_gqa: as SDPA's (calls FIA cannot take run
             `ascend_kernels.npu.attention.fallback`, which computes SDPA's result).
         return_lse: also return the fp32 log-sum-exp ``[B, S, N]`` (FIA only: otherwise a ValueError).

@@ -11,7 +11,7 @@ from .. import _diffusers_compat as dc
 from . import NPU_FIA, backend_for, processors
 
 if TYPE_CHECKING:
-    from ..integration.state import EnabledModel
+    from ..enabled import EnabledModel
 
 
 def runs_ring(model: torch.nn.Module) -> bool:

@@ -11,8 +11,9 @@ timesteps, classifier-free guidance where the pipeline runs it, the scheduler st
 Each variant runs on the same model in its own compile state (enabled, run, disabled, dynamo
 reset): ``eager`` as users run diffusers there (``_native_npu`` attention on NPU), ``ascend``
 (``enable_ascend_compile(fusions="auto")``), ``ascend+graph`` (the same plus
-``graph_capture="graph_with_compile"``), ``regional`` (diffusers' ``compile_repeated_blocks``)
-and ``mindiesd`` (MindIE SD's backend as cache-dit uses it: the whole transformer,
+``graph_capture="graph_with_compile"``), ``regional`` (diffusers' ``compile_repeated_blocks``),
+``ascend-by-name`` (the same call with ``backend="ascend"``: our backend by name, as a stack that
+picks backends by name runs it; docs/named-backend.md) and ``mindiesd`` (MindIE SD's backend as cache-dit uses it: the whole transformer,
 ``dynamic=True``). A variant that cannot exist on the machine is listed as skipped, with why.
 
 >>> from diffusers_ascend.benchmarks.bench_e2e import run_e2e
@@ -24,6 +25,7 @@ and ``mindiesd`` (MindIE SD's backend as cache-dit uses it: the whole transforme
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -51,7 +53,7 @@ from ._common import (
 )
 
 MODELS = ("flux", "wan", "wan-14b", "qwen-image")
-VARIANTS = ("eager", "ascend", "ascend+graph", "regional", "mindiesd")
+VARIANTS = ("eager", "ascend", "ascend+graph", "regional", "ascend-by-name", "mindiesd")
 DEVICES = ("cpu", "cuda", "npu")
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 # torchao's int8 schemes (`--quant`): the transformer's linears quantized after the float reference ran.
@@ -357,19 +359,19 @@ def _eager(model, device):
 
 
 def _ascend(**overrides):
-    def setup(model, device):
+    def setup(model, device, fusions="auto"):
         from diffusers_ascend import disable_ascend_compile, enable_ascend_compile
 
-        enable_ascend_compile(model, fusions="auto", **overrides)
+        enable_ascend_compile(model, fusions=fusions, **overrides)
         return lambda: disable_ascend_compile(model)
 
     return setup
 
 
-def _regional(model, device):
+def _regional(model, device, **compile_kwargs):
     from .._diffusers_compat import repeated_blocks
 
-    model.compile_repeated_blocks(fullgraph=True)
+    model.compile_repeated_blocks(fullgraph=True, **compile_kwargs)
     blocks = [m for m in model.modules() if type(m).__name__ in repeated_blocks(model)]
 
     def undo():
@@ -377,6 +379,11 @@ def _regional(model, device):
             block._compiled_call_impl = None  # what nn.Module.compile set
 
     return undo
+
+
+def _by_name(model, device, fusions="auto"):
+    # What a stack that picks backends by name runs: diffusers' own call, our backend's name.
+    return _regional(model, device, backend="ascend", options={"fusions": fusions})
 
 
 def _mindiesd(model, device):
@@ -427,6 +434,11 @@ VARIANT_SPECS: dict[str, tuple[str, Callable[[str], str | None], Callable]] = {
         _ascend(graph_capture="graph_with_compile"),
     ),
     "regional": ("diffusers compile_repeated_blocks(fullgraph=True), Inductor", _regional_unavailable, _regional),
+    "ascend-by-name": (
+        'diffusers compile_repeated_blocks(fullgraph=True, backend="ascend", options={"fusions": "auto"})',
+        lambda d: None,
+        _by_name,
+    ),
     "mindiesd": (
         "torch.compile(transformer, backend=MindieSDBackend(), dynamic=True), as cache-dit on NPU",
         _mindiesd_unavailable,
@@ -468,6 +480,8 @@ QUANT_VARIANT_SPECS: dict[str, tuple[str, Callable]] = {
     "ascend": ('enable_ascend_compile(fusions="all"): the int8 linears into ascend_kernels ops', _ascend_all),
     "regional": ("torchao + diffusers compile_repeated_blocks(fullgraph=True), Inductor", _regional),
 }
+# The variants whose fusions `run_e2e(fusions=...)` sets (their descriptions name "auto").
+FUSING_VARIANTS = ("ascend", "ascend+graph", "ascend-by-name")
 
 
 # -- measuring -------------------------------------------------------------------------------------
@@ -522,10 +536,15 @@ PEAK_MEMORY_KIND = {
 }
 
 
-def _run_variant(name, model, pipe, inputs, device, reference, baseline, tick, quant=None) -> dict[str, Any]:
+def _run_variant(
+    name, model, pipe, inputs, device, reference, baseline, tick, quant=None, fusions="auto"
+) -> dict[str, Any]:
     description, _, setup = VARIANT_SPECS[name]
     if quant is not None:  # the quantized transformer: the row is named by its scheme
         description, setup = QUANT_VARIANT_SPECS[name]
+    elif name in FUSING_VARIANTS:
+        description = description.replace('"auto"', json.dumps(fusions))
+        setup = functools.partial(setup, fusions=fusions)
     sync = synchronize(device)
     marks: list[float] = []
 
@@ -564,10 +583,10 @@ def _run_variant(name, model, pipe, inputs, device, reference, baseline, tick, q
         row.update(
             status="ok", step_ms=statistics.median(steps) * 1e3, steps_ms=[s * 1e3 for s in steps], peak_mem_mb=mem.mb
         )
-        if name.startswith("ascend"):
-            from diffusers_ascend import ascend_report
+        if name in FUSING_VARIANTS:
+            from diffusers_ascend import ascend_report, compiled_report
 
-            report = ascend_report(model)
+            report = compiled_report(model) if name == "ascend-by-name" else ascend_report(model)
             row.update(
                 fusions=dict(report.matches), graphs_compiled=report.graphs_compiled, fallbacks=len(report.fallbacks)
             )
@@ -665,6 +684,7 @@ def run_e2e(
     out_dir: str | os.PathLike | None = None,
     progress: bool = True,
     quant: str | None = None,
+    fusions: str = "auto",
 ) -> dict[str, Any]:
     """Runs the model's denoising loop once per variant and measures it (see the module docstring).
 
@@ -684,6 +704,8 @@ def run_e2e(
             the transformer's linears are quantized with torchao and the variants run again on it (of
             ``eager``, ``ascend`` (``fusions="all"``) and ``regional``; rows ``"<quant> <variant>"``,
             their ``max_abs_diff`` against the float reference). Every row has ``weight_mb``.
+        fusions: the fusions of the variants that fuse (`FUSING_VARIANTS`), as ``AscendConfig(fusions=...)``
+            takes them (``"auto"`` fuses nothing on a CPU; ``"all"`` or ``"rms_norm,rope"`` fuse there too).
 
     Returns:
         ``{"benchmark": "e2e", "model", "title", "config", "depth", "job", "variants", "machine",
@@ -719,6 +741,9 @@ def run_e2e(
         if importlib.util.find_spec("torchao") is None:
             raise ValueError("--quant needs torchao (pip install diffusers-ascend[quant])")
         names = [n for n in names if n in QUANT_VARIANT_SPECS] if variants else list(QUANT_VARIANT_SPECS)
+    from diffusers_ascend.config import check_field
+
+    check_field("fusions", fusions)  # a bad name raises here, naming the valid ones
     if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 1):
         raise ValueError(f"depth must be a positive integer, got {depth!r}")
     job = _job(spec, height, width, frames, steps, text_len)
@@ -757,7 +782,9 @@ def run_e2e(
                 rows.append(dict(name=name, description=VARIANT_SPECS[name][0], status="skipped", note=skipped[name]))
                 continue
             bar.set_postfix_str(name)
-            row = _run_variant(name, transformer, pipe, inputs, device, reference, baseline, lambda: bar.update(1))
+            row = _run_variant(
+                name, transformer, pipe, inputs, device, reference, baseline, lambda: bar.update(1), fusions=fusions
+            )
             output = row.pop("output", None)
             if name == "eager":
                 reference = output
@@ -801,6 +828,7 @@ def run_e2e(
         scheduler_source=spec["scheduler_source"],
         leaves_out=list(LEAVES_OUT),
         seed=seed,
+        fusions=fusions,
         peak_mem_kind=PEAK_MEMORY_KIND[device],
         build_s=build_s,
         variants=rows,
@@ -861,6 +889,9 @@ def e2e_command(result: dict[str, Any], variants: Sequence[str] | None = None) -
         parts += ["--seed", str(result["seed"])]
     if result.get("quant"):
         parts += ["--quant", result["quant"]]
+    fusions = result.get("fusions", "auto")
+    if fusions != "auto":
+        parts += ["--fusions", fusions if isinstance(fusions, str) else ",".join(fusions)]
     return " ".join(parts)
 
 
@@ -1022,6 +1053,7 @@ def cli(args) -> int:
             out_dir=args.out,
             progress=not args.json,
             quant=getattr(args, "quant", None),
+            fusions=args.fusions,
         )
     except (RuntimeError, MemoryError) as e:  # building the model at this size (out of memory, say)
         print(f"diffusers-ascend bench e2e: error: {error_line(e)}", file=sys.stderr)

@@ -82,7 +82,7 @@ def multiple_of_16(text: str) -> int:
 # them against the modules) so that --help imports no torch ------------------------------------------
 
 _E2E_MODELS = ("flux", "wan", "wan-14b", "qwen-image")
-_E2E_VARIANTS = ("eager", "ascend", "ascend+graph", "regional", "mindiesd")
+_E2E_VARIANTS = ("eager", "ascend", "ascend+graph", "regional", "ascend-by-name", "mindiesd")
 _GRAPH_CONFIGS = (
     "eager",
     "eager_capture",
@@ -125,6 +125,12 @@ def _e2e_flags(p: argparse.ArgumentParser) -> None:
         choices=("int8-dynamic", "int8-weight"),
         help="after the bf16 eager reference, quantize the transformer with torchao and run eager, ascend "
         "(fusions='all') and regional on it (needs torchao)",
+    )
+    p.add_argument(
+        "--fusions",
+        default="auto",
+        help="fusions of ascend, ascend+graph and ascend-by-name: auto, all, none or names, e.g. rms_norm,rope "
+        "(default auto: none on a CPU)",
     )
     p.add_argument("--out", default="bench-results", help="output folder (default bench-results)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
@@ -189,6 +195,12 @@ def _warm_start_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--models", nargs="+", default=["flux", "wan"], choices=("flux", "wan"))
     p.add_argument("--repeat", type=positive_int, default=1, help="runs per model, each from a new cold process")
+
+
+def _cache_dit_flags(p: argparse.ArgumentParser) -> None:
+    _out_flag("cache_dit")(p)
+    p.add_argument("--steps", type=positive_int, default=8, help="denoising steps")
+    p.add_argument("--taylorseer", action="store_true", help="add cache-dit's TaylorSeer calibrator (order 1)")
 
 
 # name -> benchmark. The suite entries (`function` set) run, in this order, under plain
@@ -261,5 +273,11 @@ REGISTRY: dict[str, Benchmark] = {
         "bench_warm_start",
         arguments=_warm_start_flags,
         help="time to the first output of a fresh process, without and with saved compile artifacts",
+    ),
+    "cache_dit": Benchmark(
+        "cache_dit",
+        "bench_cache_dit",
+        arguments=_cache_dit_flags,
+        help="cache-dit's DBCache on a tiny Flux, alone and with our backend in its NPU compile call (needs cache-dit)",
     ),
 }

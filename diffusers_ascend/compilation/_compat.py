@@ -59,6 +59,7 @@ __all__ = [
     "make_boxed_func",
     "match_kwarg",
     "one_op_graph",
+    "op_overload",
     "pattern_matcher_pass",
     "register_replacement",
     "tree_flatten",
@@ -314,6 +315,23 @@ def match_kwarg(match, name: str, default: Any) -> Any:
     2.6-2.12 bake matched float scalars (eps) into the exact pattern and bind no keyword for them;
     callers pass the `default` to use then."""
     return match.kwargs.get(name, default)
+
+
+def size_hint(value: Any) -> int | float | None:
+    """The concrete value a (possibly symbolic) size or scalar stands for, without adding a guard;
+    None for an unbacked symbol (no value known at compile time). ``SymNode.hint`` on 2.6-2.15."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat)):
+        node = value.node
+        hint = node.hint if getattr(node, "has_hint", lambda: node.hint is not None)() else None
+        return None if hint is None else (int(hint) if isinstance(value, torch.SymInt) else float(hint))
+    return value
+
+
+def new_fake_mode():
+    """A fresh `FakeTensorMode` (static shapes): tensors with sizes and no data, to trace on."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode()
 
 
 def pattern_matcher_pass(name: str):
@@ -637,6 +655,28 @@ def export_to_json(program) -> bytes:
     return serde.serialize(program).exported_program
 
 
+def op_overload(namespace: str, name: str, overload: str) -> Any:
+    """The registered operator overload ``namespace::name.overload`` (``default``: the unnamed
+    overload) as ``torch.ops.<namespace>.<name>.<overload>`` resolves it, or None when the
+    dispatcher registers no such overload or that path reaches another object.
+
+    The name is looked up in the dispatcher's registry (``_jit_get_operation``: the lookup behind
+    ``torch.ops``) before any attribute is read, so no attribute of ``torch.ops`` is read for a
+    name that is not an operator. ``_jit_get_operation`` returns ``(None, None)`` for an unknown
+    name on recent releases and raised ``RuntimeError`` on older ones: both mean none."""
+    try:
+        packet, overloads = torch._C._jit_get_operation(f"{namespace}::{name}")
+    except RuntimeError:
+        return None
+    if packet is None or ("" if overload == "default" else overload) not in (overloads or ()):
+        return None
+    op = getattr(getattr(getattr(torch.ops, namespace), name, None), overload, None)
+    if not isinstance(op, torch._ops.OpOverload):
+        return None
+    schema = op._schema
+    return op if (schema.name, schema.overload_name or "default") == (f"{namespace}::{name}", overload) else None
+
+
 def export_from_json(data: bytes | dict):
     """The ExportedProgram of `export_to_json` bytes (or of their parsed JSON object), with an empty
     state dict, no constants and no example inputs: nothing is unpickled (``deserialize`` reads
@@ -955,3 +995,96 @@ def compiled_code_entries(code) -> int:
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
     return len(_debug_get_cache_entry_list(code))
+
+
+# torch.compile with a backend given by name or as a function builds one `torch._TorchCompileWrapper`
+# per call and calls the backend from the wrapper's `__call__` as `compiler_fn(gm, inputs, **kwargs)`
+# (2.6 to 2.15). Dynamo wraps that wrapper in its own callables, each pointing at the next by
+# `_torchdynamo_orig_callable` (2.6) or `_torchdynamo_orig_backend` (2.13 on).
+_ORIG_BACKEND_ATTRS = ("_torchdynamo_orig_backend", "_torchdynamo_orig_callable")
+
+
+def calling_compile_wrapper(max_depth: int = 8) -> Any:
+    """The ``torch._TorchCompileWrapper`` whose ``__call__`` is up the stack of the caller (the one
+    torch.compile call a graph handed to a named backend belongs to), or None (e.g. a backend
+    called by ``torch._dynamo.optimize(name)`` or directly)."""
+    wrapper_cls = getattr(torch, "_TorchCompileWrapper", None)
+    code = getattr(vars(wrapper_cls).get("__call__") if wrapper_cls is not None else None, "__code__", None)
+    if code is None:
+        return None
+    frame = sys._getframe(1)
+    for _ in range(max_depth):
+        if frame is None:
+            return None
+        if frame.f_code is code:
+            wrapper = frame.f_locals.get("self")
+            return wrapper if isinstance(wrapper, wrapper_cls) else None
+        frame = frame.f_back
+    return None
+
+
+def _compile_wrapper_from(obj: Any) -> Any:
+    wrapper_cls = getattr(torch, "_TorchCompileWrapper", None)
+    seen = set()
+    while obj is not None and id(obj) not in seen:
+        seen.add(id(obj))
+        if wrapper_cls is not None and isinstance(obj, wrapper_cls):
+            return obj
+        obj = next((getattr(obj, a) for a in _ORIG_BACKEND_ATTRS if getattr(obj, a, None) is not None), None)
+    return None
+
+
+def compile_wrapper_of(compiled: Any) -> Any:
+    """The ``torch._TorchCompileWrapper`` torch.compile built for `compiled`, or None.
+
+    Args:
+        compiled: an ``OptimizedModule`` (``torch.compile(module)``), or the function torch.compile
+            returned for a function (also a module's ``_compiled_call_impl`` after ``module.compile()``).
+    """
+    if "torch._dynamo" not in sys.modules:  # nothing was compiled
+        return None
+    from torch._dynamo.eval_frame import OptimizedModule, _TorchDynamoContext
+
+    if isinstance(compiled, OptimizedModule):
+        return _compile_wrapper_from(getattr(getattr(compiled, "dynamo_ctx", None), "callback", None))
+    # The function holds its context (and, on 2.6, the context's callback) in its closure.
+    for cell in getattr(compiled, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(value, _TorchDynamoContext):
+            value = getattr(value, "callback", None)
+        found = _compile_wrapper_from(value) if not isinstance(value, torch.nn.Module) else None
+        if found is not None:
+            return found
+    return None
+
+
+def guard_finalizers(code) -> list:
+    """The ``weakref.finalize`` callbacks that dynamo's guards of `code`'s compiled graphs hold.
+
+    Dynamo's ``CheckFunctionManager.id_ref`` registers, for each object a guard matches by
+    identity, a finalizer holding the manager (``partial(self.invalidate, ...)`` on 2.13+, the bound
+    ``self.invalidate`` before), and with it the guard tree, its code parts and user stacks: about
+    0.1-0.2 MiB per compiled block graph. Most of those objects (modules, classes, builtins) live as
+    long as the process, so the managers outlive the graphs they guarded, through
+    ``torch._dynamo.reset()`` too. Matched to `code` by the identity of its cache entries' guard
+    managers; an empty list where a release lays these out otherwise (nothing is released then)."""
+    import weakref
+
+    try:
+        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+        from torch._dynamo.guards import CheckFunctionManager
+    except ImportError:
+        return []
+    managers = {id(m) for m in (getattr(e, "guard_manager", None) for e in _debug_get_cache_entry_list(code)) if m}
+    if not managers:
+        return []
+    found = []
+    for fin, info in list(weakref.finalize._registry.items()):
+        func = getattr(info, "func", None)
+        owner = getattr(getattr(func, "func", func), "__self__", None)
+        if isinstance(owner, CheckFunctionManager) and id(getattr(owner, "guard_manager", None)) in managers:
+            found.append(fin)
+    return found

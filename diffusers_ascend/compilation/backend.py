@@ -131,6 +131,7 @@ class AscendBackend:
         self.manager = FusionPassManager(self.fusions)
         self.deferred_caches: Callable[[], None] | None = None
         self.was_reset = False
+        self.reset_hooks: list[Callable[[], None]] = []  # run by `reset` (graphs gone: what held them goes)
         self._verified = False
         if verify:
             self.ensure_verified()
@@ -150,6 +151,8 @@ class AscendBackend:
         self.was_reset = True
         if self.graph_capture is not None:
             self.graph_capture.clear()
+        for hook in self.reset_hooks:
+            hook()
 
     def __repr__(self) -> str:
         return f"AscendBackend(fusions={list(self.fusions)}, executor={self.executor!r}, platform={self.platform!r})"

@@ -14,6 +14,7 @@ import torch
 
 from .. import _diffusers_compat as dc
 from ..attention.setup import report_attention, restore_attention, set_attention
+from ..enabled import ASCEND_CONFIG_KEY, EnabledModel, state_of
 from .block_compile import Backends, compile_in_place, is_ours
 from .diagnostics import (
     foreign_compiles,
@@ -26,7 +27,6 @@ from .diagnostics import (
 )
 from .limits import DYNAMO_DEFAULT_RECOMPILE_LIMIT, hold_recompile_limit, release_recompile_limit
 from .models import is_pipeline, models_of, outer_compiled, set_config_key
-from .state import ASCEND_CONFIG_KEY, EnabledModel, state_of
 
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline, ModelMixin
@@ -107,8 +107,10 @@ def disable_model(model: torch.nn.Module) -> None:
         return
     from ..layers import restore_swaps
     from ..processors import unshare_processors
+    from .block_compile import restore_hooks
 
     for m in state.compiled:
+        restore_hooks(m)  # hooks whose call of the block's forward was rerouted to our compiled forward
         if is_ours(m, state):  # another compile since is the user's
             m._compiled_call_impl = None
     if state.backend is not None and state.backend.graph_capture is not None:
@@ -303,7 +305,9 @@ def disable_ascend_compile(pipe_or_model: PipeOrModel) -> PipeOrModel:
 
 
 def ascend_report(pipe_or_model: DiffusionPipeline | ModelMixin) -> FusionReport | None:
-    """The `FusionReport` merged over every enabled model of `pipe_or_model` (None if not enabled).
+    """The `FusionReport` merged over every enabled model of `pipe_or_model`; for one that was not
+    enabled but compiled with ``backend="ascend"`` (``torch.compile`` or ``compile_repeated_blocks``),
+    the report of those compiles (`compiled_report`); None if neither.
 
     Args:
         pipe_or_model: a `DiffusionPipeline` or a diffusers `ModelMixin`.
@@ -336,4 +340,8 @@ def ascend_report(pipe_or_model: DiffusionPipeline | ModelMixin) -> FusionReport
         rep.record_unfused_quantization(unfused_schemes(model, state.backend.fusions if state.backend else ()))
         report_attention(model, state, rep)
         reports.append(rep)
-    return FusionReport.merge(reports) if reports else None
+    if reports:
+        return FusionReport.merge(reports)
+    from ..compilation.named_backend import compiled_report
+
+    return compiled_report(pipe_or_model)

@@ -8,18 +8,31 @@ import dataclasses
 import functools
 import threading
 import types
+import weakref
 from typing import Any
 
 import torch
 
+from .. import _diffusers_compat as dc
+from ..enabled import EnabledModel
 from ..errors import warn
-from .state import EnabledModel
 
 
 def _block_call(module, /, *args, **kwargs):
     """What dynamo compiles for a module enabled in place: its ``_call_impl`` (hooks included).
     Each config of each model runs its own copy of this code object (`CompiledCall`)."""
     return module._call_impl(*args, **kwargs)
+
+
+def _block_forward(module, /, *args, **kwargs):
+    """What dynamo compiles below a diffusers hook that runs the block with dynamo disabled
+    (MagCache): the block's own forward, called by that hook (see `compile_in_place`)."""
+    return type(module).forward(module, *args, **kwargs)
+
+
+def _own_copy(fn) -> types.FunctionType:
+    """`fn` on an equal but distinct code object: dynamo keeps its own cache of graphs for it."""
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__)
 
 
 # Guards what calls from several threads share: a module's dynamo wrapper made at its first call,
@@ -40,34 +53,74 @@ class CompiledCall:
     """
 
     def __init__(self, backend, cfg) -> None:
-        code = _block_call.__code__.replace()  # an equal but distinct code object: its own dynamo cache
-        self.fn = types.FunctionType(code, _block_call.__globals__, _block_call.__name__)
+        self.fn = _own_copy(_block_call)
+        # Blocks a diffusers hook runs with dynamo disabled compile their forward below the hook.
+        self.forward_fn = _own_copy(_block_forward)
         self.backend, self.cfg = backend, cfg
         self.signatures: dict[str, list[tuple[Any, Any]]] = {}  # see `EnabledModel.signatures`
-        self._wrapper = None
+        self._wrapper = self._forward_wrapper = None
+        # The finalizers through which dynamo's guards of these codes' graphs outlive them
+        # (`_compat.guard_finalizers`), released once the graphs are gone: on `drop`, on
+        # ``torch._dynamo.reset()`` (the backend's reset hook) and when this object is collected.
+        # Neither holds this object (the backend lives in dynamo until its reset); each drops the
+        # codes' graphs before it detaches (after a reset: none left).
+        self._guards: list[Any] = []
+        backend.reset_hooks.append(functools.partial(_release, self.codes, self._guards))
+        weakref.finalize(self, _release, self.codes, self._guards).atexit = False
 
-    def __call__(self, module, *args, **kwargs):
-        wrapper = self._wrapper
+    def _compiled(self, attr: str, fn):
+        wrapper = getattr(self, attr)
         if wrapper is None:
             with _BOOKKEEPING:  # made at the first call, which threads may reach together
-                if self._wrapper is None:
-                    self._wrapper = torch.compile(
-                        self.fn, backend=self.backend, dynamic=self.cfg.dynamic, fullgraph=self.cfg.fullgraph
+                if getattr(self, attr) is None:
+                    compiled = torch.compile(
+                        fn, backend=self.backend, dynamic=self.cfg.dynamic, fullgraph=self.cfg.fullgraph
                     )
-                wrapper = self._wrapper
-        return wrapper(module, *args, **kwargs)
+                    setattr(self, attr, compiled)
+                wrapper = getattr(self, attr)
+        return wrapper
+
+    def __call__(self, module, *args, **kwargs):
+        return self._compiled("_wrapper", self.fn)(module, *args, **kwargs)
+
+    def forward(self, module, *args, **kwargs):
+        """`module`'s own forward compiled (no module hooks): what a hook that disables dynamo calls."""
+        return self._compiled("_forward_wrapper", self.forward_fn)(module, *args, **kwargs)
+
+    def track_guards(self) -> None:
+        """Records the guard finalizers of the graphs compiled so far (after a call that compiled)."""
+        from ..compilation._compat import guard_finalizers
+
+        known = {id(f) for f in self._guards}
+        for code in self.codes:
+            self._guards.extend(f for f in guard_finalizers(code) if id(f) not in known)
 
     @property
     def code(self) -> types.CodeType:
         return self.fn.__code__
 
+    @property
+    def codes(self) -> tuple[types.CodeType, ...]:
+        """Every code object this config compiles graphs on."""
+        return (self.fn.__code__, self.forward_fn.__code__)
+
     def drop(self) -> None:
         """Frees this config's compiled graphs (and device graphs); a later call compiles anew."""
-        from ..compilation._compat import drop_compiled_code
-
-        drop_compiled_code(self.code)
+        self.track_guards()  # those of a compile that failed after its guards were built, too
+        _release(self.codes, self._guards)
         if self.backend.graph_capture is not None:
             self.backend.graph_capture.clear()
+
+
+def _release(codes, guards: list) -> None:
+    """Frees the graphs of `codes`, then the guard records `guards` kept alive: detaching a
+    finalizer only skips dynamo's invalidation of a cache entry that no longer exists."""
+    from ..compilation._compat import drop_compiled_code
+
+    for code in codes:
+        drop_compiled_code(code)
+    while guards:
+        guards.pop().detach()
 
 
 # The configs whose compiled graphs a model keeps (least recently enabled dropped first): enabling
@@ -128,7 +181,14 @@ class Backends:
 def compile_in_place(module: torch.nn.Module, name: str, state: EnabledModel, cfg) -> None:
     """Like `module.compile(...)` (no `_orig_mod.` keys), with per-module fallback at first call.
     Compiles through the config's `CompiledCall`, at the first call that loaded block packages
-    (warm start) do not take."""
+    (warm start) do not take.
+
+    A block that a diffusers hook runs with dynamo disabled (MagCache's ``new_forward`` is
+    ``torch.compiler.disable``d: dynamo tracing the block's call would compile nothing) is compiled
+    below that hook instead: the hook's reference to the block's own forward is pointed at this
+    config's compiled forward, so the hook's decisions (skip, reuse a residual) stay eager, outside
+    any graph, and the block's math runs compiled, as vLLM-Omni's regional compile does.
+    `restore_hooks` points it back."""
     from ..compilation._compat import TorchCompatError
     from ..compilation.backend import compiled_graphs, graph_label, root_cause
     from ..compilation.passes.base import FusionSelfCheckError
@@ -143,22 +203,13 @@ def compile_in_place(module: torch.nn.Module, name: str, state: EnabledModel, cf
     else:
         scope = contextlib.nullcontext
 
-    @functools.wraps(module._call_impl)
-    def call(*args, **kwargs):
-        state.compiled_ran = True  # a warm-start package answering the call counts too
-        if state.aot_blocks and label in state.aot_blocks:
-            if plain_call(module):
-                for aot in state.aot_blocks[label]:
-                    out = aot(module, args, kwargs)
-                    if out is not MISS:
-                        return out
-            state.packages_passed_on += 1
+    def run(compiled, eager, *args, **kwargs):  # `compiled`: the block's call, or its forward (`below`)
         token = graph_label.set(label)
-        compiled = []
-        sink = compiled_graphs.set(compiled)  # the report entries of the graphs this call compiles
+        graphs = []
+        sink = compiled_graphs.set(graphs)  # the report entries of the graphs this call compiles
         try:
             with scope():
-                out = compiled_call(module, *args, **kwargs)
+                out = compiled(module, *args, **kwargs)
         except Exception as e:
             cause = root_cause(e)
             if isinstance(cause, (TorchCompatError, FusionSelfCheckError)):
@@ -167,19 +218,90 @@ def compile_in_place(module: torch.nn.Module, name: str, state: EnabledModel, cf
                 raise
             # Eager first: if the module fails there too, the error is the model's own (bad
             # inputs, ...) and propagates as without compilation; the block stays compiled.
-            out = module._call_impl(*args, **kwargs)
-            fall_back(module, name, state, call, e, compiled)
+            out = eager(*args, **kwargs)
+            fall_back(module, name, state, call, e, graphs)
             return out
         finally:
             compiled_graphs.reset(sink)
             graph_label.reset(token)
-        if state.record_signatures and compiled:  # this call compiled a graph
+        if graphs:  # this call compiled a graph: its guards now exist
+            compiled_call.track_guards()
+        # A call that compiled a graph is packaged by `save_ascend_cache` (warm start), which replays
+        # the block's call: not the forward below a hook (its graphs are not packaged).
+        if state.record_signatures and graphs and compiled is compiled_call:
             record_signature(state.signatures, label, module, args, kwargs)
         return out
 
+    def below(*args, **kwargs):
+        """The block's forward as a dynamo-disabling hook calls it: compiled while `call` is ours."""
+        if module._compiled_call_impl is not call:  # fell back, or replaced by another compile
+            return type(module).forward(module, *args, **kwargs)
+        return run(compiled_call.forward, functools.partial(type(module).forward, module), *args, **kwargs)
+
+    @functools.wraps(module._call_impl)
+    def call(*args, **kwargs):
+        state.compiled_ran = True  # a warm-start package answering the call counts too
+        if route_below_hooks(module, below):
+            return module._call_impl(*args, **kwargs)  # the hooks eager; the block's forward via `below`
+        if state.aot_blocks and label in state.aot_blocks:
+            if plain_call(module):
+                for aot in state.aot_blocks[label]:
+                    out = aot(module, args, kwargs)
+                    if out is not MISS:
+                        return out
+            state.packages_passed_on += 1
+        return run(compiled_call, module._call_impl, *args, **kwargs)
+
     call._ascend_state = state  # marks it ours (see `diagnostics.foreign_compiles`)
+    below._ascend_block = module  # marks a hook's reference rerouted (see `restore_hooks`)
     module._compiled_call_impl = call
     state.compiled.append(module)
+
+
+def _disabled_refs(module: torch.nn.Module) -> list:
+    """The function references of the diffusers hooks on `module` whose ``new_forward`` runs with
+    dynamo disabled (MagCache's block hooks)."""
+    return [
+        ref
+        for hook, ref in dc.hook_forward_refs(module)
+        if getattr(getattr(type(hook), "new_forward", None), "_torchdynamo_disable", False)
+    ]
+
+
+def _is_own_forward(module: torch.nn.Module, fn) -> bool:
+    return getattr(fn, "__self__", None) is module and getattr(fn, "__func__", None) is type(module).forward
+
+
+def route_below_hooks(module: torch.nn.Module, below) -> bool:
+    """Whether a hook runs `module` with dynamo disabled; if so, the one among them that calls the
+    block's own forward (or an earlier enable's `below`) calls `below` from now on (`restore_hooks`
+    undoes it)."""
+    refs = _disabled_refs(module)
+    for ref in refs:
+        fn = ref.original_forward
+        if fn is not below and (_is_own_forward(module, fn) or _routed(module, fn)):
+            ref.original_forward = below
+    return bool(refs)
+
+
+def unroutable_hooks(module: torch.nn.Module) -> list:
+    """The dynamo-disabling hooks on `module` below which nothing of ours can compile: none of
+    them calls the block's own forward (or ours already), each something else."""
+    refs = _disabled_refs(module)
+    if any(_is_own_forward(module, r.original_forward) or _routed(module, r.original_forward) for r in refs):
+        return []
+    return [hook for hook, ref in dc.hook_forward_refs(module) if any(ref is r for r in refs)]
+
+
+def _routed(module: torch.nn.Module, fn) -> bool:
+    return getattr(fn, "_ascend_block", None) is module
+
+
+def restore_hooks(module: torch.nn.Module) -> None:
+    """Points the hooks `route_below_hooks` rerouted back at the block's own forward."""
+    for _, ref in dc.hook_forward_refs(module):
+        if _routed(module, ref.original_forward):
+            ref.original_forward = type(module).forward.__get__(module)
 
 
 def is_ours(module: torch.nn.Module, state: EnabledModel) -> bool:

@@ -10,9 +10,9 @@ from typing import Any
 import torch
 
 from .. import _diffusers_compat as dc
+from ..enabled import EnabledModel
 from ..errors import warn
-from .block_compile import is_ours
-from .state import EnabledModel
+from .block_compile import is_ours, unroutable_hooks
 
 
 class RunMarker:
@@ -63,7 +63,7 @@ def foreign_compiles(model: torch.nn.Module, name: str, state: EnabledModel, out
     ``compile="blocks"``, dynamo traces the blocks into the model's graph with the user's backend),
     the same traced from outside (`outer`: the model runs inside a ``torch.compile(model)``
     wrapper, before or after enabling), or a diffusers hook that runs the block with dynamo
-    disabled (MagCache), or a method of a swapped class patched after enabling (`layers._patched`)."""
+    disabled and does not call the block's forward (MagCache's do: those compile below it), or a method of a swapped class patched after enabling (`layers._patched`)."""
     from ..layers import _patched
 
     found = []
@@ -88,14 +88,17 @@ def foreign_compiles(model: torch.nn.Module, name: str, state: EnabledModel, out
         )
     # A block that fell back to eager has no compiled call at all: that is not another compile.
     replaced = [m for m in state.compiled if m._compiled_call_impl is not None and not is_ours(m, state)]
-    hooked = [(m, h) for m in state.compiled if m not in replaced for h in _compile_disabling_hooks(m)]
+    # A block whose hook disables dynamo compiles below it (`block_compile.route_below_hooks`) unless
+    # that hook calls something other than the block's forward.
+    hooked = [(m, h) for m in state.compiled if m not in replaced for h in unroutable_hooks(m)]
     if hooked:
         found.append(
             (
                 _prefixed(name, f"<{type(hooked[0][0]).__name__}>"),
                 f"{len({id(m) for m, _ in hooked})} compiled block(s) run eager: diffusers' "
-                f"{type(hooked[0][1]).__name__} wraps their forward in torch.compiler.disable, so dynamo never "
-                "compiles them (no graph, no fusion); remove the hook (e.g. disable_cache()) to get them back",
+                f"{type(hooked[0][1]).__name__} wraps their forward in torch.compiler.disable and calls "
+                "another wrapper, not the block's forward, so nothing can compile below it (no graph, no fusion); "
+                "remove the hook (e.g. disable_cache()) to get them back",
             )
         )
     patched: dict[tuple[type, type], list] = {}
@@ -146,7 +149,8 @@ def recompile_limit_reached(model: torch.nn.Module, name: str, state: EnabledMod
 
     if state.compiled_call is None or not compiled_blocks_share_graphs():
         return
-    graphs, limit = compiled_code_entries(state.compiled_call.code), dynamo_recompile_limit()
+    graphs = sum(compiled_code_entries(code) for code in state.compiled_call.codes)
+    limit = dynamo_recompile_limit()
     if graphs >= limit:
         note_once(
             state,
@@ -157,16 +161,6 @@ def recompile_limit_reached(model: torch.nn.Module, name: str, state: EnabledMod
                 "higher recompile_limit"
             ),
         )
-
-
-def _compile_disabling_hooks(module: torch.nn.Module) -> list:
-    """The diffusers hooks on `module` whose ``new_forward`` (which runs the block's forward) is
-    ``torch.compiler.disable``d: MagCache's block hooks."""
-    return [
-        h
-        for h in dc.module_hooks(module)
-        if getattr(getattr(type(h), "new_forward", None), "_torchdynamo_disable", False)
-    ]
 
 
 def foreign_processors(model, adapter, fusions, swapped, skipped) -> list[tuple[str, str, str, str]]:
@@ -215,6 +209,8 @@ def note_unswapped(
                 f"{len(mods)} {mods[0][1]} object(s) kept, not fused by the {fusion!r} swap (first: "
                 f"{mods[0][0] or '<root>'}): {patch}; the fused class would replace that code"
             )
+            if state.config.compile != "none" and fusion == "rope":
+                reason += "; the rope graph pass still fuses the rope that code computes (see matches['rope'])"
         warn(f"{name or type(model).__name__}: {reason}")
         state.fallbacks.append(_fallback(_prefixed(name, f"<{fusion} swaps>"), reason, {fusion: len(mods)}))
 

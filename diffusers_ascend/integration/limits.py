@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import weakref
 
-from .state import EnabledModel
+from ..enabled import EnabledModel
 
 # Dynamo's own default (``torch._dynamo.config.recompile_limit``): one block class's budget.
 DYNAMO_DEFAULT_RECOMPILE_LIMIT = 8

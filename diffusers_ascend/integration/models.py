@@ -7,7 +7,7 @@ import sys
 import torch
 
 from .. import _diffusers_compat as dc
-from .state import ASCEND_CONFIG_KEY
+from ..enabled import ASCEND_CONFIG_KEY
 
 
 def is_pipeline(obj) -> bool:

@@ -10,9 +10,9 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from .. import _diffusers_compat as dc
+from ..enabled import ASCEND_CONFIG_KEY
 from .api import ascend_report, disable_ascend_compile, enable_ascend_compile, save_ascend_cache
 from .models import models_of
-from .state import ASCEND_CONFIG_KEY
 
 if TYPE_CHECKING:
     from ..compilation import FusionReport

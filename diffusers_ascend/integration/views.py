@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..enabled import state_of
 from .models import models_of
-from .state import state_of
 
 if TYPE_CHECKING:
     from diffusers import DiffusionPipeline, ModelMixin

@@ -17,11 +17,11 @@ torch.export's program JSON, read back as data and run op by op (`eager.py`, its
 any artifact: one made for another setup is a warning and a normal compile; one that is not what a
 save writes, or a file whose sha256 differs, is a `ValueError` and nothing is loaded. Hub sources
 need ``trust_remote_artifacts=True``. A save is all or nothing (`store.py`). The enable path hands
-warm start its models' `EnabledModel` records (``diffusers_ascend.integration.state``, a floor
-below this package), by component name; warm start never reaches back into the enable path.
+warm start its models' `EnabledModel` records (``diffusers_ascend.enabled``, a floor below
+this package), by component name; warm start never reaches back into the enable path.
 """
 
-from ..integration.state import EnabledModel
+from ..enabled import EnabledModel
 from .load import (
     LoadedCache,
     LoadedPackage,

@@ -16,8 +16,10 @@ Trust model: a package is data, never code or a pickle. torch's own ``.pt2`` arc
 (``torch.export.save``) holds pickles (state dict, constants, example inputs; ``torch.export.load``
 falls back to ``weights_only=False``), and its JSON names call targets by Python attribute path, so
 `check_program` reads the JSON first and lets through only what a package of ours holds: calls of
-``aten``, ``prims`` and ``ascend_kernels`` overloads and ``operator.getitem``, user inputs and
-outputs only, static shapes (no symbolic expression, which torch parses with ``sympy.sympify``),
+registered ``aten``, ``prims`` and ``ascend_kernels`` operator overloads (each name parsed by a
+strict grammar and looked up in the dispatcher's registry before any attribute of it is read) and
+``operator.getitem``, user inputs and outputs only, static shapes (no symbolic expression, which
+torch parses with ``sympy.sympify``),
 no guard code, no custom object, no subgraph, no node metadata (whose ``source_fn_stack`` torch
 resolves by attribute path too). Only then does torch's deserializer see it, with an
 empty state dict, no constants and no example inputs, so nothing is unpickled.
@@ -33,8 +35,8 @@ from typing import Any
 import torch
 
 from ..compilation import _compat
+from ..enabled import EnabledModel
 from ..errors import warn
-from ..integration.state import EnabledModel
 from .packages import (
     AotBlock,
     CallSignature,
@@ -45,8 +47,13 @@ from .packages import (
     parse_state,
 )
 
-# The call targets an eager package may hold: an overload of these op namespaces, or tuple indexing.
-_TARGET = re.compile(r"^torch\.ops\.(aten|prims|ascend_kernels)\.[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
+# The call targets an eager package may hold: an operator overload of these namespaces, or tuple
+# indexing. A name is parsed by this grammar (ASCII identifiers, exactly three parts below
+# ``torch.ops``), then looked up in the dispatcher's registry (`_compat.op_overload`), never by
+# reading attributes it names: torch's reader resolves a target by ``getattr`` on each part, so
+# ``torch.ops.aten.__class__.__init__`` matches the grammar and only the registry refuses it.
+_TARGET = re.compile(r"torch\.ops\.([A-Za-z_][A-Za-z0-9_]*)\.([A-Za-z_][A-Za-z0-9_]*)\.([A-Za-z_][A-Za-z0-9_]*)")
+_NAMESPACES = ("aten", "prims", "ascend_kernels")
 _GETITEM = "_operator.getitem"
 # Schema fields no package of ours holds: symbolic values (parsed by sympy), custom objects,
 # subgraphs of higher-order ops, operators passed as arguments.
@@ -119,10 +126,10 @@ def check_program(program: Any) -> None:
         raise ValueError("the package's program has no graph")
     for node in graph["nodes"]:
         target = node.get("target") if isinstance(node, dict) else None
-        if not isinstance(target, str) or not (target == _GETITEM or _TARGET.match(target)):
+        if not _allowed_target(target):
             raise ValueError(
-                f"the package's program calls {target!r}: only aten, prims and ascend_kernels ops "
-                "and tuple indexing are allowed"
+                f"the package's program calls {target!r}: only overloads of registered aten, prims and "
+                "ascend_kernels operators (torch.ops.<namespace>.<op>.<overload>) and _operator.getitem are allowed"
             )
         if node.get("metadata"):
             raise ValueError(
@@ -144,6 +151,18 @@ def check_program(program: Any) -> None:
         if graph.get(key):
             raise ValueError(f"the package's program holds {key}; a package has none")
     _refuse_fields(program)
+
+
+def _allowed_target(target: Any) -> bool:
+    """Whether `target` names tuple indexing or a registered overload of an allowed namespace."""
+    if target == _GETITEM:
+        return True
+    parts = _TARGET.fullmatch(target) if isinstance(target, str) else None
+    if parts is None or parts[1] not in _NAMESPACES:
+        return False
+    if parts[1] == "ascend_kernels":
+        import ascend_kernels.ops  # noqa: F401  (our ops: registered before they are looked up)
+    return _compat.op_overload(*parts.groups()) is not None
 
 
 def _refuse_fields(value: Any) -> None:

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
+from ..enabled import EnabledModel
 from ..errors import warn
-from ..integration.state import EnabledModel
 from .kernels import check_kernels, install_kernels
 from .manifest import (
     ARTIFACTS_NAME,

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
+from ..enabled import EnabledModel
 from ..errors import warn
-from ..integration.state import EnabledModel
 from .kernels import isa_probes, pack_kernels
 from .manifest import ARTIFACTS_NAME, KERNELS_NAME, MECHANISM, expected_keys, new_manifest
 from .packages import build_package

@@ -3,6 +3,8 @@ process before it traced, with no trace of its own, and gets the same matchers; 
 torch build or pattern code, or one that is not exactly what we write, is never read."""
 
 import json
+import re
+import warnings
 
 import pytest
 import torch
@@ -194,3 +196,167 @@ def test_a_graph_with_a_tensor_constant_is_not_stored():
     gm = torch.fx.symbolic_trace(torch.nn.Linear(2, 2))  # get_attr nodes: weights are not search-graph literals
     with pytest.raises(pretraced._NotStorable):
         pretraced.graph_to_json(gm)
+
+
+# -- #42 item 3: an edited file is never believed, and never blamed on torch ----------------------
+class PerFrame(torch.nn.Module):
+    """Sana-WM's per-frame modulation (`AdaLNPattern` form ``per_frame``), its shift added or subtracted."""
+
+    def __init__(self, sign=1):
+        super().__init__()
+        self.sign = sign
+
+    def forward(self, x, scale, shift):
+        y = torch.nn.functional.layer_norm(x, (x.shape[-1],), eps=1e-6).reshape(x.shape[0], scale.shape[1], -1, 16)
+        y = y * (1 + scale) + shift if self.sign > 0 else y * (1 + scale) - shift
+        return y.reshape(x.shape)
+
+
+class FluxRotation(torch.nn.Module):
+    """diffusers' `apply_rotary_emb` (`RopePattern` form ``flux``), or with the stack's halves swapped."""
+
+    def __init__(self, swapped=False):
+        super().__init__()
+        self.swapped = swapped
+
+    def forward(self, x, cos, sin):
+        x_real, x_imag = x.reshape(*x.shape[:-1], -1, 2).unbind(-1)
+        halves = [x_real, -x_imag] if self.swapped else [-x_imag, x_real]
+        x_rotated = torch.stack(halves, dim=-1).flatten(3)
+        return (x.float() * cos + x_rotated.float() * sin).to(x.dtype)
+
+
+def _subtract_shift(nodes):
+    (shift_add,) = [n for n in nodes if n["target"] == "aten.add.Tensor" and "mul" in json.dumps(n["args"])]
+    shift_add["target"] = "aten.sub.Tensor"
+
+
+def _swap_stack_halves(nodes):
+    (stack,) = [n for n in nodes if n["target"] == "aten.stack.default"]
+    stack["args"]["tuple"][0]["list"].reverse()
+
+
+# The issue's two edits: each turns a form's search graph into another valid graph (max |compiled -
+# eager| 5.47 and 7.52 when believed), whose code is the look-alike.
+EDITS = {
+    "adaln shift subtracted": (
+        "adaln",
+        "AdaLNPattern[per_frame,",
+        _subtract_shift,
+        lambda edited: PerFrame(-1 if edited else 1),
+        lambda: (torch.randn(2, 6, 16), torch.randn(2, 3, 1, 16), torch.randn(2, 3, 1, 16)),
+    ),
+    "flux rope halves swapped": (
+        "rope",
+        "RopePattern[flux,",
+        _swap_stack_halves,
+        lambda edited: FluxRotation(swapped=edited),
+        lambda: (torch.randn(2, 6, 3, 8), torch.randn(1, 6, 1, 8), torch.randn(1, 6, 1, 8)),
+    ),
+}
+
+
+@pytest.fixture
+def next_process():
+    """Clears this process's registrations, as a new process starts (before and after the test)."""
+
+    def clear():
+        base._registered_impl.cache_clear()
+        base._verified_impl.cache_clear()
+
+    clear()
+    yield clear
+    clear()
+
+
+def _edit_file(cache_dir, fusion, form, edit, forge_digest=False):
+    """The file of `fusion` with the graphs of `form` edited; with `forge_digest`, its digest rewritten
+    to the edited bytes (a file the digest cannot tell from ours)."""
+    (path,) = cache_dir.glob("*.json")
+    data = json.loads(path.read_text())
+    names = [k for k in data["graphs"] if form in k]
+    assert names, form
+    for name in names:  # every dtype variant (those without casts would stand in for each other)
+        edit(data["graphs"][name])
+    text = json.dumps(data)
+    path.write_text(text)
+    if forge_digest:
+        key = pretraced.cache_key(get_pass_class(fusion))
+        verdict.record_digest(key, pretraced.KIND, verdict.sha256_of(text.encode()))
+    return path, text
+
+
+def _compiles(fusion, module, inputs, expected):
+    from .passes.harness import run
+
+    run(module, *inputs, fusions=[fusion], dtype=torch.float32, expected=expected)
+
+
+@pytest.mark.parametrize("keep_verdict", [True, False], ids=["verdict present", "verdict removed"])
+@pytest.mark.parametrize("edit", list(EDITS))
+def test_an_edited_pattern_file_is_dropped_with_a_warning_naming_it(cache_dir, next_process, edit, keep_verdict):
+    from diffusers_ascend.compilation.passes.manager import FusionPassManager
+
+    fusion, form, change, module, inputs = EDITS[edit]
+    assert FusionPassManager([fusion]).ensure_verified() is True  # the first process: checks, writes
+    path, edited = _edit_file(cache_dir, fusion, form, change)
+    if not keep_verdict:
+        for v in cache_dir.parent.glob("*.json"):
+            v.unlink()
+    next_process()
+    with pytest.warns(pretraced.PretracedCacheWarning, match=re.escape(str(path))):
+        # the edited graph is never read: the form fuses, its look-alike does not (eager's numbers)
+        _compiles(fusion, module(edited=False), inputs(), expected=1)
+    _compiles(fusion, module(edited=True), inputs(), expected=0)
+    assert path.read_text() != edited  # traced again and written anew, with its digest
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pretraced.PretracedCacheWarning)
+        assert form in " ".join(pretraced.load(get_pass_class(fusion)))
+
+
+@pytest.mark.parametrize("edit", list(EDITS))
+def test_a_self_check_failing_on_cached_graphs_retraces_instead_of_blaming_torch(cache_dir, next_process, edit):
+    from diffusers_ascend.compilation.passes.manager import FusionPassManager
+
+    fusion, form, change, module, inputs = EDITS[edit]
+    assert FusionPassManager([fusion]).ensure_verified() is True
+    for v in cache_dir.parent.glob("*.json"):  # no verdict: the next process checks
+        v.unlink()
+    path, edited = _edit_file(cache_dir, fusion, form, change, forge_digest=True)
+    next_process()
+    with pytest.warns(pretraced.PretracedCacheWarning, match=re.escape(str(path)) + ".*self-check failed"):
+        assert FusionPassManager([fusion]).ensure_verified() is True  # no TorchCompatError
+    assert path.read_text() != edited
+    _compiles(fusion, module(edited=False), inputs(), expected=1)
+    _compiles(fusion, module(edited=True), inputs(), expected=0)
+
+
+@pytest.mark.parametrize("edit", list(EDITS))
+def test_a_believed_edited_graph_still_fuses_no_look_alike(cache_dir, next_process, edit):
+    # Digest forged and verdict present: nothing checks the file, and the forms matched without
+    # Inductor's re-trace take the pattern as read. The match-time check against the search function
+    # (`FusionPattern.literal_mismatch`) refuses the look-alike; the true form is not found either
+    # (its structure is not the edited pattern's): slower, never wrong.
+    from diffusers_ascend.compilation.passes.manager import FusionPassManager
+
+    fusion, form, change, module, inputs = EDITS[edit]
+    assert FusionPassManager([fusion]).ensure_verified() is True
+    _edit_file(cache_dir, fusion, form, change, forge_digest=True)
+    next_process()
+    _compiles(fusion, module(edited=True), inputs(), expected=0)
+    _compiles(fusion, module(edited=False), inputs(), expected=0)
+
+
+def test_a_fresh_trace_that_fails_still_blames_torch(cache_dir, next_process, monkeypatch):
+    from diffusers_ascend.compilation import _compat
+    from diffusers_ascend.compilation.passes.manager import FusionPassManager
+
+    assert FusionPassManager(["adaln"]).ensure_verified() is True
+    (path,) = cache_dir.glob("*.json")
+    for v in cache_dir.parent.glob("*.json"):
+        v.unlink()
+    # a torch whose matcher accepts every registration and never fires: cached or fresh alike
+    monkeypatch.setattr(_compat, "register_replacement", lambda *a, **k: None)
+    next_process()
+    with pytest.raises(_compat.TorchCompatError, match=r"replaced its own form 0 times"):
+        FusionPassManager(["adaln"]).ensure_verified()

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import time
 import traceback
 
 import pytest
@@ -201,15 +200,12 @@ def _ulysses_fallback_cases(rank: int, world: int) -> dict:
 def _spawn(outdir: str, device: str) -> dict:
     import torch.multiprocessing as mp
 
+    from tests.integration._fresh_process import join_or_fail
+
     ctx = mp.start_processes(
         _worker, args=(2, _free_port(), outdir, device), nprocs=2, join=False, start_method="spawn"
     )
-    deadline = time.monotonic() + TIMEOUT_S
-    while not ctx.join(timeout=5):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail(f"the two processes did not finish in {TIMEOUT_S} s")
+    join_or_fail(ctx, TIMEOUT_S)
     return torch.load(os.path.join(outdir, "results.pt"))
 
 

@@ -202,7 +202,7 @@ class StandInTorchNpu(types.ModuleType):
         }
         for name, schema in SCHEMAS[version].items():
             setattr(self, name, _Packet(self, schema, impls[name]))
-        npu_attention_ops()
+        npu_attention_ops(self.wheel)
         self.fia = tuple(fia)
         ops = {"v1": "npu_fused_infer_attention_score", "v2": "npu_fused_infer_attention_score_v2"}
         for v in self.fia:
@@ -428,7 +428,7 @@ FIA_SCHEMAS = {
 }
 # What diffusers' "_native_npu" backend calls.
 FUSION_ATTENTION_SCHEMA = CONTRACTS["torch_npu"][NEWEST]["schemas"]["npu_fusion_attention"]
-_NPU_LIB: list = []
+_NPU_LIB: dict = {}  # "lib": the Library of the npu:: attention ops, "schemas": the schema strings it defined
 
 
 def _current() -> StandInTorchNpu | None:
@@ -440,6 +440,15 @@ def _record(name: str, bound: dict) -> None:
     fake = _current()
     if fake is not None:
         fake.calls.append((name, bound))
+
+
+def _undocumented_dead_rows(out, lse):
+    """NaN in the output and LSE of a query row its mask leaves no key: neither op's doc says what
+    the kernel returns there (FIA's inner_precise only warns that such rows lose precision without
+    its "row invalid" correction; npu_fusion_attention forbids them in varlen only), so a caller
+    that passes the kernel's value on fails here."""
+    dead = lse.isneginf()  # [B, N, S]: every score of the row was -inf
+    return out.masked_fill(dead.transpose(1, 2).unsqueeze(-1), float("nan")), lse.masked_fill(dead, float("nan"))
 
 
 def _bsnd_attention(q, k, v, heads, kv_heads, scale, masked=None, bias=None, kv_len=None):
@@ -488,17 +497,50 @@ def _check_fia(
     if atten_mask is not None:
         assert atten_mask.dtype in (torch.bool, torch.int8, torch.uint8), f"FIA atten_mask dtype {atten_mask.dtype}"
         assert atten_mask.is_contiguous()
-        allowed = {(sq, skv), (b, sq, skv), (1, sq, skv), (b, 1, sq, skv), (1, 1, sq, skv)}
+        allowed = _fia_shapes(FIA_MASK_SHAPES, b, n, sq, skv)
         assert tuple(atten_mask.shape) in allowed, (
             f"FIA atten_mask shape {tuple(atten_mask.shape)} not in {sorted(allowed)}"
         )
         masked = atten_mask.bool().reshape((1,) * (4 - atten_mask.dim()) + tuple(atten_mask.shape))  # True = masked out
     if pse_shift is not None:
         assert pse_shift.dtype == query.dtype, "FIA pse_shift: query's dtype"
-        assert tuple(pse_shift.shape) in {(b, n, sq, skv), (1, n, sq, skv)}, (
-            f"FIA pse_shift shape {tuple(pse_shift.shape)}"
+        allowed = _fia_shapes(FIA_PSE_SHAPES, b, n, sq, skv)
+        assert tuple(pse_shift.shape) in allowed, (
+            f"FIA pse_shift shape {tuple(pse_shift.shape)} not in {sorted(allowed)}"
         )
     return kv_heads, masked
+
+
+# FIA's mask shapes for Q_S > 1. The wheels' doc (_op_plugin_docs.py) names none; op-plugin's
+# docs/context/torch_npu-npu_fused_infer_attention_score.md (Ascend/op-plugin 0adf450) does:
+# atten_mask "Q_S不为1时建议shape输入(Q_S, KV_S)、(B, Q_S, KV_S)、(1, Q_S, KV_S)、(B, 1, Q_S, KV_S)、
+# (1, 1, Q_S, KV_S)" (no head dimension), pse_shift "(B, N, Q_S, KV_S)或(1, N, Q_S, KV_S)".
+FIA_MASK_SHAPES = ("Q_S,KV_S", "B,Q_S,KV_S", "1,Q_S,KV_S", "B,1,Q_S,KV_S", "1,1,Q_S,KV_S")
+FIA_PSE_SHAPES = ("B,N,Q_S,KV_S", "1,N,Q_S,KV_S")
+
+
+def _fia_shapes(names: tuple, b: int, n: int, sq: int, skv: int) -> set:
+    sizes = {"B": b, "N": n, "Q_S": sq, "KV_S": skv, "1": 1}
+    return {tuple(sizes[d] for d in name.split(",")) for name in names}
+
+
+def fusion_attention_mask_shapes(wheel: str = NEWEST) -> tuple[str, ...]:
+    """npu_fusion_attention's atten_mask shapes as the wheel's doc names them ("输入shape类型支持BNSS格式、
+    B1SS格式、11SS格式、SS格式"): ``("BNSS", "B1SS", "11SS", "SS")``."""
+    text = CONTRACTS["torch_npu"][wheel]["docs"]["npu_fusion_attention"]["params"]["atten_mask"]
+    shapes = tuple(dict.fromkeys(re.findall(r"([BN1S]+)格式", text)))
+    assert shapes, f"no atten_mask shapes in the {wheel} doc of npu_fusion_attention: {text!r}"
+    return shapes
+
+
+def _fusion_attention_shapes(bsz: int, n: int, sq: int, skv: int) -> set:
+    """The documented layouts as shapes: B, N, 1 as named; the first S is the query's, the second the key's."""
+    fake = _current()
+    shapes = set()
+    for name in fusion_attention_mask_shapes(fake.wheel if fake is not None else NEWEST):
+        seqs = iter((sq, skv))
+        shapes.add(tuple({"B": bsz, "N": n, "1": 1}[c] if c != "S" else next(seqs) for c in name))
+    return shapes
 
 
 def _bound(name: str, args: tuple, kw: dict) -> dict:
@@ -557,6 +599,7 @@ def _fia_impl(
     _record(name, bound)
     kv_heads, masked = _check_fia(query, key, value, pse_shift, atten_mask, heads, kv_heads, layout, seq)
     out, lse = _bsnd_attention(query, key, value, heads, kv_heads, scale, masked, pse_shift, seq_kv)
+    out, lse = _undocumented_dead_rows(out, lse)
     lse = lse.unsqueeze(-1) if lse_flag else torch.zeros(1)  # (B, N, S, 1) fp32; [1] of 0 when not asked
     return out.to(query.dtype), lse
 
@@ -594,14 +637,14 @@ def _fusion_attention(*args, **kw):
         assert mask.dtype in (torch.bool, torch.uint8), (
             f"npu_fusion_attention atten_mask dtype {mask.dtype} (bool/uint8)"
         )
-        allowed = {(bsz, n, sq, skv), (bsz, 1, sq, skv), (1, 1, sq, skv), (sq, skv)}
+        allowed = _fusion_attention_shapes(bsz, n, sq, skv)  # the wheel's doc: BNSS, B1SS, 11SS, SS
         assert tuple(mask.shape) in allowed, (
             f"npu_fusion_attention atten_mask shape {tuple(mask.shape)} not in {sorted(allowed)}"
         )
         masked = mask.bool().reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
         i, j = torch.arange(sq).reshape(-1, 1), torch.arange(skv)
         masked = masked | (i - j > b["pre_tockens"]) | (j - i > b["next_tockens"])
-    out, _ = _bsnd_attention(query, key, value, head_num, nkv, b["scale"], masked)
+    out, _ = _undocumented_dead_rows(*_bsnd_attention(query, key, value, head_num, nkv, b["scale"], masked))
     z = query.new_zeros(1, dtype=torch.float32)
     return out.to(query.dtype), z, z.clone(), z.clone(), 0, 0, 0
 
@@ -611,19 +654,29 @@ def _fusion_attention_fake(query, *args, **kw):
     return torch.empty_like(query), z, z.clone(), z.clone(), 0, 0, 0
 
 
-def npu_attention_ops() -> None:
+def npu_attention_ops(wheel: str = NEWEST) -> None:
     """Defines ``npu::npu_fused_infer_attention_score`` (+ ``_v2``) and ``npu::npu_fusion_attention``
-    once per process (torch_npu's schemas, CPU kernels of the documented semantics, fake impls)."""
-    if _NPU_LIB:
+    with ``wheel``'s schemas (CPU kernels of the documented semantics, fake impls); once per process
+    and set of schema strings: a wheel whose schemas differ from those defined replaces them."""
+    schemas = {op: CONTRACTS["torch_npu"][wheel]["schemas"][op] for op in _ATTENTION_IMPLS}
+    if _NPU_LIB.get("schemas") == schemas:
         return
+    if _NPU_LIB:
+        namespace = torch.ops.npu
+        for op in _ATTENTION_IMPLS:  # torch 2.10's _destroy removes each name from the namespace's _dir
+            if hasattr(namespace, op) and op not in namespace._dir:
+                namespace._dir.append(op)
+        _NPU_LIB.pop("lib")._destroy()
     lib = torch.library.Library("npu", "FRAGMENT")  # noqa: TOR901  (test-only stand-in of torch_npu's namespace)
-    for schema, impl, fake in (
-        (FIA_SCHEMAS["v1"], _fia_v1, _fia_fake),
-        (FIA_SCHEMAS["v2"], _fia_v2, _fia_fake),
-        (FUSION_ATTENTION_SCHEMA, _fusion_attention, _fusion_attention_fake),
-    ):
-        name = schema.split("(", 1)[0]
-        lib.define(schema)
-        lib.impl(name, impl, "CPU")
-        torch.library.register_fake(f"npu::{name}", fake, lib=lib)
-    _NPU_LIB.append(lib)
+    for op, (impl, fake) in _ATTENTION_IMPLS.items():
+        lib.define(schemas[op])
+        lib.impl(op, impl, "CPU")
+        torch.library.register_fake(f"npu::{op}", fake, lib=lib)
+    _NPU_LIB.update(lib=lib, schemas=schemas)
+
+
+_ATTENTION_IMPLS = {
+    "npu_fused_infer_attention_score": (_fia_v1, _fia_fake),
+    "npu_fused_infer_attention_score_v2": (_fia_v2, _fia_fake),
+    "npu_fusion_attention": (_fusion_attention, _fusion_attention_fake),
+}

@@ -66,7 +66,9 @@ def test_fia_matches_sdpa_with_masks(simulated_npu, mask, dtype):
     q, k, v = _qkv(dtype=dtype)
     m = MASKS[mask](2, 32, 24)
     if m is not None:
-        m[..., 0] = True if m.dtype == torch.bool else m[..., 0]  # no fully masked row (SDPA gives NaN there)
+        m[..., 0] = (
+            True if m.dtype == torch.bool else m[..., 0]
+        )  # fully masked rows: the mask matrix of test_npu_fia_fallbacks
     out = _fia(q, k, v, attn_mask=m)
     _close(out, _sdpa(q, k, v, m)[0], dtype)
     (call,) = simulated_npu.calls(FIA_V2)  # the install has _v2: it is preferred
@@ -108,12 +110,16 @@ def test_fia_scale_and_gqa(simulated_npu):
     assert call["softmax_scale"] == pytest.approx(0.1)
 
 
-@pytest.mark.parametrize("mask", ["none", "bool_keys", "additive"])
+@pytest.mark.parametrize("mask", ["none", "bool_keys", "additive", "bool_full_dead_row", "additive_dead_row"])
 def test_fia_returns_lse_in_diffusers_form(simulated_npu, mask):
+    """A fully masked row: SDPA's output there and an LSE of -inf (the log of an empty sum), whatever
+    the kernel returned (the stand-in: NaN in both)."""
     q, k, v = _qkv(dtype=torch.float16)
-    m = MASKS[mask](2, 32, 24)
+    m = MASKS[mask.removesuffix("_dead_row")](2, 32, 24)
     if m is not None and m.dtype == torch.bool:
         m[..., 0] = True
+    if mask.endswith("_dead_row"):  # batch 1, query 5 sees no key
+        m[1, :, 5] = False if m.dtype == torch.bool else float("-inf")
     out, lse = _fia(q, k, v, attn_mask=m, attention_kwargs={"return_lse": True})
     ref, ref_lse = _sdpa(q, k, v, m)
     _close(out, ref, torch.float16)
@@ -128,6 +134,11 @@ def test_fia_returns_lse_in_diffusers_form(simulated_npu, mask):
         (dict(dropout_p=0.1), "dropout_p=0.1"),
         (dict(is_causal=True), "is_causal"),
         (dict(attn_mask=torch.zeros(3, 1, 32, 24, dtype=torch.bool)), "does not broadcast"),
+        (dict(attn_mask=torch.ones(24, dtype=torch.bool)), "attn_mask (24,) of 1 dim(s)"),
+        (
+            dict(attn_mask=torch.zeros(32, 24, dtype=torch.float16)),
+            "attn_mask dtype torch.float16 for query torch.bfloat16",
+        ),
     ],
 )
 def test_fia_unsupported_reasons(simulated_npu, kw, reason):
@@ -186,8 +197,18 @@ def test_fia_missing_from_torch_npu_falls_back(monkeypatch):
         assert "torch_npu has no npu_fused_infer_attention_score -> npu_fusion_attention" in fallbacks()
 
 
-def test_fia_compiles_into_one_graph_with_the_op(simulated_npu):
+@pytest.mark.parametrize("masked", [False, True], ids=["no_mask", "dead_row_mask"])
+def test_fia_compiles_into_one_graph_with_the_op(simulated_npu, monkeypatch, masked):
+    """With a mask, SDPA's value for fully masked rows is asked while tracing and is a constant of the graph."""
+    from ascend_kernels.npu import attention
+
     q, k, v = _qkv()
+    m = None
+    if masked:
+        m = MASKS["bool_full"](2, 32, 24)
+        m[..., 0] = True
+        m[0, :, 3] = False
+        monkeypatch.setattr(attention, "_DEAD_ROW", {})  # not asked yet: the trace asks
     graphs = []
 
     def backend(gm, inputs):
@@ -195,8 +216,8 @@ def test_fia_compiles_into_one_graph_with_the_op(simulated_npu):
         return gm
 
     torch._dynamo.reset()
-    fn = torch.compile(lambda q, k, v: _fia(q, k, v) * 2, backend=backend, fullgraph=True)
-    _close(fn(q, k, v), _sdpa(q, k, v)[0] * 2, torch.bfloat16)
+    fn = torch.compile(lambda q, k, v, m: _fia(q, k, v, attn_mask=m) * 2, backend=backend, fullgraph=True)
+    _close(fn(q, k, v, m), _sdpa(q, k, v, m)[0] * 2, torch.bfloat16)
     (gm,) = graphs
     targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
     assert any(FIA_V2 in t for t in targets) and not any("fusion_attention" in t for t in targets)

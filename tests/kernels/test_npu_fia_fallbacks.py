@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ascend_kernels.testing import TOLERANCES
+from tests.kernels.npu_standins import WHEELS, fusion_attention_mask_shapes
 
 MASK_KINDS = ("none", "bool", "additive", "float01")
 
@@ -71,8 +72,8 @@ def qkv(b=2, sq=16, skv=12, n=4, nkv=None, d=16, dv=None, dtype=torch.bfloat16, 
 
 
 def mask_for(kind: str, override: str | None, b: int, n: int, sq: int, skv: int, dtype) -> torch.Tensor | None:
-    """A mask of ``kind`` broadcasting against ``[B, N, S, S_kv]``; key 0 is never masked out (a
-    fully masked row is NaN in SDPA)."""
+    """A mask of ``kind`` broadcasting against ``[B, N, S, S_kv]``; key 0 is never masked out (fully
+    masked rows: `MASK_SHAPES`)."""
     g = torch.Generator().manual_seed(7)
     if kind == "none":
         return None
@@ -244,3 +245,172 @@ def test_fallback_without_torch_npu_is_sdpa(monkeypatch):
     torch.testing.assert_close(out, sdpa_reference(q, k, v, **kw)[0], **TOLERANCES[torch.float32])
     assert "torch_npu is not installed -> sdpa" in fallbacks()
     probe.cache_clear()
+
+
+# -- masks: every shape SDPA broadcasts, fully masked rows, each path -------------------------------
+# The reference is SDPA on the call's own tensors: its numbers (a fully masked row is what it returns
+# there on the running torch: 0 on 2.13), or its error (a mask that does not broadcast; 1-D masks on
+# torch 2.13, whose CPU kernel raises IndexError for them). The stand-ins take only the mask shapes
+# their ops' docs list (npu_fusion_attention: BNSS/B1SS/11SS/SS, read from the wheel's doc; FIA:
+# (S, S_kv), (B|1, S, S_kv), (B|1, 1, S, S_kv)) and return NaN in a fully masked row (undocumented).
+MB, MN, MSQ, MSKV = 2, 4, 16, 12
+MASK_SHAPES = {
+    "1d_keys": (MSKV,),
+    "2d": (MSQ, MSKV),
+    "2d_keys": (1, MSKV),
+    "2d_queries": (MSQ, 1),
+    "3d_heads": (MN, MSQ, MSKV),
+    "3d_heads_keys": (MN, 1, MSKV),
+    "3d_shared": (1, MSQ, MSKV),
+    "3d_batch": (MB, MSQ, MSKV),  # SDPA reads dim 0 as heads: 2 against 4, its error
+    "4d_full": (MB, MN, MSQ, MSKV),
+    "4d_heads": (1, MN, MSQ, MSKV),  # per head, shared by the batch
+    "4d_heads_keys": (1, MN, 1, MSKV),
+    "4d_batch": (MB, 1, MSQ, MSKV),
+    "4d_batch_keys": (MB, 1, 1, MSKV),
+    "4d_shared": (1, 1, MSQ, MSKV),
+    "4d_batch_heads_keys": (MB, MN, 1, MSKV),
+}
+# path -> (query dtype, StandInTorchNpu kwargs): which op the host lets run first.
+MASK_PATHS = {
+    "fia-bf16": (torch.bfloat16, {}),
+    "fia-fp16": (torch.float16, {}),
+    "npu_fa-bf16": (torch.bfloat16, dict(fia=())),  # no FIA op: npu_fusion_attention where exact
+    "npu_fa-fp16": (torch.float16, dict(fia=())),
+    "sdpa-fp32": (torch.float32, {}),
+    "sdpa-fp16-910a": (torch.float16, dict(soc=102)),  # neither op is documented there
+}
+MASK_CASES = [
+    (path, shape, kind, dead)
+    for path in MASK_PATHS
+    for shape in MASK_SHAPES
+    for kind in ("bool", "additive")
+    for dead in (False, True)
+]
+
+
+@pytest.mark.parametrize("wheel", WHEELS)
+def test_standin_reads_npu_fusion_attention_mask_shapes_from_the_wheel_doc(wheel):
+    assert fusion_attention_mask_shapes(wheel) == ("BNSS", "B1SS", "11SS", "SS")
+
+
+def shaped_mask(shape: tuple, kind: str, dead: bool, dtype) -> torch.Tensor:
+    """A ``kind`` mask of ``shape`` that keeps key 0 of every row, unless ``dead``: then the last
+    query row of the last batch/head entry the mask has (all of it, for a 1-D mask) keeps no key."""
+    g = torch.Generator().manual_seed(11)
+    keep = torch.rand(shape, generator=g) > 0.4
+    keep[..., 0] = True
+    if dead:
+        keep[(-1,) * (len(shape) - 1)] = False
+    if kind == "bool":
+        return keep
+    return torch.randn(shape, generator=g).masked_fill(~keep, float("-inf")).to(dtype)
+
+
+def mask_path(path: str, shape: tuple, kind: str) -> str | None:
+    """The op that must run: FIA for masks it documents (a bool mask without heads, any additive one
+    as pse_shift), else npu_fusion_attention for a bool mask, else SDPA (None: SDPA's own error)."""
+    full = (1,) * (4 - len(shape)) + shape
+    if len(shape) < 2 or any(h not in (1, f) for h, f in zip(full, (MB, MN, MSQ, MSKV))):
+        return None
+    if path.startswith("fia") and not (kind == "bool" and full[1] != 1):
+        return "npu_fused_infer_attention_score_v2"
+    return "npu_fusion_attention" if path.startswith(("fia", "npu_fa")) and kind == "bool" else "sdpa"
+
+
+def run_with_mask(q, k, v, mask) -> dict:
+    """`run_case`'s result for ``npu_fia`` on ``(q, k, v)`` with ``attn_mask=mask``."""
+    from diffusers.models.attention_dispatch import dispatch_attention_fn
+
+    from diffusers_ascend.attention import backend_for
+
+    ref, ref_error = sdpa_reference(q, k, v, attn_mask=mask)
+    try:
+        out, error = dispatch_attention_fn(q, k, v, attn_mask=mask, backend=backend_for("npu_fia")), None
+    except Exception as e:  # noqa: BLE001  (checked against SDPA's own answer)
+        out, error = None, e
+    return dict(out=out, error=error, ref=ref, ref_error=ref_error, dtype=q.dtype)
+
+
+def run_mask_case(monkeypatch, path: str, shape_name: str, kind: str, dead: bool) -> tuple[dict, str | None, list]:
+    """(result, the op that must run, the stand-in ops that ran) of one `MASK_CASES` case."""
+    from tests.simulated_npu import simulated_npu_host
+
+    dtype, host_kw = MASK_PATHS[path]
+    q, k, v = qkv(b=MB, sq=MSQ, skv=MSKV, n=MN, dtype=dtype)
+    mask = shaped_mask(MASK_SHAPES[shape_name], kind, dead, dtype)
+    with simulated_npu_host(monkeypatch, **host_kw) as host:
+        result = run_with_mask(q, k, v, mask)
+    ops = [op for op, _ in host.torch_npu.calls]
+    return result, mask_path(path, MASK_SHAPES[shape_name], kind), ops
+
+
+@pytest.mark.parametrize(
+    "path, shape_name, kind, dead",
+    MASK_CASES,
+    ids=[f"{p}-{s}-{k}{'-dead_row' if d else ''}" for p, s, k, d in MASK_CASES],
+)
+def test_mask_shapes_and_dead_rows_equal_sdpa_on_every_path(monkeypatch, path, shape_name, kind, dead):
+    """Every mask SDPA takes gives SDPA's numbers on FIA, npu_fusion_attention and SDPA alike (fully
+    masked rows included: the kernels' value there is replaced by SDPA's); every mask it refuses
+    raises on each of them; and each op gets only the mask shapes its doc lists."""
+    result, expected, ops = run_mask_case(monkeypatch, path, shape_name, kind, dead)
+    assert (result["ref_error"] is None) == (expected is not None), result["ref_error"]
+    check(result, f"{path} {shape_name} {kind}")
+    assert ops == ([] if expected in (None, "sdpa") else [expected])
+    if dead and expected is not None:
+        assert not result["out"].isnan().any(), "a fully masked row came back NaN where SDPA returns numbers"
+
+
+def _nan_in_dead_rows(sdpa):
+    """SDPA as torch releases before the safe softmax computed it: NaN in a fully masked row."""
+
+    def attend(q, k, v, attn_mask=None, **kw):
+        out = sdpa(q, k, v, attn_mask=attn_mask, **kw)
+        if attn_mask is None:
+            return out
+        full = attn_mask.reshape((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape))
+        dead = ~full.any(-1, keepdim=True) if attn_mask.dtype == torch.bool else full.isneginf().all(-1, keepdim=True)
+        return out.masked_fill(dead, float("nan"))
+
+    return attend
+
+
+@pytest.mark.parametrize("path", ["fia-bf16", "npu_fa-fp16", "sdpa-fp32"])
+def test_dead_rows_follow_the_running_torchs_sdpa(monkeypatch, path):
+    """The value in a fully masked row is asked of the running torch's SDPA, not assumed: with an
+    SDPA that returns NaN there, every path returns NaN there too (and numbers elsewhere)."""
+    from ascend_kernels.npu import attention
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", _nan_in_dead_rows(F.scaled_dot_product_attention))
+    monkeypatch.setattr(attention, "_DEAD_ROW", {})  # asked again, of the SDPA in place now
+    for kind in ("bool", "additive"):
+        result, expected, _ = run_mask_case(monkeypatch, path, "4d_batch", kind, True)
+        assert result["error"] is None and result["out"][-1, -1].isnan().all(), (path, kind)
+        torch.testing.assert_close(result["out"].float(), result["ref"], equal_nan=True, **TOLERANCES[result["dtype"]])
+        assert not result["out"][0].isnan().any()
+
+
+@pytest.mark.parametrize(
+    "mask_dtype, query_dtype, takes",
+    [
+        (torch.float32, torch.bfloat16, True),
+        (torch.float16, torch.bfloat16, False),
+        (torch.float64, torch.float16, False),
+    ],
+    ids=["fp32_mask-bf16_query", "fp16_mask-bf16_query", "fp64_mask-fp16_query"],
+)
+@pytest.mark.parametrize("path", ["fia", "npu_fa", "sdpa-910a"])
+def test_float_mask_dtypes_as_sdpa_takes_them(monkeypatch, mask_dtype, query_dtype, takes, path):
+    """SDPA takes a float mask in float32 or the query's dtype and refuses others; so does every path."""
+    from tests.simulated_npu import simulated_npu_host
+
+    host_kw = {"fia": {}, "npu_fa": dict(fia=()), "sdpa-910a": dict(soc=102)}[path]
+    q, k, v = qkv(b=MB, sq=MSQ, skv=MSKV, n=MN, dtype=query_dtype)
+    mask = shaped_mask((MB, 1, MSQ, MSKV), "additive", True, mask_dtype)
+    with simulated_npu_host(monkeypatch, **host_kw) as host:
+        result = run_with_mask(q, k, v, mask)
+        fia_ran = bool(host.calls("npu_fused_infer_attention_score_v2"))
+    assert (result["ref_error"] is None) == takes
+    check(result, f"{path} mask {mask_dtype} query {query_dtype}")
+    assert fia_ran == (takes and path == "fia")

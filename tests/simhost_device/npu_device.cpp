@@ -1,16 +1,18 @@
 // A simulated `npu` device for CONTRACT tests: PrivateUse1 over host memory (no Ascend hardware).
 //
 // What a backend registered in C++ gives torch, kept to what the user's path needs:
-// - an allocator whose memory is host memory, labelled as device npu:0;
+// - two devices, npu:0 and npu:1, as on a 2-card host: an allocator whose memory is host memory, labelled with
+//   the device it was allocated for (the creation op's device, else the current device); an index the host
+//   does not have is refused with torch_npu's error for it (aclrtSetDevice: 107001, invalid device ID);
 // - tensor creation (empty.memory_format, empty_strided) and dtype views refusing float64 / complex128, which the
 //   NPU does not take (diffusers' `_FP64_UNSUPPORTED_DEVICES` lists "npu");
 // - views (as_strided, view, _reshape_alias, unfold) on the tensor's own storage, resize_, and
 //   copies between npu and cpu;
-// - every other op: a boxed fallback that first checks all tensor arguments are on npu (a CPU
-//   tensor is taken only as a 0-dim scalar, as on CUDA), then runs the CPU kernel
+// - every other op: a boxed fallback that first checks all tensor arguments are on one npu device (a CPU
+//   tensor is taken only as a 0-dim scalar, as on CUDA; npu:0 with npu:1 is refused), then runs the CPU kernel
 //   (at::native::cpu_fallback: inputs copied to the host, outputs copied back to npu);
-// - a DeviceGuardImpl (one device, one stream) and PrivateUse1 hooks, which torch.compile and
-//   torch.accelerator ask for.
+// - a DeviceGuardImpl (two devices, a current one per thread, one stream each) and PrivateUse1 hooks, which
+//   torch.compile and torch.accelerator ask for.
 #include <torch/extension.h>
 
 #include <ATen/EmptyTensor.h>
@@ -31,17 +33,42 @@
 namespace {
 
 constexpr c10::DeviceType kNpu = c10::DeviceType::PrivateUse1;
-std::atomic<int64_t> live_bytes{0};
+constexpr c10::DeviceIndex kDevices = 2;  // a 2-card host
+std::atomic<int64_t> live_bytes[kDevices] = {0, 0};
 std::atomic<int64_t> fallback_calls{0};
+thread_local c10::DeviceIndex current = 0;  // as torch_npu's local_device: per thread, 0 until set
+
+// What torch_npu raises for a device the host does not have: c10_npu::SetDevice -> aclrtSetDevice fails
+// with ACL_ERROR_RT_INVALID_DEVICEID (107001), reported through NPU_CHECK_ERROR.
+c10::DeviceIndex checked(c10::DeviceIndex index) {
+  TORCH_CHECK(index >= 0, "device id must be positive!");
+  TORCH_CHECK(index < kDevices, "NPU function error: c10_npu::SetDevice(device), error code is 107001\n",
+              "[Error]: Invalid device ID.\n        Check whether the device ID is valid. (the simulated host has ",
+              static_cast<int>(kDevices), " devices, npu:0 and npu:1; got npu:", static_cast<int>(index), ")");
+  return index;
+}
+
+// The device a creation op allocates on: its device argument's index, else the current device.
+c10::DeviceIndex target(std::optional<c10::Device> device) {
+  return device.has_value() && device->has_index() ? checked(device->index()) : current;
+}
+
+// Makes `index` current for a scope (what a DeviceGuard does), so the allocator labels its memory.
+struct CurrentDevice {
+  c10::DeviceIndex saved;
+  explicit CurrentDevice(c10::DeviceIndex index) : saved(current) { current = index; }
+  ~CurrentDevice() { current = saved; }
+};
 
 struct Block {
   void* ptr;
   size_t size;
+  c10::DeviceIndex device;
 };
 
 void free_block(void* ctx) {
   auto* b = static_cast<Block*>(ctx);
-  live_bytes -= static_cast<int64_t>(b->size);
+  live_bytes[b->device] -= static_cast<int64_t>(b->size);
   c10::free_cpu(b->ptr);
   delete b;
 }
@@ -49,8 +76,8 @@ void free_block(void* ctx) {
 struct HostAllocator final : c10::Allocator {
   c10::DataPtr allocate(size_t n) override {
     void* p = n ? c10::alloc_cpu(n) : nullptr;
-    live_bytes += static_cast<int64_t>(n);
-    return {p, new Block{p, n}, &free_block, c10::Device(kNpu, 0)};
+    live_bytes[current] += static_cast<int64_t>(n);
+    return {p, new Block{p, n, current}, &free_block, c10::Device(kNpu, current)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
   // copy_data: virtual from torch 2.3.
@@ -72,6 +99,7 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
                                std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> memory_format) {
   auto t = c10::dtype_or_default(dtype);
   check_dtype(t);
+  CurrentDevice on(target(device));
   return at::detail::empty_generic(size, &allocator, npu_keys(), t, memory_format);
 }
 
@@ -80,6 +108,7 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
                          std::optional<bool> pin_memory) {
   auto t = c10::dtype_or_default(dtype);
   check_dtype(t);
+  CurrentDevice on(target(device));
   return at::detail::empty_strided_generic(size, stride, &allocator, npu_keys(), t);
 }
 
@@ -107,6 +136,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
                           std::optional<c10::MemoryFormat> memory_format) {
   check_dtype(self.scalar_type());
+  CurrentDevice on(self.device().index());  // a grown storage stays on the tensor's device
   return at::native::resize_(self, size, memory_format);
 }
 
@@ -121,10 +151,14 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) { return at::_local_scala
 void check_devices(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const auto n = schema.arguments().size();
+  std::optional<c10::Device> first;  // the npu device of the first npu tensor argument
   auto check = [&](const at::Tensor& t) {
-    TORCH_CHECK(!t.defined() || t.device().type() == kNpu || (t.device().is_cpu() && t.dim() == 0),
-                "Expected all tensors to be on the same device, but found at least two devices, npu:0 and ",
-                t.device(), "! (", schema.name(), " on the simulated npu device)");
+    if (!t.defined() || (t.device().is_cpu() && t.dim() == 0)) return;
+    if (!first.has_value() && t.device().type() == kNpu) first = t.device();
+    TORCH_CHECK(t.device() == first.value_or(c10::Device(kNpu, current)),
+                "Expected all tensors to be on the same device, but found at least two devices, ",
+                first.value_or(c10::Device(kNpu, current)), " and ", t.device(), "! (", schema.name(),
+                " on the simulated npu device)");
   };
   for (size_t i = stack->size() - n; i < stack->size(); ++i) {
     const auto& v = (*stack)[i];
@@ -151,9 +185,9 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
                                     c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
                                     c10::IntArrayRef output_padding, int64_t groups) {
   for (const at::Tensor* t : {&input, &weight, bias.has_value() ? &*bias : nullptr}) {
-    TORCH_CHECK(t == nullptr || !t->defined() || t->device().type() == kNpu,
-                "Expected all tensors to be on the same device, but found at least two devices, npu:0 and ",
-                t->device(), "! (aten::convolution on the simulated npu device)");
+    TORCH_CHECK(t == nullptr || !t->defined() || t->device() == input.device(),
+                "Expected all tensors to be on the same device, but found at least two devices, ", input.device(),
+                " and ", t->device(), "! (aten::convolution on the simulated npu device)");
   }
   std::optional<at::Tensor> host_bias;
   if (bias.has_value() && bias->defined()) host_bias = host_view(*bias);
@@ -168,29 +202,32 @@ void npu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
 }
 
-// One device (index 0) and its one stream: enough for torch.accelerator and torch.compile's queries.
+c10::Stream stream_of(c10::DeviceIndex index) {
+  return c10::Stream(c10::Stream::DEFAULT, c10::Device(kNpu, index < 0 ? current : index));
+}
+
+// Two devices, a current one per thread, one stream each: what torch.accelerator, DeviceGuard and
+// torch.compile ask for.
 struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return kNpu; }
-  c10::Device exchangeDevice(c10::Device d) const override { return c10::Device(kNpu, 0); }
-  c10::Device getDevice() const override { return c10::Device(kNpu, 0); }
+  c10::Device exchangeDevice(c10::Device d) const override {
+    const c10::Device old(kNpu, current);
+    setDevice(d);
+    return old;
+  }
+  c10::Device getDevice() const override { return c10::Device(kNpu, current); }
   void setDevice(c10::Device d) const override {
-    TORCH_CHECK(d.type() == kNpu && (d.index() == 0 || d.index() == -1), "the simulated npu has one device, npu:0; got ",
-                d);
+    TORCH_CHECK(d.type() == kNpu, "the simulated npu device guard got a ", d, " device");
+    if (d.has_index()) current = checked(d.index());
   }
-  void uncheckedSetDevice(c10::Device d) const noexcept override {}
-  c10::Stream getStream(c10::Device d) const noexcept override {
-    return c10::Stream(c10::Stream::DEFAULT, c10::Device(kNpu, 0));
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    if (d.has_index() && d.index() >= 0 && d.index() < kDevices) current = d.index();
   }
-  c10::Stream getDefaultStream(c10::Device d) const override {
-    return c10::Stream(c10::Stream::DEFAULT, c10::Device(kNpu, 0));
-  }
-  c10::Stream getNewStream(c10::Device d, int priority = 0) const override {
-    return c10::Stream(c10::Stream::DEFAULT, c10::Device(kNpu, 0));
-  }
-  c10::Stream exchangeStream(c10::Stream s) const noexcept override {
-    return c10::Stream(c10::Stream::DEFAULT, c10::Device(kNpu, 0));
-  }
-  c10::DeviceIndex deviceCount() const noexcept override { return 1; }
+  c10::Stream getStream(c10::Device d) const noexcept override { return stream_of(d.index()); }
+  c10::Stream getDefaultStream(c10::Device d) const override { return stream_of(d.index()); }
+  c10::Stream getNewStream(c10::Device d, int priority = 0) const override { return stream_of(d.index()); }
+  c10::Stream exchangeStream(c10::Stream s) const noexcept override { return stream_of(s.device_index()); }
+  c10::DeviceIndex deviceCount() const noexcept override { return kDevices; }
   void destroyEvent(void* event, const c10::DeviceIndex device_index) const noexcept override {}
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
               const c10::EventFlag flag) const override {}
@@ -202,16 +239,23 @@ struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
   void synchronizeDevice(const c10::DeviceIndex device_index) const {}  // virtual from torch 2.3
 };
 
+// The device a storage lives on (its DataPtr's label).
+c10::DeviceIndex fresh_device(const c10::Storage& storage) {
+  const auto index = storage.device().index();
+  return index < 0 ? current : index;
+}
+
 struct Hooks final : at::PrivateUse1HooksInterface {
   // isBuilt / isAvailable / resizePrivateUse1Bytes: virtual in recent releases only (no `override`).
   bool isBuilt() const { return true; }
   bool isAvailable() const { return true; }
   bool hasPrimaryContext(c10::DeviceIndex device_index) const override { return true; }
-  at::Device getDeviceFromPtr(void* data) const override { return c10::Device(kNpu, 0); }
+  at::Device getDeviceFromPtr(void* data) const override { return c10::Device(kNpu, current); }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const {
     // resize_ on this device's storages goes through at::native::resize_, which reallocates with
     // the storage's own allocator; torch asks the hooks only for storage-level resizes.
     auto* impl = storage.unsafeGetStorageImpl();
+    CurrentDevice on(fresh_device(storage));
     auto fresh = allocator.allocate(newsize);
     const size_t keep = std::min(newsize, impl->nbytes());
     if (keep) std::memcpy(fresh.get(), impl->data(), keep);
@@ -248,11 +292,16 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&npu_fallback>()); }
 
-// The fallback's calls and the live bytes: what a test reads to prove ops ran on the device.
+// The fallback's calls and each device's live bytes: what a test reads to prove ops ran on the device.
 int64_t fallback_count() { return fallback_calls.load(); }
-int64_t memory_allocated() { return live_bytes.load(); }
+int64_t memory_allocated(int64_t index) { return live_bytes[checked(static_cast<c10::DeviceIndex>(index))].load(); }
+int64_t current_device() { return current; }
+void set_device(int64_t index) { current = checked(static_cast<c10::DeviceIndex>(index)); }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fallback_count", &fallback_count);
   m.def("memory_allocated", &memory_allocated);
+  m.def("current_device", &current_device);
+  m.def("set_device", &set_device);
+  m.def("device_count", [] { return static_cast<int64_t>(kDevices); });
 }

@@ -2,9 +2,11 @@
 
 Tensors really are on a device named ``npu`` (``tensor.device.type == "npu"``): PrivateUse1,
 renamed, with the small C++ backend in ``npu_device.cpp`` (built once with
-``torch.utils.cpp_extension``; see docs/simulated-npu-device.md). Its memory is host memory and
-its kernels are the CPU's, reached through a fallback that refuses tensors of other devices, so
-the numbers equal the CPU's and any code that forgets to move a tensor fails as on a real NPU.
+``torch.utils.cpp_extension``; see docs/simulated-npu-device.md). It models a 2-card host:
+``npu:0`` and ``npu:1`` (`DEVICES`), with a current device per thread; another index is refused
+with torch_npu's error for it. Its memory is host memory and its kernels are the CPU's, reached
+through a fallback that refuses tensors of other devices (``cpu``, or the other ``npu``), so the
+numbers equal the CPU's and any code that forgets to move a tensor fails as on a real NPU host.
 The NPU's documented limits are enforced: no float64 / complex128 tensor can exist on it.
 
 It proves nothing about NPU kernels, speed or memory. `install` is irreversible and
@@ -28,9 +30,10 @@ import types
 
 import torch
 
-__all__ = ["BACKEND", "device_module", "fallback_count", "install", "installed", "npu_device_host"]
+__all__ = ["BACKEND", "DEVICES", "device_module", "fallback_count", "install", "installed", "npu_device_host"]
 
 BACKEND = "npu"
+DEVICES = 2  # npu:0 and npu:1, as on a 2-card host (kDevices in npu_device.cpp)
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "npu_device.cpp")
 
 
@@ -42,15 +45,32 @@ def _extension():
     return load(name="diffusers_ascend_simulated_npu", sources=[_SOURCE], extra_cflags=["-O2"], verbose=False)
 
 
+def _index(device=None) -> int:
+    """The device index ``device`` names (None, an int, ``"npu:1"``, a torch.device); the current
+    device where it names none. An index the host does not have raises (the backend's check)."""
+    ext = _extension()
+    if device is None:
+        return ext.current_device()
+    if isinstance(device, int):
+        index = device
+    else:
+        device = torch.device(device)
+        if device.type != BACKEND:
+            raise ValueError(f"Expected a {BACKEND} device, but got: {device}")
+        index = ext.current_device() if device.index is None else device.index
+    ext.memory_allocated(index)  # raises torch_npu's invalid-device error for an index the host lacks
+    return index
+
+
 class _Stream:
-    """The device's one stream (``torch.npu.Stream``): work runs in order on the host."""
+    """A device's one stream (``torch.npu.Stream``): work runs in order on the host."""
 
     def __init__(self, device=None, priority: int = 0) -> None:
-        pass
+        self._device = torch.device(BACKEND, _index(device))
 
     @property
     def device(self) -> torch.device:
-        return torch.device(BACKEND, 0)
+        return self._device
 
     def wait_stream(self, other) -> None:
         pass
@@ -85,7 +105,28 @@ class _Event:
         pass
 
 
-_MAIN_STREAM = _Stream()
+_STREAMS: dict = {}  # device index -> its one stream
+
+
+def _stream_of(device=None) -> _Stream:
+    index = _index(device)
+    return _STREAMS.setdefault(index, _Stream(index))
+
+
+class _DeviceContext:
+    """``torch.npu.device(index)``: makes a device current for the block."""
+
+    def __init__(self, device) -> None:
+        self.index, self.saved = _index(device), None
+
+    def __enter__(self):
+        self.saved = _extension().current_device()
+        _extension().set_device(self.index)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        _extension().set_device(self.saved)
+        return False
 
 
 def device_module() -> types.ModuleType:
@@ -96,19 +137,16 @@ def device_module() -> types.ModuleType:
     graphs = standin_torch_npu_graphs()
     mod = types.ModuleType("torch.npu")
 
-    def _check(device=None) -> None:
-        if device is not None and torch.device(device).index not in (None, 0):
-            raise RuntimeError(f"the simulated npu has one device, npu:0; got {device}")
-
     mod.__dict__.update(
         is_available=lambda: True,
         is_initialized=lambda: True,
         _is_in_bad_fork=lambda: False,
         _lazy_init=lambda: None,
-        device_count=lambda: 1,
-        current_device=lambda: 0,
-        set_device=_check,
-        synchronize=lambda device=None: _check(device),
+        device_count=ext.device_count,
+        current_device=ext.current_device,
+        set_device=lambda device: ext.set_device(_index(device)),
+        device=_DeviceContext,
+        synchronize=lambda device=None: _index(device) and None,
         get_device_name=lambda device=None: "Ascend910B2 (simulated)",
         manual_seed=lambda seed: None,
         manual_seed_all=lambda seed: None,
@@ -116,10 +154,10 @@ def device_module() -> types.ModuleType:
         seed_all=lambda: None,
         Stream=_Stream,
         Event=_Event,
-        current_stream=lambda device=None: _MAIN_STREAM,
-        default_stream=lambda device=None: _MAIN_STREAM,
+        current_stream=_stream_of,
+        default_stream=_stream_of,
         stream=lambda s=None: contextlib.nullcontext(s),
-        memory_allocated=lambda device=None: ext.memory_allocated(),
+        memory_allocated=lambda device=None: ext.memory_allocated(_index(device)),
         empty_cache=lambda: None,
         get_amp_supported_dtype=lambda: [torch.float16, torch.bfloat16],
         NPUGraph=graphs.NPUGraph,

@@ -106,6 +106,65 @@ def test_device_is_npu_and_refuses_float64(host):
     assert compiled(x).device.type == "npu"  # dynamo asks the device for its stream: the hooks answer
 
 
+def _on(device, inputs: dict) -> dict:
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+
+
+def test_two_devices_as_on_a_two_card_host(host):
+    """npu:0 and npu:1 are distinct devices (memory, current device, ops); an index the host lacks is
+    refused with torch_npu's error (aclrtSetDevice: 107001, invalid device ID), never placed on npu:0."""
+    assert torch.npu.device_count() == 2 == torch.accelerator.device_count()
+    a, b = torch.ones(2, device="npu:0"), torch.ones(2, device="npu:1")
+    assert (a.device, b.device) == (torch.device("npu", 0), torch.device("npu", 1))
+    assert (b * 2 + 1).device == b.device and torch.arange(3, device="npu:1").device == b.device
+    assert b.to("npu:0").device == a.device and a.to("npu:1").device == b.device
+    torch.testing.assert_close(b.to("npu:0").cpu(), torch.ones(2))
+    with pytest.raises(RuntimeError, match="same device, but found at least two devices, npu:0 and npu:1"):
+        a + b
+    invalid = r"(?s)error code is 107001.*Invalid device ID.*got npu:[23]"
+    for make in (
+        lambda: torch.ones(1, device="npu:3"),
+        lambda: a.to("npu:3"),
+        lambda: torch.empty(2, 2, device=torch.device("npu", 2)),
+        lambda: torch.npu.set_device(2),
+        lambda: torch.npu.memory_allocated("npu:3"),
+    ):
+        with pytest.raises(RuntimeError, match=invalid):
+            make()
+    assert torch.npu.current_device() == 0  # nothing above moved the current device
+    before = [torch.npu.memory_allocated(i) for i in (0, 1)]
+    y = torch.empty(1000, device="npu:1")
+    assert [torch.npu.memory_allocated(i) - was for i, was in zip((0, 1), before)] == [0, 4000]
+    del y
+    with torch.npu.device(1):  # the current device is where an index-less "npu" tensor goes
+        assert torch.npu.current_device() == 1 and torch.empty(1, device="npu").device == b.device
+    assert torch.empty(1, device="npu").device == a.device
+
+
+def test_model_on_npu1_refuses_inputs_on_npu0(host):
+    """A tiny Flux transformer on npu:1 runs inputs on npu:1 (its output equal to CPU eager, on npu:1),
+    eager and with our compile, and refuses inputs left on npu:0, as a real multi-card host does."""
+    from diffusers_ascend.tiny import flux_model_inputs, tiny_flux_transformer
+
+    inputs = flux_model_inputs()
+    want = tiny_flux_transformer()(**inputs)[0]
+    model = tiny_flux_transformer().to("npu:1")
+    assert {p.device for p in model.parameters()} == {torch.device("npu", 1)}
+    out = model(**_on("npu:1", inputs))[0]
+    assert out.device == torch.device("npu", 1)
+    torch.testing.assert_close(out.cpu(), want, **FP32_TOL)
+    with pytest.raises(RuntimeError, match="same device, but found at least two devices, npu:[01] and npu:[01]"):
+        model(**_on("npu:0", inputs))
+    # Our compile on npu:1: the providers' torch_npu calls get npu:1 tensors, the output stays there.
+    diffusers_ascend.enable_ascend_compile(model, fusions="all")
+    out = model(**_on("npu:1", inputs))[0]
+    assert out.device == torch.device("npu", 1)
+    torch.testing.assert_close(out.cpu(), want, **FP32_TOL)
+    calls = [c for c in host.torch_npu.calls if c[0] != "npu_fusion_attention"]
+    devices = {v.device for _, bound in calls for v in bound.values() if isinstance(v, torch.Tensor)}
+    assert calls and devices == {torch.device("npu", 1)}, devices
+
+
 def test_fusions_all_two_steps_match_cpu_eager(host, cpu_eager):
     pipe = on_npu(tiny_flux_pipeline())
     pipe.enable_ascend_compile(fusions="all")

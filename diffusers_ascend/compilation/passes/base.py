@@ -4,7 +4,9 @@ A fusion is one file here (``XxxPattern`` variants and an ``XxxFusionPass``) plu
 `diffusers_ascend.fusions.TABLE`. Patterns are traced as their graphs were made (aot without
 decompositions, functionalized): plain ``fwd_only`` keeps in-place ops and silently matches nothing. Besides
 Inductor's exact re-trace, every pattern checks under fake tensors that the replacement returns
-the matched code's dtype and shape.
+the matched code's dtype and shape, and every traced pattern checks each match's ops, wiring and
+literals against its search function traced again (`FusionPattern.literal_mismatch`): patterns
+matched without the re-trace, or read from the pre-traced cache, take no look-alike.
 """
 
 from __future__ import annotations
@@ -139,6 +141,96 @@ def tensor_arg(match, name: str):
     return val if isinstance(node, torch.fx.Node) and isinstance(val, torch.Tensor) else None
 
 
+class _TensorSpec(tuple):
+    """Sizes, strides and dtype of a matched tensor, concrete (hashable: a key of the traces cache)."""
+
+    def __new__(cls, shape, stride, dtype):
+        return super().__new__(cls, (tuple(shape), tuple(stride), dtype))
+
+    def empty(self) -> torch.Tensor:
+        shape, stride, dtype = self
+        return torch.empty_strided(shape, stride, dtype=dtype)
+
+
+_UNBOUND = object()
+
+
+def _graph_difference(graph: torch.fx.Graph, names: Sequence[str], match, has_scalars: bool) -> str | None:
+    """The first difference between `graph` (the search function traced on the match's inputs,
+    placeholders in the order of `names`) and the nodes `match` holds, walking both from the outputs
+    (see `FusionPattern.literal_mismatch`); None when there is none."""
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(names):
+        return f"its search function traced to {len(placeholders)} inputs for {len(names)} parameters"
+    bound = {p: match.kwargs.get(n, _UNBOUND) for p, n in zip(placeholders, names)}
+    paired: dict[torch.fx.Node, Any] = {}
+    scalars: list[Any] = []
+    (output,) = [n for n in graph.nodes if n.op == "output"]
+    want, have = _outputs(output.args[0]), list(match.output_nodes())
+    if len(want) != len(have):
+        return f"the form has {len(want)} outputs where the match has {len(have)}"
+
+    def differs(t: Any, m: Any, where: str) -> str | None:
+        if isinstance(t, torch.fx.Node):
+            if t in paired:
+                return None if paired[t] is m else f"{where}: the form reads one value where the match reads two"
+            paired[t] = m
+            if t.op == "placeholder":
+                if bound[t] is _UNBOUND or bound[t] is m:
+                    return None
+                return f"{where}: the form reads its input {t.target!r} where the match reads another value"
+            shown = m.format_node() if isinstance(m, torch.fx.Node) else repr(m)
+            if not isinstance(m, torch.fx.Node) or m.op != "call_function" or m.target != t.target:
+                return f"{where}: the form calls {t.target} where the match has {shown}"
+            if len(t.args) != len(m.args) or set(t.kwargs) != set(m.kwargs):
+                return f"{where}: the form calls {t.format_node()} where the match has {shown}"
+            here = f"{t.target}"
+            for i, (ta, ma) in enumerate(zip(t.args, m.args)):
+                why = differs(ta, ma, f"{here} argument {i}")
+                if why is not None:
+                    return why
+            for k, ta in t.kwargs.items():
+                why = differs(ta, m.kwargs[k], f"{here} argument {k}")
+                if why is not None:
+                    return why
+            return None
+        if isinstance(t, (list, tuple)):
+            if not isinstance(m, (list, tuple)) or len(m) != len(t):
+                return f"{where}: the form has {t!r} where the match has {m!r}"
+            for i, (ta, ma) in enumerate(zip(t, m)):
+                why = differs(ta, ma, f"{where}[{i}]")
+                if why is not None:
+                    return why
+            return None
+        if isinstance(t, torch.device):
+            return None
+        value = _compat.size_hint(_meta_val(m)) if isinstance(m, torch.fx.Node) else _compat.size_hint(m)
+        if has_scalars and isinstance(t, float) and t == EPS_PLACEHOLDER:
+            # a float parameter (eps): any number, the same wherever the form uses it
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return f"{where}: the form takes a float parameter where the match has {m!r}"
+            scalars.append(value)
+            return None if len(set(scalars)) == 1 else f"{where}: the form uses one eps where the match has {scalars}"
+        if isinstance(m, torch.fx.Node):
+            # a size the graph computes at run time (dynamic shapes): equal to the traced one now
+            if isinstance(t, int) and not isinstance(t, bool) and isinstance(_meta_val(m), torch.SymInt) and value == t:
+                return None
+            return f"{where}: the form has {t!r} where the match computes {m.format_node()}"
+        if isinstance(t, bool) or isinstance(value, bool):
+            same = type(t) is type(value) and t == value
+        elif isinstance(t, (int, float)) and isinstance(value, (int, float)):
+            same = t == value  # 1 and 1.0 compute alike; dtypes are checked on every match
+        else:
+            same = type(t) is type(value) and t == value
+        return None if same else f"{where}: the form has {t!r} where the match has {m!r}"
+
+    for i, (t, m) in enumerate(zip(want, have)):
+        why = differs(t, m, f"output {i}")
+        if why is not None:
+            return why
+    return None
+
+
 class FusionPattern:
     """One variant of a fusion: a search function, its replacement and example inputs to trace them.
 
@@ -205,6 +297,10 @@ class FusionPattern:
         by output."""
         if not self.check(match):
             return f"{type(self).__name__}.check() refused it"
+        if self.search_pattern() is None:
+            differs = self.literal_mismatch(match)
+            if differs is not None:
+                return differs
         names = list(inspect.signature(self.search).parameters)
         # Float scalars (eps) change neither dtype nor shape: the placeholder stands in where a
         # torch release binds none (see `_compat.match_kwarg`).
@@ -233,6 +329,53 @@ class FusionPattern:
         if not same:
             return f"the replacement returns {_signature(actual)} where the matched code returns {_signature(expected)}"
         return None
+
+    def literal_mismatch(self, match) -> str | None:
+        """What differs between the matched code and this form as written (None: nothing).
+
+        The first trace of `search` becomes a pattern whose int, float, list, dtype and device
+        arguments are wildcards (Inductor's ``ignore_types``): ``norm(x) * (2 + scale)`` matches a
+        form written ``1 + scale``, and a search graph read from the pre-traced cache is believed as
+        it stands. Inductor's re-trace catches both only for the forms registered with it. So every
+        traced form traces `search` again here, from its source, on fake tensors of the match's
+        concrete sizes, strides and dtypes, and walks that graph against the matched nodes from the
+        outputs: the same op at every node, the same wiring to the matched inputs, and every
+        literal equal (constants of adds and multiplies, dims, split and view sizes, indices,
+        dtypes). Exceptions: float scalars in `scalars` (eps: a parameter of the fused op, passed
+        through, the same value wherever the form uses it), devices (placement, not computation)
+        and, in dynamic graphs, sizes computed at run time where this trace has their current value.
+        """
+        names = list(inspect.signature(self.search).parameters)
+        args, key = [], []
+        for name in names:
+            if name in self.scalars:
+                args.append(EPS_PLACEHOLDER)
+                key.append(name)
+                continue
+            val = _meta_val(match.kwargs.get(name))
+            if isinstance(val, torch.Tensor):
+                sizes = tuple(_compat.size_hint(s) for s in (*val.shape, *val.stride()))
+                if None in sizes:
+                    return "its inputs have sizes unknown at compile time"
+                args.append(_TensorSpec(sizes[: val.dim()], sizes[val.dim() :], val.dtype))
+                key.append(args[-1])
+            else:
+                args.append(_compat.size_hint(val))
+                key.append(repr(args[-1]))
+        traces = self.__dict__.setdefault("_literal_traces", {})
+        graph = traces.get(tuple(key))
+        if graph is None:
+            try:
+                with _compat.unset_fake_mode(), _compat.no_tracing_context(), torch.no_grad():
+                    with _compat.new_fake_mode():
+                        inputs = [a.empty() if isinstance(a, _TensorSpec) else a for a in args]
+                        graph = trace_functional(self.search, inputs, get_decomp_fn=no_decompositions).graph
+            except (RuntimeError, ValueError, TypeError, IndexError) as e:
+                return f"tracing its search function on the match's inputs raised {type(e).__name__}: {e}"
+            if len(traces) >= 64:  # bounded: a dynamic model's many shapes
+                traces.clear()
+            traces[tuple(key)] = graph
+        return _graph_difference(graph, names, match, bool(self.scalars))
 
     def extra_check(self, match) -> bool:
         why = self.rejection(match)
@@ -457,7 +600,27 @@ def _trace_difference(pattern: FusionPattern, probe: torch.fx.Graph) -> str:
 
 @functools.cache
 def _verified_impl(cls: type[FusionPass]) -> None:
-    passes = _registered_impl(cls)  # raises TorchCompatError or FusionSelfCheckError, saying whose fault
+    from . import pretraced
+
+    cached = pretraced.cached_file(cls)
+    try:
+        _prove(cls, _registered_impl(cls))  # raises TorchCompatError or FusionSelfCheckError, saying whose fault
+    except (_compat.TorchCompatError, FusionSelfCheckError) as e:
+        if cached is None:
+            raise
+        # Registered from pre-traced graphs: a bad file, not torch, may be at fault. Only a fresh
+        # trace failing the same check is torch's (or the pattern's) failure.
+        pretraced.drop(cls)
+        _registered_impl.cache_clear()  # the others register again from their files when next needed
+        _prove(cls, _registered_impl(cls))
+        pretraced.distrust(
+            cached,
+            f"the self-check failed on the graphs read from it and passed on a fresh trace ({e})",
+            dropped=True,
+        )
+
+
+def _prove(cls: type[FusionPass], passes: dict) -> None:
     # One probe per matcher (the first form of each group): the pattern must replace its own form,
     # once (a match of a pattern returning several outputs counts once).
     seen = set()

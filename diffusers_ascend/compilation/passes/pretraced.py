@@ -10,8 +10,11 @@ the replacement's trace, our checks) is unchanged, so a cached graph finds the s
 
 Like Inductor's own serialized patterns (``torch/_inductor/fx_passes/serialized_patterns``), but
 stored as data, not Python: a file is JSON that names call targets from ``aten``, ``prims`` or
-``operator.getitem`` and holds literals of a few types; anything else makes the whole file
-ignored (the process traces, as without a cache). Nothing is executed or unpickled.
+``operator.getitem`` and holds literals of a few types. Nothing is executed or unpickled. A file
+is used only while its bytes have the sha256 recorded when it was written (beside the verdicts);
+any other file is dropped with a `PretracedCacheWarning` naming it, and the process traces and
+writes it anew. A self-check failing on graphs read from a file drops it and traces again before
+it blames torch (`base._verified_impl`).
 
 The file of one fusion is named by the sha256 of what its graphs depend on (torch's version and
 git revision, Python, the machine, the fusion's and the machinery's source: `FusionPass.source_hash`,
@@ -26,10 +29,13 @@ from __future__ import annotations
 
 import json
 import operator
+import os
 from typing import Any
 
 import torch
 
+from ... import errors
+from ...errors import AscendWarning
 from . import verdict
 
 FORMAT = 1
@@ -189,31 +195,97 @@ def graph_from_json(nodes: Any) -> torch.fx.GraphModule:
 
 
 # -- the per-fusion file ---------------------------------------------------------------------------
+KIND = "patterns"
+
+
+class PretracedCacheWarning(AscendWarning):
+    """A pre-traced pattern file was not used: it is not the file this cache wrote (edited, truncated,
+    unparsable, or with no digest recorded), or the self-check failed on the graphs read from it and
+    passed on a fresh trace. The message names the file; it is dropped, the patterns are traced
+    again and the file is written anew."""
+
+
+def distrust(path: str, why: str, *, dropped: bool = False) -> None:
+    """Warns that the file at `path` is not used because `why`, and drops it (unless the caller
+    `dropped` it already and the fresh trace rewrote it)."""
+    errors.warn(
+        f"the pre-traced pattern file {path} is not used: {why}. It is dropped and the patterns "
+        "are traced again (the file is written anew).",
+        category=PretracedCacheWarning,
+        stacklevel=3,
+    )
+    if not dropped:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def cached_file(fusion_pass: type) -> str | None:
+    """The path of `fusion_pass`'s file when there is one, else None."""
+    path = _path(cache_key(fusion_pass))
+    return path if path is not None and os.path.exists(path) else None
+
+
+def drop(fusion_pass: type) -> None:
+    """Removes `fusion_pass`'s file and its digest (the self-check failed on its graphs)."""
+    key = cache_key(fusion_pass)
+    path = _path(key)
+    if path is not None:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    verdict.forget_digest(key, KIND)
+
+
 def load(fusion_pass: type) -> dict[str, torch.fx.GraphModule]:
-    """The pre-traced search graphs of `fusion_pass` (by pattern key), or {} where there are none
-    or the file is not exactly what `save` writes for this key (then the process traces)."""
+    """The pre-traced search graphs of `fusion_pass` (by pattern key), or {} where there are none.
+
+    A file is used only while its bytes have the sha256 `save` recorded beside the verdicts
+    (`verdict.record_digest`), and only when it parses as exactly what `save` writes for this key;
+    any other file is dropped with a `PretracedCacheWarning` naming it (then the process traces)."""
     key = cache_key(fusion_pass)
     path = _path(key)
     if path is None:
         return {}
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        distrust(path, f"it cannot be read ({e})")
+        return {}
+    recorded = verdict.recorded_digest(key, KIND)
+    if recorded is None:
+        distrust(path, "no digest of it was recorded when it was written")
+        return {}
+    if verdict.sha256_of(raw) != recorded:
+        distrust(path, "its sha256 is not the one recorded when it was written (it was changed since)")
+        return {}
+    try:
+        data = json.loads(raw.decode("utf-8"))
         if not isinstance(data, dict) or data.get("key") != key or not isinstance(data.get("graphs"), dict):
-            return {}
+            raise ValueError("not a pattern file of this key")
         return {str(name): graph_from_json(nodes) for name, nodes in data["graphs"].items()}
-    except (OSError, ValueError, AttributeError, RuntimeError, TypeError):
+    except (ValueError, AttributeError, RuntimeError, TypeError, UnicodeDecodeError) as e:
+        distrust(path, f"it is not a pattern file this torch reads ({type(e).__name__}: {e})")
         return {}
 
 
 def save(fusion_pass: type, graphs: dict[str, list]) -> None:
-    """Writes `fusion_pass`'s traced search graphs (JSON nodes by pattern key), atomically;
-    silently not where the directory cannot be written."""
+    """Writes `fusion_pass`'s traced search graphs (JSON nodes by pattern key), atomically, and
+    records its sha256 beside the verdicts; silently not where the directory cannot be written."""
     key = cache_key(fusion_pass)
     path = _path(key)
     if path is None or not graphs:
         return
-    verdict.write_json(path, {"key": key, "torch": torch.__version__, "graphs": graphs})
+    text = json.dumps({"key": key, "torch": torch.__version__, "graphs": graphs}, separators=(",", ":"))
+    # Digest first: a file of one key holds the same graphs in every process that writes it, so a
+    # reader between the two writes finds the digest of the file it reads.
+    verdict.record_digest(key, KIND, verdict.sha256_of(text.encode("utf-8")))
+    verdict.write_text(path, text)
 
 
 class InitialTrace:

@@ -81,18 +81,55 @@ def cache_path(key: str, *subdir: str) -> str | None:
     return None if directory is None else os.path.join(directory, *subdir, f"{key}.json")
 
 
-def write_json(path: str, data: dict) -> None:
+def write_json(path: str, data: dict) -> bool:
     """Writes `data` to `path` atomically (a reader never sees half a file); silently not where the
-    directory cannot be written (the next process then computes again)."""
+    directory cannot be written (the next process then computes again). Returns whether it wrote."""
+    return write_text(path, json.dumps(data, separators=(",", ":")))
+
+
+def write_text(path: str, text: str) -> bool:
+    """Writes `text` to `path` atomically, as `write_json`; returns whether it wrote."""
     tmp = f"{path}.tmp-{secrets.token_hex(8)}"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, separators=(",", ":"))
+            f.write(text)
         os.replace(tmp, path)
+        return True
     except OSError:
         try:
             os.unlink(tmp)
+        except OSError:
+            pass
+        return False
+
+
+def sha256_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def record_digest(key: str, kind: str, digest: str) -> None:
+    """Records the sha256 of the `kind` file of `key` this process wrote (``<verdict
+    dir>/digests/<kind>-<key>.json``): a reader uses that file only while its bytes still have it."""
+    path = cache_path(f"{kind}-{key}", "digests")
+    if path is not None:
+        write_json(path, {"key": key, "kind": kind, "sha256": digest})
+
+
+def recorded_digest(key: str, kind: str) -> str | None:
+    """The sha256 `record_digest` recorded for the `kind` file of `key`, or None (none, or unreadable)."""
+    data = _read_json(cache_path(f"{kind}-{key}", "digests"))
+    if data is None or data.get("key") != key or data.get("kind") != kind:
+        return None
+    digest = data.get("sha256")
+    return digest if isinstance(digest, str) else None
+
+
+def forget_digest(key: str, kind: str) -> None:
+    path = cache_path(f"{kind}-{key}", "digests")
+    if path is not None:
+        try:
+            os.unlink(path)
         except OSError:
             pass
 
@@ -103,15 +140,20 @@ def _path(key: str) -> str | None:
 
 def passed_before(key: str) -> bool:
     """Whether a process on this machine passed the self-check of `key`."""
-    path = _path(key)
+    data = _read_json(_path(key))
+    return data is not None and data.get("key") == key and data.get("torch") == torch.__version__
+
+
+def _read_json(path: str | None) -> dict | None:
+    """The JSON object at `path`, or None (no path, no file, unreadable, not an object)."""
     if path is None:
-        return False
+        return None
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and data.get("key") == key and data.get("torch") == torch.__version__
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def record_pass(key: str) -> None:

@@ -1,8 +1,9 @@
 """The one record of an enabled model: what `enable_ascend_compile` set up on it (``model._ascend_state``),
 what `disable_ascend_compile` undoes, and what warm start reads and fills.
 
-It sits below `diffusers_ascend.warm_start` (data only, no behaviour), so warm start takes these
-records without reaching back into the enable path.
+Data only, no behaviour, on the floor below everything that reads it (`attention.setup`, `warm_start`,
+`integration`; tests/test_architecture.py): outside `diffusers_ascend.integration`, because importing
+any module of a package runs that package's ``__init__`` first, and warm start never imports the enable path.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:  # the record holds them; importing compilation here would make `import diffusers` heavy
-    from ..compilation.report import Fallback
+    from .compilation.report import Fallback
 
 # The key under which a model's config and a pipeline's ``model_index.json`` carry the `AscendConfig`.
 ASCEND_CONFIG_KEY = "_ascend_config"
