@@ -17,7 +17,6 @@ from ascend_kernels.registry import auto_provider, select_provider
 
 from .npu_quant_standins import install_quant_ops
 from .npu_standins import A2_SOC, A3_SOC, CONTRACTS, WHEELS, install_torch_npu
-from .test_npu_wheel_bindings import bind_all, schema_signature
 
 ops = torch.ops.ascend_kernels
 OLD_SOC = 102  # Ascend910A: before A2
@@ -121,27 +120,8 @@ def test_outside_the_documented_limits_runs_native(npu, op, case, soc):
     assert torch.equal(getattr(ops, op)(x, w, scale, b), native[op](x, w, scale, b)) and fake.calls == []
 
 
-@pytest.mark.parametrize("wheel", WHEELS)
-def test_calls_bind_to_each_wheel_schema(npu, wheel):
-    """Our calls' positional arity and keyword names against the schema strings in each wheel's .so."""
-    fake = npu(version=wheel)
-    recorded = []
-    for name in ("npu_quant_matmul", "npu_weight_quant_batchmatmul"):
-        packet = getattr(fake, name)
-
-        def wrap(*args, _name=name, _packet=packet, **kwargs):
-            recorded.append((_name, args, kwargs))
-            return _packet(*args, **kwargs)
-
-        setattr(fake, name, wrap)
-    for dtype in (torch.bfloat16, torch.float16):
-        ops.int8_dynamic_linear(*_args(dtype))
-        ops.int8_weight_only_linear(*_args(dtype))
-    assert {n for n, _, _ in recorded} == {"npu_quant_matmul", "npu_weight_quant_batchmatmul"}
-    schemas = CONTRACTS["torch_npu"][wheel]["schemas"]
-    assert bind_all(recorded, lambda n: schema_signature(schemas[n])) == []
-    # keyword-only arguments of npu_quant_matmul passed positionally would not bind
-    assert bind_all([("npu_quant_matmul", (1, 2, 3, None, 4), {})], lambda n: schema_signature(schemas[n]))
+# The calls' binding by name and type against each wheel's schema: their Cases in
+# test_npu_wheel_bindings.py (the source scan fails on a call site no Case drives).
 
 
 def test_auto_on_npu_includes_the_int8_fusions(npu):
