@@ -389,7 +389,7 @@ class AscendConfig:
         (`ascend_kernels.registry.auto_provider`). ``graph_capture="graph_only"`` resolves to none.
 
         >>> AscendConfig(fusions="all").resolved_fusions("cpu")
-        ('rms_norm', 'rope', 'gelu_tanh', 'adaln', 'mul_add', 'swiglu')
+        ('rms_norm', 'rope', 'gelu_tanh', 'adaln', 'mul_add', 'swiglu', 'int8_dynamic_linear', 'int8_weight_only_linear')
         >>> AscendConfig().resolved_fusions("cpu")
         ()
         """

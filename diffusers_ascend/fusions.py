@@ -3,7 +3,7 @@ its pass file, one row and its place in `PASS_ORDER`, and, per device, a provide
 product files (docs/how-fusion-works.md, walked through for ``add_rms_norm``).
 
 >>> TABLE["adaln"].op, FUSIONS[-1], PASS_ORDER[-1]
-('adaln_modulate', 'add_rms_norm', 'mul_add')
+('adaln_modulate', 'int8_weight_only_linear', 'mul_add')
 """
 
 from __future__ import annotations
@@ -45,13 +45,21 @@ _ROWS = (
     Fusion("mul_add", "mul_add", "mul_add:MulAddFusionPass"),
     Fusion("swiglu", "swiglu", "swiglu:SwiGLUFusionPass"),
     Fusion("add_rms_norm", "add_rms_norm", "add_rms_norm:AddRMSNormFusionPass", opt_in=True),
+    # torchao's int8 linears (#44): they match only quantized models' graphs.
+    Fusion("int8_dynamic_linear", "int8_dynamic_linear", "int8_dynamic_linear:Int8DynamicLinearFusionPass"),
+    Fusion(
+        "int8_weight_only_linear", "int8_weight_only_linear", "int8_weight_only_linear:Int8WeightOnlyLinearFusionPass"
+    ),
 )
 
-# The order the passes run in (`FusionPassManager`), where patterns overlap: add_rms_norm first (it
+# The order the passes run in (`FusionPassManager`), where patterns overlap: torchao's int8 linears
+# first (their scale products and bias adds are mul/add sites the others would take), add_rms_norm (it
 # matches the norm decomposed, before rms_norm makes it one op), fast_gelu before
 # gelu_tanh (same site, other numerics), swiglu before mul_add (``silu(a) * b + c`` is a SwiGLU
 # feeding an add), the greedy mul_add last.
 PASS_ORDER: tuple[str, ...] = (
+    "int8_dynamic_linear",
+    "int8_weight_only_linear",
     "add_rms_norm",
     "rms_norm",
     "rope",

@@ -150,8 +150,9 @@ def test_replace_validates_and_keeps_original():
 def test_resolved_fusions_per_platform():
     auto = AscendConfig()
     # From the registry: torch_npu/aclnn kernels for rms_norm, rope, mul_add (addcmul), swiglu;
-    # adaLN only with MindIE SD (not installed here); gelu_tanh is already one kernel unfused on NPU.
-    npu_auto = ("rms_norm", "rope", "mul_add", "swiglu")
+    # adaLN only with MindIE SD (not installed here); gelu_tanh is already one kernel unfused on NPU;
+    # torchao's int8 linears on the quantized matmul kernels (#44).
+    npu_auto = ("rms_norm", "rope", "mul_add", "swiglu", "int8_dynamic_linear", "int8_weight_only_linear")
     assert auto.resolved_fusions("npu") == npu_auto
     assert auto.resolved_fusions("cpu") == ()
     from ascend_kernels.registry import available_providers
@@ -332,7 +333,15 @@ def test_auto_picks_up_a_triton_kernel_where_it_runs(monkeypatch):
     monkeypatch.setattr(tri, "triton_available", lambda: True)
     monkeypatch.setattr(tri, "triton_ascend_available", lambda: True)
     auto = AscendConfig()
-    assert auto.resolved_fusions("npu") == ("rms_norm", "rope", "adaln", "mul_add", "swiglu")
+    assert auto.resolved_fusions("npu") == (
+        "rms_norm",
+        "rope",
+        "adaln",
+        "mul_add",
+        "swiglu",
+        "int8_dynamic_linear",
+        "int8_weight_only_linear",
+    )
     # On CUDA only kernels measured faster than Inductor's code for their composite: none recorded.
     assert auto.resolved_fusions("cuda") == ()
     faster = measurements.Measurement(

@@ -54,6 +54,8 @@ def test_every_consumer_reads_the_table_order():
         "mul_add",
         "swiglu",
         "add_rms_norm",
+        "int8_dynamic_linear",
+        "int8_weight_only_linear",
     )  # public
     assert passes.PASS_ORDER is fusions.PASS_ORDER and tuple(passes.FUSION_PASSES) == fusions.PASS_ORDER
     # every fusion runs exactly once: a row missing from PASS_ORDER (or listed twice) fails here

@@ -61,6 +61,14 @@ TORCH_NPU_OPS = (
     "npu_fused_infer_attention_score",
     "npu_fused_infer_attention_score_v2",
     "npu_fusion_attention",
+    # INT8 (#44): the quantized linears' providers and the norm + quant kernels they can absorb.
+    "npu_dynamic_quant",
+    "npu_quant_matmul",
+    "npu_quant_matmul_dequant",
+    "npu_quant_matmul_gelu",
+    "npu_weight_quant_batchmatmul",
+    "npu_add_rms_norm_dynamic_quant",
+    "npu_rms_norm_quant_v2",
 )
 # torch_npu.npu Python API (reached as torch.npu.<name> once torch_npu is imported) that we call.
 TORCH_NPU_API = (

@@ -15,7 +15,7 @@ import sys
 from types import ModuleType
 
 from ..registry import Provider, register_provider
-from . import kernels, probe
+from . import kernels, probe, quant
 
 __all__ = [
     "DEVICE_TYPES",
@@ -322,6 +322,25 @@ for _p in (
         available=mindiesd_available,
         extras=("mindiesd",),
         faster_than_unfused=probe.is_a2_a3,  # aclnnAdaLayerNorm: A2/A3 only
+    ),
+    # torchao's int8 linears (#44): the quantized matmul kernels, documented for A2/A3, op_api only.
+    _provider(
+        "int8_dynamic_linear",
+        quant.int8_dynamic_linear,
+        quant.int8_dynamic_linear_supports,
+        quant.describe_dynamic,
+        available=lambda: torch_npu_available() and probe.has_op("npu_quant_matmul"),
+        faster_than_unfused=probe.is_a2_a3,
+        capturable=lambda *args: not probe.jit_compile(),
+    ),
+    _provider(
+        "int8_weight_only_linear",
+        quant.int8_weight_only_linear,
+        quant.int8_weight_only_linear_supports,
+        quant.describe_weight_only,
+        available=lambda: torch_npu_available() and probe.has_op("npu_weight_quant_batchmatmul"),
+        faster_than_unfused=probe.is_a2_a3,
+        capturable=lambda *args: not probe.jit_compile(),
     ),
 ):
     register_provider(_p)

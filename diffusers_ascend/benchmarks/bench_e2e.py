@@ -56,6 +56,8 @@ MODELS = ("flux", "wan", "wan-14b", "qwen-image")
 VARIANTS = ("eager", "ascend", "ascend+graph", "regional", "ascend-by-name", "mindiesd")
 DEVICES = ("cpu", "cuda", "npu")
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+# torchao's int8 schemes (`--quant`): the transformer's linears quantized after the float reference ran.
+QUANTS = ("int8-dynamic", "int8-weight")
 
 LEAVES_OUT = (
     "text encoders (prompt embeddings of the right shapes are passed in)",
@@ -97,6 +99,7 @@ COLUMNS = [
     ("step_ms", "step ms"),
     ("e2e_s", "e2e s"),
     ("peak_mem_mb", "peak MB"),
+    ("weight_mb", "weights MB"),
     ("max_abs_diff", "max abs diff vs eager"),
     ("note", "note"),
 ]
@@ -444,6 +447,39 @@ VARIANT_SPECS: dict[str, tuple[str, Callable[[str], str | None], Callable]] = {
 }
 
 
+def _quantize(model, quant: str) -> None:
+    """torchao's ``quantize_`` with the scheme `quant` names (`QUANTS`), on the model's linears."""
+    from torchao.quantization import Int8DynamicActivationInt8WeightConfig, Int8WeightOnlyConfig, quantize_
+
+    config = {"int8-dynamic": Int8DynamicActivationInt8WeightConfig, "int8-weight": Int8WeightOnlyConfig}[quant]
+    quantize_(model, config(set_inductor_config=False))  # no process-wide Inductor settings
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes the parameters hold: a torchao tensor counts its inner tensors (int8 data, scales)."""
+    total = 0
+    for p in model.parameters():
+        names = list(getattr(p, "tensor_data_names", ())) + list(getattr(p, "optional_tensor_data_names", ()))
+        inner = [getattr(p, n, None) for n in names]
+        inner = [t for t in inner if isinstance(t, torch.Tensor)]
+        total += sum(t.numel() * t.element_size() for t in inner) if inner else p.numel() * p.element_size()
+    return total
+
+
+def _ascend_all(model, device):
+    from diffusers_ascend import disable_ascend_compile, enable_ascend_compile
+
+    # "all": the int8 fusions on every device (under "auto" a CPU host fuses nothing).
+    enable_ascend_compile(model, fusions="all")
+    return lambda: disable_ascend_compile(model)
+
+
+# Under --quant, what each variant runs on the quantized transformer.
+QUANT_VARIANT_SPECS: dict[str, tuple[str, Callable]] = {
+    "eager": ("torchao's own eager path", _eager),
+    "ascend": ('enable_ascend_compile(fusions="all"): the int8 linears into ascend_kernels ops', _ascend_all),
+    "regional": ("torchao + diffusers compile_repeated_blocks(fullgraph=True), Inductor", _regional),
+}
 # The variants whose fusions `run_e2e(fusions=...)` sets (their descriptions name "auto").
 FUSING_VARIANTS = ("ascend", "ascend+graph", "ascend-by-name")
 
@@ -500,9 +536,13 @@ PEAK_MEMORY_KIND = {
 }
 
 
-def _run_variant(name, model, pipe, inputs, device, reference, baseline, tick, fusions="auto") -> dict[str, Any]:
+def _run_variant(
+    name, model, pipe, inputs, device, reference, baseline, tick, quant=None, fusions="auto"
+) -> dict[str, Any]:
     description, _, setup = VARIANT_SPECS[name]
-    if name in FUSING_VARIANTS:
+    if quant is not None:  # the quantized transformer: the row is named by its scheme
+        description, setup = QUANT_VARIANT_SPECS[name]
+    elif name in FUSING_VARIANTS:
         description = description.replace('"auto"', json.dumps(fusions))
         setup = functools.partial(setup, fusions=fusions)
     sync = synchronize(device)
@@ -517,7 +557,11 @@ def _run_variant(name, model, pipe, inputs, device, reference, baseline, tick, f
     def call():
         return pipe(**inputs(), callback_on_step_end=on_step, return_dict=False)[0]
 
-    row: dict[str, Any] = dict(name=name, description=description)
+    row: dict[str, Any] = dict(
+        name=name if quant is None else f"{quant} {name}",
+        description=description,
+        weight_mb=weight_bytes(model) / 2**20,
+    )
     undo = None
     try:
         # A fresh dynamo state and an empty Inductor cache: each variant's cold start is a first
@@ -553,7 +597,11 @@ def _run_variant(name, model, pipe, inputs, device, reference, baseline, tick, f
         out = out.float()
         # None where there is nothing to compare with: the eager reference failed.
         row["max_abs_diff"] = (
-            0.0 if name == "eager" else None if reference is None else ((out - reference).abs().max().item())
+            0.0
+            if name == "eager" and quant is None
+            else None
+            if reference is None
+            else ((out - reference).abs().max().item())
         )
         row["output"] = out
     except Exception as e:  # one variant failing (a backend on a new stack) must not lose the others
@@ -635,6 +683,7 @@ def run_e2e(
     seed: int = 0,
     out_dir: str | os.PathLike | None = None,
     progress: bool = True,
+    quant: str | None = None,
     fusions: str = "auto",
 ) -> dict[str, Any]:
     """Runs the model's denoising loop once per variant and measures it (see the module docstring).
@@ -651,6 +700,10 @@ def run_e2e(
         seed: seeds the weights, the embeddings and the latents.
         out_dir: where to write ``e2e-<model>-<device>[-depthN].json/.md/.png`` (None: nothing written).
         progress: show a progress bar (stderr) over the denoising steps.
+        quant: ``"int8-dynamic"`` or ``"int8-weight"`` (`QUANTS`): after the float ``eager`` reference,
+            the transformer's linears are quantized with torchao and the variants run again on it (of
+            ``eager``, ``ascend`` (``fusions="all"``) and ``regional``; rows ``"<quant> <variant>"``,
+            their ``max_abs_diff`` against the float reference). Every row has ``weight_mb``.
         fusions: the fusions of the variants that fuse (`FUSING_VARIANTS`), as ``AscendConfig(fusions=...)``
             takes them (``"auto"`` fuses nothing on a CPU; ``"all"`` or ``"rms_norm,rope"`` fuse there too).
 
@@ -683,6 +736,11 @@ def run_e2e(
     for name in names:
         _check_choice("variant", name, VARIANTS)
     names = ["eager"] + [n for n in names if n != "eager"]
+    if quant is not None:
+        _check_choice("quant", quant, QUANTS)
+        if importlib.util.find_spec("torchao") is None:
+            raise ValueError("--quant needs torchao (pip install diffusers-ascend[quant])")
+        names = [n for n in names if n in QUANT_VARIANT_SPECS] if variants else list(QUANT_VARIANT_SPECS)
     from diffusers_ascend.config import check_field
 
     check_field("fusions", fusions)  # a bad name raises here, naming the valid ones
@@ -699,7 +757,11 @@ def run_e2e(
     skipped = {n: VARIANT_SPECS[n][1](device) for n in names}
     runnable = [n for n in names if skipped[n] is None]
     bar = tqdm(
-        total=len(runnable) * 2 * job["steps"], desc=f"e2e {model}", unit="step", file=sys.stderr, disable=not progress
+        total=(len(runnable) + (quant is not None)) * 2 * job["steps"],
+        desc=f"e2e {model}",
+        unit="step",
+        file=sys.stderr,
+        disable=not progress,
     )
     started = time.perf_counter()
     if any(n != "eager" for n in runnable):
@@ -731,6 +793,15 @@ def run_e2e(
                 # variants still run and are timed, with nothing to compare their output with.
                 row["note"] = "; ".join(filter(None, [row.get("note"), "not compared: the eager reference failed"]))
             rows.append(row)
+        if quant is not None:
+            _quantize(transformer, quant)
+            for name in runnable:
+                bar.set_postfix_str(f"{quant} {name}")
+                row = _run_variant(
+                    name, transformer, pipe, inputs, device, reference, baseline, lambda: bar.update(1), quant
+                )
+                row.pop("output", None)
+                rows.append(row)
     finally:  # Ctrl-C included: the bar's line ends before the CLI's message
         bar.close()
     del pipe, transformer
@@ -765,6 +836,7 @@ def run_e2e(
         machine=machine_info(device),
         anchors=_anchors(spec, job, depth_used, dtype),
         seconds=time.perf_counter() - started,
+        quant=quant,
     )
     result["parameters"] = _parameter_count(spec, config)
     result["command"] = e2e_command(result, names)
@@ -783,10 +855,13 @@ def _parameter_count(spec, config) -> int:
 
 
 def result_stem(result: dict[str, Any]) -> str:
-    """``e2e-<model>-<device>``, plus ``-depthN`` when fewer blocks than the real model ran."""
+    """``e2e-<model>-<device>``, plus ``-depthN`` when fewer blocks than the real model ran, plus
+    ``-<quant>`` under ``--quant``."""
     stem = f"e2e-{result['model']}-{result['device']}"
     if result["depth"] != result["full_depth"]:
         stem += f"-depth{min(result['depth'].values())}"
+    if result.get("quant"):
+        stem += f"-{result['quant']}"
     return stem
 
 
@@ -812,6 +887,8 @@ def e2e_command(result: dict[str, Any], variants: Sequence[str] | None = None) -
         parts += ["--variants", *variants]
     if result["seed"]:
         parts += ["--seed", str(result["seed"])]
+    if result.get("quant"):
+        parts += ["--quant", result["quant"]]
     fusions = result.get("fusions", "auto")
     if fusions != "auto":
         parts += ["--fusions", fusions if isinstance(fusions, str) else ",".join(fusions)]
@@ -975,6 +1052,7 @@ def cli(args) -> int:
             seed=args.seed,
             out_dir=args.out,
             progress=not args.json,
+            quant=getattr(args, "quant", None),
             fusions=args.fusions,
         )
     except (RuntimeError, MemoryError) as e:  # building the model at this size (out of memory, say)
@@ -996,6 +1074,8 @@ def cli(args) -> int:
 
 __all__ = [
     "MODELS",
+    "QUANTS",
+    "weight_bytes",
     "VARIANTS",
     "DEVICES",
     "model_spec",

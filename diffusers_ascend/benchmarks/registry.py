@@ -121,6 +121,12 @@ def _e2e_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help="seeds the weights, embeddings and latents (default 0)")
     p.add_argument(
+        "--quant",
+        choices=("int8-dynamic", "int8-weight"),
+        help="after the bf16 eager reference, quantize the transformer with torchao and run eager, ascend "
+        "(fusions='all') and regional on it (needs torchao)",
+    )
+    p.add_argument(
         "--fusions",
         default="auto",
         help="fusions of ascend, ascend+graph and ascend-by-name: auto, all, none or names, e.g. rms_norm,rope "

@@ -143,6 +143,26 @@ def require(api: str, getter: Callable[[], Any]) -> Any:
         ) from e
 
 
+def out_dtype_op() -> Any:
+    """``torch.ops.higher_order.out_dtype`` (2.1+): how torchao's compiled int8 matmul on a non-CPU
+    device appears in aot graphs (``out_dtype(aten.mm.default, torch.int32, a, b)``)."""
+    return require(
+        "higher_order.out_dtype",
+        lambda: __import__("torch._higher_order_ops.out_dtype", fromlist=["out_dtype"]).out_dtype,
+    )
+
+
+@functools.cache
+def int_mm_takes_uint8() -> bool:
+    """Whether ``torch._int_mm`` takes uint8 activations on the CPU (torchao's ``u8s8`` branch, which it
+    takes from torch 2.12 only): the int8_dynamic_linear ``u8s8`` form is registered only then."""
+    try:
+        torch._int_mm(torch.zeros(17, 8, dtype=torch.uint8), torch.zeros(8, 8, dtype=torch.int8))
+    except (RuntimeError, TypeError, AttributeError):
+        return False
+    return True
+
+
 def _has_param(fn: Callable, name: str) -> bool:
     try:
         return name in inspect.signature(fn).parameters

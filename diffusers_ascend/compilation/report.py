@@ -188,6 +188,8 @@ class FusionReport:
             whose stock forward calls it (diffusers takes these branches where the torch_npu
             distribution is installed, e.g. ``RMSNorm`` -> ``npu_rms_norm``; see
             `diffusers_ascend.layers.upstream_fused`). Never counted in `matches` or `swaps`.
+        unfused_quantization: torchao quantization schemes no enabled fusion rewrites: scheme ->
+            linears, which keep torchao's own path (e.g. ``"torchao Int4Tensor"``).
 
     >>> r = FusionReport(matches={"rms_norm": 2})
     >>> r.add_fallback("blocks.0", "compile failed")
@@ -203,6 +205,7 @@ class FusionReport:
     fallbacks: list[Fallback] = field(default_factory=list)
     swaps: dict[str, int] = field(default_factory=dict)
     upstream_fused: dict[str, int] = field(default_factory=dict)
+    unfused_quantization: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Entries given as dicts (a report's JSON, `from_dict`) become records.
@@ -268,6 +271,11 @@ class FusionReport:
         for name, n in counts.items():
             self.upstream_fused[name] = self.upstream_fused.get(name, 0) + int(n)
 
+    def record_unfused_quantization(self, counts: dict[str, int]) -> None:
+        """Add linears of torchao schemes no enabled fusion rewrites (scheme -> number of linears)."""
+        for name, n in counts.items():
+            self.unfused_quantization[name] = self.unfused_quantization.get(name, 0) + int(n)
+
     # -- reading --------------------------------------------------------------------------------
     @property
     def total_matches(self) -> int:
@@ -291,6 +299,7 @@ class FusionReport:
                     fallbacks=[f.to_dict() for f in self.fallbacks],
                     swaps=self.swaps,
                     upstream_fused=self.upstream_fused,
+                    unfused_quantization=self.unfused_quantization,
                 ),
                 default=str,
             )
@@ -311,6 +320,7 @@ class FusionReport:
                     "fallbacks",
                     "swaps",
                     "upstream_fused",
+                    "unfused_quantization",
                 )
                 if k in d
             }
@@ -330,6 +340,7 @@ class FusionReport:
             out.fallbacks.extend(r.fallbacks)  # frozen: shared
             out.record_swaps(r.swaps)
             out.record_upstream_fused(r.upstream_fused)
+            out.record_unfused_quantization(r.unfused_quantization)
         return out
 
     def __str__(self) -> str:

@@ -175,6 +175,10 @@ def enable_ascend_compile(
                     f"{name or type(model).__name__} ({type(model).__name__}) has no Ascend adapter and no "
                     "`_repeated_blocks`: use compile='model' or compile='none'."
                 )
+    from .quantization import check_quantized_weights
+
+    for name, model in models:  # quantized weights whose scales do not fit: refused before anything changes
+        check_quantized_weights(model, name)
     loaded = None
     from ..warm_start import install_packages, load_ascend_cache, trusted_opt_in
 
@@ -319,6 +323,7 @@ def ascend_report(pipe_or_model: DiffusionPipeline | ModelMixin) -> FusionReport
     """
     from ..compilation import FusionReport
     from ..layers import upstream_fused
+    from .quantization import unfused_schemes
 
     reports = []
     outer = outer_compiled(pipe_or_model)
@@ -332,6 +337,7 @@ def ascend_report(pipe_or_model: DiffusionPipeline | ModelMixin) -> FusionReport
         rep.fallbacks.extend(state.fallbacks)  # frozen records: shared
         rep.record_swaps(state.swaps)
         rep.record_upstream_fused(upstream_fused(model))
+        rep.record_unfused_quantization(unfused_schemes(model, state.backend.fusions if state.backend else ()))
         report_attention(model, state, rep)
         reports.append(rep)
     if reports:

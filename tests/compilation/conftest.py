@@ -15,10 +15,11 @@ ALL = default_fusions()  # fusions="all"
 
 # FINDINGS section 1: replacements per block with these fusions (fp32 and bf16 alike). Flux's and
 # Wan's feed-forwards are tanh-GELU: no SwiGLU site.
+_FLOAT = {"int8_dynamic_linear": 0, "int8_weight_only_linear": 0}  # float blocks: no quantized linear
 EXPECTED_BLOCK_COUNTS = {
-    "flux_double": {"rms_norm": 4, "rope": 2, "gelu_tanh": 2, "adaln": 4, "mul_add": 4, "swiglu": 0},
-    "flux_single": {"rms_norm": 2, "rope": 2, "gelu_tanh": 1, "adaln": 1, "mul_add": 1, "swiglu": 0},
-    "wan": {"rms_norm": 4, "rope": 2, "gelu_tanh": 1, "adaln": 2, "mul_add": 2, "swiglu": 0},
+    "flux_double": {"rms_norm": 4, "rope": 2, "gelu_tanh": 2, "adaln": 4, "mul_add": 4, "swiglu": 0, **_FLOAT},
+    "flux_single": {"rms_norm": 2, "rope": 2, "gelu_tanh": 1, "adaln": 1, "mul_add": 1, "swiglu": 0, **_FLOAT},
+    "wan": {"rms_norm": 4, "rope": 2, "gelu_tanh": 1, "adaln": 2, "mul_add": 2, "swiglu": 0, **_FLOAT},
 }
 
 FUSED_OP = dict(FUSION_TO_OP)

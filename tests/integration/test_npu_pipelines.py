@@ -29,7 +29,7 @@ def _npu_inputs(make):
 
 
 def test_platform_and_auto_resolution():
-    from ascend_kernels.npu import kernels, mindiesd_available
+    from ascend_kernels.npu import kernels, mindiesd_available, probe
     from diffusers_ascend import AscendConfig
     from diffusers_ascend.platform import current_platform
 
@@ -41,6 +41,8 @@ def test_platform_and_auto_resolution():
         + (("adaln",) if mindiesd_available() else ())
         + ("mul_add",)
         + (("swiglu",) if kernels.swiglu_kernel() else ())
+        # torch_npu's quantized matmuls, documented for A2/A3 (#44)
+        + (("int8_dynamic_linear", "int8_weight_only_linear") if probe.is_a2_a3() else ())
     )
     assert AscendConfig().resolved_fusions() == expected
     assert AscendConfig().resolved_executor() == "eager"

@@ -535,9 +535,10 @@ def test_auto_on_npu_is_derived_from_the_registry(torch_npu):
     from diffusers_ascend.config import AscendConfig
 
     auto = AscendConfig()
-    assert auto.resolved_fusions("npu") == ("rms_norm", "rope", "mul_add", "swiglu")  # not gelu_tanh
+    int8 = ("int8_dynamic_linear", "int8_weight_only_linear")  # torch_npu's quantized matmuls (#44)
+    assert auto.resolved_fusions("npu") == ("rms_norm", "rope", "mul_add", "swiglu", *int8)  # not gelu_tanh
     with mindiesd_standin():
-        assert auto.resolved_fusions("npu") == ("rms_norm", "rope", "adaln", "mul_add", "swiglu")
+        assert auto.resolved_fusions("npu") == ("rms_norm", "rope", "adaln", "mul_add", "swiglu", *int8)
     assert AscendConfig(fusions=["gelu_tanh"]).resolved_fusions("npu") == ("gelu_tanh",)  # by name
 
 
@@ -574,7 +575,9 @@ def _env(capsys, platform="npu"):
 
 
 def test_env_shows_each_provider_and_why(torch_npu, capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "torch_npu", torch_npu)
+    from .npu_quant_standins import install_quant_ops
+
+    monkeypatch.setitem(sys.modules, "torch_npu", install_quant_ops(torch_npu))
     with mindiesd_standin():
         info, text = _env(capsys)
     assert info["providers"] == {op: "npu" for op in ascend_kernels.OPS}
@@ -585,7 +588,12 @@ def test_env_shows_each_provider_and_why(torch_npu, capsys, monkeypatch):
     assert "not in fusions='auto'" in why["gelu_tanh"] and "aclnnGelu" in why["gelu_tanh"]
     assert why["adaln_modulate"].startswith("torch.ops.mindiesd.adaln") and why["mul_add"].startswith("torch.addcmul")
     assert why["swiglu"].startswith("torch_npu.npu_swiglu (aclnnSwiGlu")
-    assert info["auto_fusions"] == ["rms_norm", "rope", "adaln", "mul_add", "swiglu"]
+    assert why["int8_dynamic_linear"].startswith(
+        "torchao's per-token int8 quantization in aten ops + torch_npu.npu_quant_matmul"
+    )
+    assert why["int8_weight_only_linear"].startswith("torch_npu.npu_weight_quant_batchmatmul")
+    auto = ["rms_norm", "rope", "adaln", "mul_add", "swiglu", "int8_dynamic_linear", "int8_weight_only_linear"]
+    assert info["auto_fusions"] == auto
     assert "  rope                  npu     torch_npu.npu_rotary_mul" in text and "torch_npu failed" not in text
     assert info["mindiesd"] == "installed: torch.ops.mindiesd.adaln registered"
 

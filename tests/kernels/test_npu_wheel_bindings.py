@@ -33,6 +33,7 @@ import torch
 from ascend_kernels.npu import attention as npu_attention
 from ascend_kernels.npu import probe
 
+from .npu_quant_standins import install_quant_ops
 from .npu_standins import (
     CONTRACTS,
     MINDIESD,
@@ -82,7 +83,9 @@ def _not_bool(kinds):
 # bool or a 0-dim tensor for an int: a call of ours that passes one is a mistake even where it binds.
 PY_TYPES: dict[str, Callable[[object], bool]] = {
     "Tensor": lambda v: isinstance(v, torch.Tensor),
-    "int": _not_bool(int),
+    # torch_npu writes dtype arguments as int (npu_quant_matmul's `int? output_dtype`) and documents a
+    # torch.dtype there: torch's parser turns a dtype given for an int into its ScalarType number.
+    "int": lambda v: _not_bool(int)(v) or isinstance(v, torch.dtype),
     "SymInt": _not_bool((int, torch.SymInt)),
     "float": _not_bool((float, int)),  # an int where a float goes, as Python's numeric tower allows
     "bool": lambda v: isinstance(v, bool),
@@ -260,6 +263,18 @@ def _probe_fp32_gamma(mp):
     assert probe._ask_device_fp32_gamma(torch.bfloat16, device="cpu") is False
 
 
+def _int8_args(bias: bool):
+    # bf16 activations, an int8 (N, K) weight with its per-channel scale: what torchao's linears hand over
+    x = _randn(2, 7, 64)
+    w = torch.randint(-128, 128, (48, 64), dtype=torch.int8, generator=torch.Generator().manual_seed(0))
+    return (
+        x,
+        w,
+        torch.rand(48, 1, generator=torch.Generator().manual_seed(1)) / 100 + 1e-3,
+        _randn(48) if bias else None,
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class Case:
     """One way the package reaches a torch_npu / MindIE SD op.
@@ -270,6 +285,7 @@ class Case:
         standin: `StandInTorchNpu` settings (SoC, FIA versions, ...).
         stacks: the stacks (`STACKS`) it runs on.
         mindiesd: with MindIE SD's stand-in (``torch.ops.mindiesd``) registered.
+        quant: with the quantized matmuls' stand-ins (`npu_quant_standins.install_quant_ops`).
     """
 
     name: str
@@ -277,6 +293,7 @@ class Case:
     standin: dict = dataclasses.field(default_factory=dict)
     stacks: tuple = WHEELS
     mindiesd: bool = False
+    quant: bool = False
 
 
 CASES = (
@@ -318,6 +335,8 @@ CASES = (
         lambda mp: ops.adaln_modulate(_randn(2, 13, 64), _randn(2, 64), _randn(2, 64), 1e-6, None, None, None),
         mindiesd=True,
     ),
+    Case("int8_dynamic_linear (W8A8), bias", lambda mp: ops.int8_dynamic_linear(*_int8_args(True)), quant=True),
+    Case("int8_weight_only_linear (W8A16)", lambda mp: ops.int8_weight_only_linear(*_int8_args(False)), quant=True),
 )
 
 
@@ -356,6 +375,8 @@ def _recording(calls: list, case: str, namespace: str, op: str, fn):
 def _run_case(case: Case, stack: str, mp, op_names, calls: list) -> None:
     """Runs ``case`` on ``stack``'s stand-in, recording every call of the ops named ``op_names`` in ``calls``."""
     fake = install_torch_npu(mp, version=stack, **case.standin)
+    if case.quant:
+        install_quant_ops(fake)
     for op in op_names:
         if isinstance(getattr(fake, op, None), Callable):
             mp.setattr(fake, op, _recording(calls, case.name, "torch_npu", op, getattr(fake, op)))

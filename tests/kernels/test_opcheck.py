@@ -48,6 +48,27 @@ SAMPLES = {
         ops.swiglu_backward,
         (_r(2, 5, 4, grad=False), _r(2, 5, 4, grad=False), _r(2, 5, 4, grad=False), -1),
     ),
+    "int8_dynamic_linear": lambda: (
+        ops.int8_dynamic_linear,
+        (
+            _r(2, 5, 8, grad=False),
+            torch.randint(-128, 128, (6, 8), dtype=torch.int8),
+            torch.rand(6, 1),
+            _r(6, grad=False),
+        ),
+    ),
+    "int8_weight_only_linear": lambda: (
+        ops.int8_weight_only_linear,
+        (_r(2, 5, 8, grad=False), torch.randint(-128, 128, (6, 8), dtype=torch.int8), torch.rand(6, 1), None),
+    ),
+    "int8_dynamic_linear_backward": lambda: (
+        ops.int8_dynamic_linear_backward,
+        (_r(2, 5, 6, grad=False), _r(2, 5, 8, grad=False), torch.ones(6, 8, dtype=torch.int8), torch.rand(6, 1), None),
+    ),
+    "int8_weight_only_linear_backward": lambda: (
+        ops.int8_weight_only_linear_backward,
+        (_r(2, 5, 6, grad=False), _r(2, 5, 8, grad=False), torch.ones(6, 8, dtype=torch.int8), torch.rand(6, 1), _r(6)),
+    ),
     "mul_add_backward": lambda: (
         ops.mul_add_backward,
         (_r(2, 5, 8, grad=False), _r(2, 1, 8, grad=False), _r(2, 5, 8, grad=False), _r(5, 8, grad=False)),

@@ -71,7 +71,7 @@ def _left_ops(log_dir: str) -> dict[str, int]:
     """Leftover ops (`LEFT_OPS`) in the last logged stage of every compiled graph."""
     last: dict[str, str] = {}
     for path in sorted(glob.glob(os.path.join(log_dir, "*.py"))):
-        graph = re.sub(r"\.\d\d\.[a-z_]+\.py$", "", os.path.basename(path))
+        graph = re.sub(r"\.\d\d\.[a-z0-9_]+\.py$", "", os.path.basename(path))
         last[graph] = path  # sorted: the highest step of each graph wins
     counts: dict[str, int] = {}
     for path in last.values():

@@ -67,7 +67,7 @@ def _logged_calls(log_dir, op: str) -> int:
 
     last = {}
     for path in sorted(glob.glob(os.path.join(str(log_dir), "*.py"))):
-        last[re.sub(r"\.\d\d\.[a-z_]+\.py$", "", os.path.basename(path))] = path
+        last[re.sub(r"\.\d\d\.[a-z0-9_]+\.py$", "", os.path.basename(path))] = path
     return sum(open(p).read().count(f"torch.ops.npu.{op}.default(") for p in last.values())
 
 

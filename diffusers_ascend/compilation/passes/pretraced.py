@@ -65,6 +65,8 @@ def _path(key: str) -> str | None:
 def _target_name(target: Any) -> str:
     if target is operator.getitem:
         return "operator.getitem"
+    if target is _out_dtype():  # torchao's int8 matmul off the CPU (the int8_dynamic_linear device form)
+        return "higher_order.out_dtype"
     if isinstance(target, torch._ops.OpOverload):
         namespace = target.namespace
         if namespace in _NAMESPACES:
@@ -72,9 +74,15 @@ def _target_name(target: Any) -> str:
     raise _NotStorable(f"call target {target!r}")
 
 
+def _out_dtype():
+    return getattr(torch.ops.higher_order, "out_dtype", None)
+
+
 def _resolve_target(name: Any):
     if name == "operator.getitem":
         return operator.getitem
+    if name == "higher_order.out_dtype" and _out_dtype() is not None:
+        return _out_dtype()
     if not isinstance(name, str):
         raise ValueError(f"target {name!r}")
     parts = name.split(".")
@@ -98,6 +106,8 @@ def _encode(value: Any) -> Any:
         return {"list" if isinstance(value, list) else "tuple": [_encode(v) for v in value]}
     if isinstance(value, torch.device):
         return {"device": str(value)}
+    if isinstance(value, torch._ops.OpOverload):  # out_dtype's first argument (aten.mm.default)
+        return {"op": _target_name(value)}
     for tag, (cls, _) in _ENUMS.items():
         if isinstance(value, cls):
             return {tag: str(value).replace("torch.", "")}
@@ -118,6 +128,8 @@ def _decode(value: Any, nodes: dict[str, torch.fx.Node]) -> Any:
             return items if tag == "list" else tuple(items)
         if tag == "device" and isinstance(item, str):
             return torch.device(item)
+        if tag == "op" and isinstance(item, str) and item != "operator.getitem":
+            return _resolve_target(item)
         if tag in _ENUMS and isinstance(item, str) and item.isidentifier():
             cls, resolve = _ENUMS[tag]
             resolved = resolve(item)
