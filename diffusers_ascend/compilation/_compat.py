@@ -1082,7 +1082,9 @@ def guard_finalizers(code) -> list:
     if not managers:
         return []
     found = []
-    for fin, info in list(weakref.finalize._registry.items()):
+    # A garbage collection that runs a finalizer while the registry is read changes its size:
+    # `dict.copy` reads it without allocating per entry (no collection can start half-way).
+    for fin, info in weakref.finalize._registry.copy().items():
         func = getattr(info, "func", None)
         owner = getattr(getattr(func, "func", func), "__self__", None)
         if isinstance(owner, CheckFunctionManager) and id(getattr(owner, "guard_manager", None)) in managers:
